@@ -1,0 +1,2 @@
+"""The kernel's actors, one module each: repository, control, scheduler, executor pool and
+executor."""

@@ -1,0 +1,340 @@
+"""The control actor: the model lifecycle, the control modes, and the repository API.
+
+It owns the state of every (model, version) — LOADING, READY, UNLOADING, UNAVAILABLE with a
+reason — and decides what is loaded: the start-up set of the mode (NONE: everything;
+EXPLICIT: ``--load-model``), and the load/unload/index calls of the repository API. A load
+resolves the config through the repository actor, loads each selected version on an executor
+through the pool, checks the auto-completed config, and only then tells the scheduler to
+serve it. A reload brings the new copy up beside the one serving and swaps, so a failing
+reload leaves the old version READY. Loads of one model are serialized; loads of different
+models run side by side, and none of this is on the inference path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+import anyio
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.modelconfig_validation import validate
+from inferd.kernel.overrides import remove_override_folder, write_override_files
+from inferd.kernel.router import Router
+from inferd.kernel.settings import Settings
+from inferd.protocols.errors import (
+    DeadlineExceeded,
+    InferdError,
+    InvalidArgument,
+    Unavailable,
+)
+from inferd.protocols.messages import (
+    Ack,
+    Envelope,
+    ExecutorHello,
+    ExecutorLost,
+    HealthRequest,
+    HealthStatus,
+    Index,
+    IndexEntry,
+    IndexRequest,
+    ListModels,
+    LoadRequest,
+    LoadStartupModels,
+    LoadVersion,
+    ModelList,
+    ResolvedModel,
+    ResolveModel,
+    RetireVersion,
+    ServeVersion,
+    Shutdown,
+    StartupReport,
+    UnloadRequest,
+    UnloadVersion,
+    VersionLoaded,
+)
+
+log = logging.getLogger(__name__)
+
+REPOSITORY = "repository"
+SCHEDULER = "scheduler"
+EXECUTORS = "executors"
+NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class State:
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(slots=True)
+class _Version:
+    state: str
+    reason: str = ""
+    load_id: int = 0
+    executor: str = ""
+
+
+@dataclass(slots=True)
+class _Model:
+    versions: dict[int, _Version] = field(default_factory=dict)
+    error: str = ""  # a failure before any version was known (bad config, ...)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    override_dir: str = ""
+
+    def ready(self) -> bool:
+        return any(v.state == State.READY for v in self.versions.values())
+
+
+class ControlActor(Actor):
+    address = "control"
+
+    def __init__(self, router: Router, settings: Settings) -> None:
+        super().__init__(router)
+        self._settings = settings
+        self._models: dict[str, _Model] = {}
+        self._load_ids = itertools.count(1)
+        self._required: set[str] = set()  # what strict readiness waits for
+        self._started = False
+        self._orphans: dict[str, set[str]] = {}  # executor -> models lost with it
+
+    def _model(self, name: str) -> _Model:
+        return self._models.setdefault(name, _Model())
+
+    # ------------------------------------------------------------------ start-up
+
+    async def on_load_startup_models(self, message: LoadStartupModels, envelope: Envelope) -> StartupReport:
+        mode = self._settings.model_control_mode
+        if mode == "explicit" and "*" not in self._settings.load_models:
+            names = list(self._settings.load_models)
+        elif mode == "explicit" or mode in ("none", "poll"):
+            listing = await self.router.ask(REPOSITORY, ListModels())
+            assert isinstance(listing, ModelList)
+            names = list(listing.names)
+        else:
+            names = []
+        failures: dict[str, str] = {}
+
+        async def load(name: str) -> None:
+            try:
+                await self._load(name)
+            except InferdError as error:
+                failures[name] = error.message
+
+        self._required.update(names)
+        async with anyio.create_task_group() as tasks:
+            for name in names:
+                tasks.start_soon(load, name)
+        self._started = True
+        return StartupReport(failures)
+
+    # ------------------------------------------------------------------ repository API
+
+    async def on_load_request(self, request: LoadRequest, envelope: Envelope) -> Ack:
+        if self._settings.model_control_mode != "explicit":
+            raise Unavailable(NOT_EXPLICIT)
+        await self._load(request.model, request.config, request.files)
+        self._required.add(request.model)
+        return Ack()
+
+    async def on_unload_request(self, request: UnloadRequest, envelope: Envelope) -> Ack:
+        if self._settings.model_control_mode != "explicit":
+            raise Unavailable(NOT_EXPLICIT)
+        self._required.discard(request.model)
+        await self._unload(request.model)
+        return Ack()
+
+    async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:
+        listing = await self.router.ask(REPOSITORY, ListModels())
+        assert isinstance(listing, ModelList)
+        entries: list[IndexEntry] = []
+        for name in sorted(set(listing.names) | set(self._models)):
+            model = self._models.get(name)
+            if model is not None and model.versions:
+                entries.extend(
+                    IndexEntry(name, str(number), version.state, version.reason)
+                    for number, version in sorted(model.versions.items())
+                )
+            elif model is not None and model.error:
+                entries.append(IndexEntry(name, "", State.UNAVAILABLE, model.error))
+            elif name in listing.problems:
+                entries.append(IndexEntry(name, "", State.UNAVAILABLE, listing.problems[name]))
+            else:
+                entries.append(IndexEntry(name))
+        if request.ready_only:
+            entries = [e for e in entries if e.state == State.READY]
+        return Index(tuple(entries))
+
+    async def on_health_request(self, request: HealthRequest, envelope: Envelope) -> HealthStatus:
+        if request.what == "live":
+            return HealthStatus(True)
+        if not self._started:
+            return HealthStatus(False)
+        if not self._settings.strict_readiness:
+            return HealthStatus(True)
+        return HealthStatus(all(self._model(name).ready() for name in self._required))
+
+    # ------------------------------------------------------------------ executors
+
+    async def on_executor_lost(self, message: ExecutorLost, envelope: Envelope) -> None:
+        lost = set()
+        for name, model in self._models.items():
+            for number, version in model.versions.items():
+                if version.executor == message.name and version.state == State.READY:
+                    version.state = State.UNAVAILABLE
+                    version.reason = f"{message.reason}; reloading"
+                    lost.add(name)
+                    self.spawn(self._retire, name, number)
+        self._orphans.setdefault(message.name, set()).update(lost)
+
+    async def on_executor_hello(self, message: ExecutorHello, envelope: Envelope) -> None:
+        for name in sorted(self._orphans.pop(message.name, set())):
+            self.spawn(self._reload_orphan, name)
+
+    async def _reload_orphan(self, name: str) -> None:
+        try:
+            await self._load(name)
+        except InferdError as error:
+            log.error("reloading %s after its executor restarted failed: %s", name, error.message)
+
+    async def _retire(self, name: str, number: int) -> None:
+        await self.router.ask(SCHEDULER, RetireVersion(name, number))
+
+    # ------------------------------------------------------------------ load and unload
+
+    async def _load(self, name: str, config_override: str = "", files: dict[str, bytes] | None = None) -> None:
+        model = self._model(name)
+        async with model.lock:
+            override_dir = ""
+            if files:
+                if not config_override:
+                    raise InvalidArgument(
+                        f"failed to load '{name}': file overrides need a 'config' parameter too"
+                    )
+                override_dir = write_override_files(name, files)
+            try:
+                resolved = await self.router.ask(
+                    REPOSITORY, ResolveModel(name, config_override, override_dir)
+                )
+            except InferdError as error:
+                remove_override_folder(override_dir)
+                if not model.ready():
+                    model.error = error.message
+                raise
+            assert isinstance(resolved, ResolvedModel)
+            model.error = ""
+            failures: dict[int, str] = {}
+
+            async def load_version(number: int) -> None:
+                try:
+                    await self._load_version(name, model, resolved, number)
+                except InferdError as error:
+                    failures[number] = error.message
+
+            async with anyio.create_task_group() as tasks:
+                for number in resolved.versions:
+                    tasks.start_soon(load_version, number)
+            for number in [n for n in model.versions if n not in resolved.versions]:
+                await self._unload_version(name, model, number, reason="unloaded")
+            if failures:
+                remove_override_folder(override_dir)
+                number, cause = min(failures.items())
+                raise InvalidArgument(
+                    f"load failed for model '{name}': version {number} is at UNAVAILABLE state:"
+                    f" {cause}"
+                )
+            if model.override_dir != override_dir:
+                remove_override_folder(model.override_dir)
+            model.override_dir = override_dir
+
+    async def _load_version(
+        self, name: str, model: _Model, resolved: ResolvedModel, number: int
+    ) -> None:
+        previous = model.versions.get(number)
+        serving = previous if previous is not None and previous.state == State.READY else None
+        current = serving or _Version(State.LOADING)
+        model.versions[number] = current
+        load_id = next(self._load_ids)
+        config = ModelConfig()
+        config.ParseFromString(resolved.config)
+        load = LoadVersion(
+            load_id=load_id, model=name, version=number, backend=resolved.backend,
+            config=resolved.config, path=resolved.path,
+            instance_count=sum(max(1, g.count) for g in config.instance_group) or 1,
+            device=_device(config),
+            auto_complete=not self._settings.disable_auto_complete_config,
+        )
+        timeout = self._settings.model_load_timeout_secs
+        try:
+            loaded = await self.router.ask(EXECUTORS, load, timeout=timeout)
+            assert isinstance(loaded, VersionLoaded)
+        except DeadlineExceeded:
+            self.router.tell(EXECUTORS, UnloadVersion(load_id))  # if it ever finishes
+            reason = f"load did not finish within {timeout:g} s (--model-load-timeout-secs)"
+            self._fail_version(model, number, serving, reason)
+            raise InvalidArgument(reason) from None
+        except InferdError as error:
+            self._fail_version(model, number, serving, error.message)
+            raise
+        completed = ModelConfig()
+        completed.ParseFromString(loaded.config)
+        try:
+            validate(completed, folder_name=name, complete=True)
+        except InvalidArgument as error:
+            await self.router.ask(EXECUTORS, UnloadVersion(load_id))
+            self._fail_version(model, number, serving, error.message)
+            raise
+        instances = tuple((loaded.executor, i) for i in loaded.instance_ids)
+        await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances))
+        old_load = serving.load_id if serving is not None else 0
+        model.versions[number] = _Version(State.READY, "", load_id, loaded.executor)
+        if old_load:
+            await self.router.ask(EXECUTORS, UnloadVersion(old_load))
+
+    def _fail_version(self, model: _Model, number: int, serving: _Version | None, reason: str) -> None:
+        if serving is None:
+            model.versions[number] = _Version(State.UNAVAILABLE, reason)
+        else:
+            log.warning("reload failed, version %d keeps serving: %s", number, reason)
+
+    async def _unload(self, name: str) -> None:
+        model = self._models.get(name)
+        if model is None:
+            return
+        async with model.lock:
+            async with anyio.create_task_group() as tasks:
+                for number in list(model.versions):
+                    tasks.start_soon(self._unload_version, name, model, number, "unloaded")
+            remove_override_folder(model.override_dir)
+            model.override_dir = ""
+
+    async def _unload_version(self, name: str, model: _Model, number: int, reason: str) -> None:
+        version = model.versions.get(number)
+        if version is None or version.state not in (State.READY, State.UNAVAILABLE):
+            return
+        was_ready = version.state == State.READY
+        version.state = State.UNLOADING
+        if was_ready:
+            await self.router.ask(SCHEDULER, RetireVersion(name, number))
+        if version.load_id:
+            await self.router.ask(EXECUTORS, UnloadVersion(version.load_id))
+        model.versions[number] = _Version(State.UNAVAILABLE, reason)
+
+    async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
+        """Unload everything (the last step of a graceful shutdown)."""
+        async with anyio.create_task_group() as tasks:
+            for name in list(self._models):
+                tasks.start_soon(self._unload, name)
+        return Ack()
+
+
+def _device(config: ModelConfig) -> str:
+    for group in config.instance_group:
+        if group.kind == group.KIND_GPU:
+            return f"gpu:{group.gpus[0] if group.gpus else 0}"
+    return "cpu"
+

@@ -1,0 +1,189 @@
+"""The executor actor: owns backend instances and runs their batches off the event loop.
+
+One executor lives in each executor process (one per GPU, one per CPU pool, one per isolated
+backend), or inline in the main process when configured. It loads a model version through its
+backend (imported lazily here, never in the main process), creates the instances, and runs
+``Instance.execute`` in a worker thread with a one-slot limiter per instance, so an instance
+is never called concurrently while different instances run in parallel. It reports the
+auto-completed config back to control. It knows nothing of queues, versions policy or routing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
+from inferd.kernel.router import Router
+from inferd.protocols.errors import InferdError, Internal, NotFound, Unavailable
+from inferd.protocols.messages import (
+    Ack,
+    BatchResult,
+    Envelope,
+    Failure,
+    InferBatch,
+    InferResponse,
+    LoadVersion,
+    Shutdown,
+    UnloadVersion,
+    VersionLoaded,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _LoadedInstance:
+    instance: Instance
+    limiter: anyio.CapacityLimiter
+    load_id: int
+
+
+@dataclass(slots=True)
+class _LoadedVersion:
+    name: str
+    version: int
+    model: Model
+    instance_ids: tuple[int, ...]
+
+
+class ExecutorActor(Actor):
+    def __init__(
+        self, router: Router, address: str, backends: BackendRegistry, options: dict[str, Any]
+    ) -> None:
+        super().__init__(router, address)
+        self._specs = backends
+        self._options = options
+        self._backends: dict[str, Backend] = {}
+        self._loads: dict[int, _LoadedVersion] = {}
+        self._instances: dict[int, _LoadedInstance] = {}
+        self._instance_ids = itertools.count(1)
+        self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
+        self.stopped = anyio.Event()
+
+    async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
+        await self.on_stop()
+        self.stopped.set()
+        return Ack()
+
+    async def on_stop(self) -> None:
+        for load_id in list(self._loads):
+            await self._unload(load_id)
+        for backend in self._backends.values():
+            backend.close()
+        self._backends.clear()
+
+    # ------------------------------------------------------------------ loading
+
+    def _backend(self, name: str) -> Backend:
+        with self._backend_lock:
+            return self._backend_locked(name)
+
+    def _backend_locked(self, name: str) -> Backend:
+        backend = self._backends.get(name)
+        if backend is None:
+            spec = self._specs.get(name)
+            if spec is None:
+                known = ", ".join(self._specs.names()) or "none"
+                raise Unavailable(
+                    f"backend '{name}' is not installed in this server (installed: {known})"
+                )
+            try:
+                backend = spec.load_class()()
+            except ImportError as error:
+                raise Unavailable(
+                    f"backend '{name}' cannot be used on this machine: {error}"
+                ) from error
+            self._backends[name] = backend
+        return backend
+
+    async def on_load_version(self, message: LoadVersion, envelope: Envelope) -> VersionLoaded:
+        config = ModelConfig()
+        config.ParseFromString(message.config)
+        context = ModelContext(
+            name=message.model,
+            version=message.version,
+            model_dir=Path(message.path),
+            config=config,
+            auto_complete=message.auto_complete,
+            options={**self._options, **message.options},
+        )
+
+        def load() -> tuple[Model, list[Instance]]:
+            started = time.perf_counter()
+            model = self._backend(message.backend).load_model(context)
+            instances = [model.create_instance(i) for i in range(message.instance_count)]
+            log.info("loaded %s version %d (%d instance%s) in %.2f s", message.model,
+                     message.version, len(instances), "" if len(instances) == 1 else "s",
+                     time.perf_counter() - started)
+            return model, instances
+
+        try:
+            model, instances = await anyio.to_thread.run_sync(load, abandon_on_cancel=True)
+        except InferdError:
+            raise
+        except Exception as error:  # a backend exception is the load's reason, verbatim
+            raise Internal(f"{type(error).__name__}: {error}") from error
+        ids = tuple(next(self._instance_ids) for _ in instances)
+        for instance_id, instance in zip(ids, instances):
+            self._instances[instance_id] = _LoadedInstance(
+                instance, anyio.CapacityLimiter(1), message.load_id
+            )
+        self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
+        return VersionLoaded(model.config.SerializeToString(), ids, self.address)
+
+    async def on_unload_version(self, message: UnloadVersion, envelope: Envelope) -> Ack:
+        await self._unload(message.load_id)
+        return Ack()
+
+    async def _unload(self, load_id: int) -> None:
+        loaded = self._loads.pop(load_id, None)
+        if loaded is None:
+            return
+        for instance_id in loaded.instance_ids:
+            slot = self._instances.pop(instance_id)
+            async with slot.limiter:  # waits for the batch it may be running
+                await anyio.to_thread.run_sync(slot.instance.close)
+        await anyio.to_thread.run_sync(loaded.model.unload)
+        log.info("unloaded %s version %d", loaded.name, loaded.version)
+
+    # ------------------------------------------------------------------ inference
+
+    async def on_infer_batch(self, batch: InferBatch, envelope: Envelope) -> BatchResult:
+        slot = self._instances.get(batch.instance)
+        if slot is None:
+            raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
+
+        def execute() -> tuple[list[InferResponse | InferdError], int]:
+            started = time.perf_counter_ns()
+            results = slot.instance.execute(batch.requests)
+            return results, time.perf_counter_ns() - started
+
+        try:
+            results, infer_ns = await anyio.to_thread.run_sync(execute, limiter=slot.limiter)
+        except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
+            log.exception("instance %d of %s failed", batch.instance, batch.model)
+            failure = Failure("INTERNAL", f"{type(error).__name__}: {error}")
+            return BatchResult(tuple(failure for _ in batch.requests))
+        if len(results) != len(batch.requests):
+            failure = Failure(
+                "INTERNAL",
+                f"backend returned {len(results)} responses for {len(batch.requests)} requests",
+            )
+            return BatchResult(tuple(failure for _ in batch.requests))
+        return BatchResult(tuple(_as_reply(result) for result in results), (0, infer_ns, 0))
+
+
+def _as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:
+    if isinstance(result, InferdError):
+        return Failure(result.code.value, result.message)
+    return result

@@ -1,0 +1,227 @@
+"""The executor pool actor: starts, places work on, watches and restarts executor processes.
+
+It owns which executors exist (CPU pool, one per GPU, one per isolated backend, or one inline
+in the main process) and which load lives on which executor. Control loads and unloads through
+it; the scheduler sends batches straight to the executor addresses it reports. When a process
+dies, every ask waiting on it fails with ``ExecutorCrashed``, control is told so it can mark
+and later reload the models that lived there, and the process is started again with back-off.
+It never touches a model or a tensor itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+import anyio
+import anyio.abc
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.actors.executor import ExecutorActor
+from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.settings import Settings
+from inferd.protocols.errors import ExecutorCrashed, InferdError, Unavailable
+from inferd.protocols.messages import (
+    Ack,
+    Envelope,
+    ExecutorHello,
+    ExecutorLost,
+    LoadVersion,
+    Shutdown,
+    UnloadVersion,
+    VersionLoaded,
+)
+
+log = logging.getLogger(__name__)
+
+CONTROL_ADDRESS = "control"
+HELLO_TIMEOUT_SECS = 120.0
+STOP_TIMEOUT_SECS = 10.0
+RESTART_BACKOFF_SECS = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+@dataclass(slots=True)
+class _Executor:
+    name: str
+    environment: dict[str, str]
+    process: anyio.abc.Process | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    crashes: int = 0
+    started_once: bool = False
+
+
+class ExecutorPoolActor(Actor):
+    address = "executors"
+
+    def __init__(
+        self,
+        router: Router,
+        settings: Settings,
+        backends: BackendRegistry,
+        hub_endpoint: str,
+        link: ProcessLink | None,
+    ) -> None:
+        super().__init__(router)
+        self._settings = settings
+        self._backends = backends
+        self._hub = hub_endpoint
+        self._link = link
+        self._executors: dict[str, _Executor] = {}
+        self._load_counts: dict[str, int] = {}
+        self._loads: dict[int, str] = {}
+        self._abandoned: set[int] = set()
+        self._stopping = False
+        self._options = {"intra_op_threads": settings.intra_op_threads}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(super().run)
+            if self._settings.executor_inline:
+                inline = ExecutorActor(self.router, "executor/inline", self._backends, self._options)
+                await tasks.start(inline.run)
+            else:
+                names = [f"executor/cpu{i}" for i in range(max(1, self._settings.cpu_executors))]
+                with anyio.fail_after(HELLO_TIMEOUT_SECS):
+                    for name in names:
+                        await self._ensure_started(name, {})
+            task_status.started()
+
+    async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
+        """Stop every executor in order: it unloads its models, then exits."""
+        self._stopping = True
+        async with anyio.create_task_group() as tasks:
+            for executor in self._executors.values():
+                tasks.start_soon(self._stop_process, executor)
+        return Ack()
+
+    async def on_stop(self) -> None:
+        self._stopping = True
+        for executor in self._executors.values():
+            if executor.process is not None and executor.process.returncode is None:
+                executor.process.kill()  # start-up failed or shutdown timed out
+
+    async def _stop_process(self, executor: _Executor) -> None:
+        process = executor.process
+        if process is None or process.returncode is not None:
+            return
+        with anyio.move_on_after(STOP_TIMEOUT_SECS):
+            try:
+                await self.router.ask(executor.name, Shutdown())
+            except InferdError as error:
+                log.warning("%s did not stop cleanly: %s", executor.name, error.message)
+            await process.wait()
+            return
+        log.warning("%s did not stop in %.0f s; killing it", executor.name, STOP_TIMEOUT_SECS)
+        process.kill()
+        await process.wait()
+
+    # ------------------------------------------------------------------ processes
+
+    async def _ensure_started(self, name: str, environment: dict[str, str]) -> None:
+        executor = self._executors.get(name)
+        if executor is None:
+            executor = self._executors[name] = _Executor(name, environment)
+            self._load_counts.setdefault(name, 0)
+            await self._spawn(executor)
+        await executor.ready.wait()
+
+    async def _spawn(self, executor: _Executor) -> None:
+        command = [
+            sys.executable, "-m", "inferd.kernel.executor_process",
+            "--name", executor.name, "--hub", self._hub,
+            "--options", json.dumps(self._options),
+            "--parent-pid", str(os.getpid()),
+            "--log-verbose", str(self._settings.log_verbose),
+        ]
+        executor.ready = anyio.Event()
+        executor.process = await anyio.open_process(
+            command, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+            env={**os.environ, **executor.environment},
+        )
+        log.info("started %s (pid %d)", executor.name, executor.process.pid)
+        self.spawn(self._watch, executor, executor.process)
+
+    async def _watch(self, executor: _Executor, process: anyio.abc.Process) -> None:
+        code = await process.wait()
+        if self._stopping:
+            return
+        reason = f"executor process {executor.name} (pid {process.pid}) exited with code {code}"
+        log.error("%s; restarting it", reason)
+        if self._link is not None:
+            self._link.forget(executor.name)
+        self.router.fail_pending_to(executor.name, ExecutorCrashed(reason))
+        for load_id in [i for i, name in self._loads.items() if name == executor.name]:
+            del self._loads[load_id]
+        self._load_counts[executor.name] = 0
+        self.router.tell(CONTROL_ADDRESS, ExecutorLost(executor.name, reason))
+        executor.crashes += 1
+        await anyio.sleep(RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1])
+        await self._spawn(executor)
+
+    async def on_executor_hello(self, hello: ExecutorHello, envelope: Envelope) -> None:
+        executor = self._executors.get(hello.name)
+        if executor is None:
+            log.warning("hello from unknown executor %s ignored", hello.name)
+            return
+        log.info("%s ready (pid %d, backends: %s)", hello.name, hello.pid,
+                 ", ".join(hello.backends) or "none")
+        executor.ready.set()
+        if executor.started_once:
+            self.router.tell(CONTROL_ADDRESS, hello)  # a restart: control reloads its models
+        executor.started_once = True
+
+    # ------------------------------------------------------------------ placement
+
+    def _place(self, load: LoadVersion) -> tuple[str, dict[str, str]]:
+        """The executor a load goes to, and the environment that executor starts with."""
+        if self._settings.executor_inline:
+            return "executor/inline", {}
+        spec = self._backends.get(load.backend)
+        if spec is not None and spec.isolate:
+            return f"executor/{spec.name}", {}
+        if load.device.startswith("gpu:"):
+            index = load.device.partition(":")[2]
+            return f"executor/gpu{index}", {"CUDA_VISIBLE_DEVICES": index}
+        cpu = [n for n in self._executors if n.startswith("executor/cpu")]
+        return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
+
+    async def on_load_version(self, load: LoadVersion, envelope: Envelope) -> VersionLoaded:
+        if self._stopping:
+            raise Unavailable("server is shutting down")
+        name, environment = self._place(load)
+        if name != "executor/inline":
+            await self._ensure_started(name, environment)
+        self._load_counts[name] = self._load_counts.get(name, 0) + 1
+        try:
+            loaded = await self.router.ask(name, load)
+        except BaseException:
+            self._load_counts[name] -= 1
+            self._abandoned.discard(load.load_id)
+            raise
+        assert isinstance(loaded, VersionLoaded)
+        self._loads[load.load_id] = name
+        if load.load_id in self._abandoned:  # its asker timed out meanwhile
+            self._abandoned.discard(load.load_id)
+            await self._unload(load.load_id)
+        return loaded
+
+    async def on_unload_version(self, unload: UnloadVersion, envelope: Envelope) -> Ack:
+        if unload.load_id not in self._loads:
+            self._abandoned.add(unload.load_id)
+            return Ack()
+        await self._unload(unload.load_id)
+        return Ack()
+
+    async def _unload(self, load_id: int) -> None:
+        name = self._loads.pop(load_id)
+        self._load_counts[name] = max(0, self._load_counts.get(name, 1) - 1)
+        try:
+            await self.router.ask(name, UnloadVersion(load_id))
+        except ExecutorCrashed:
+            pass  # the process took the instances with it

@@ -1,0 +1,40 @@
+"""The repository actor: the kernel's window onto the model repository folders.
+
+It answers ``ListModels`` and ``ResolveModel`` by running ``inferd.kernel.repository``'s
+synchronous reading, parsing and validation in a worker thread, so a slow disk never stalls
+the event loop. It holds no model state; control decides what to do with what it reads.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.repository import ModelRepository
+from inferd.kernel.router import Router
+from inferd.protocols.messages import Envelope, ListModels, ModelList, ResolvedModel, ResolveModel
+
+
+class RepositoryActor(Actor):
+    address = "repository"
+
+    def __init__(
+        self, router: Router, roots: tuple[str, ...], backends: BackendRegistry, *, auto_complete: bool
+    ) -> None:
+        super().__init__(router)
+        self._repository = ModelRepository(roots, backends, auto_complete=auto_complete)
+
+    async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:
+        names, problems = await anyio.to_thread.run_sync(self._repository.list_models)
+        return ModelList(names, problems)
+
+    async def on_resolve_model(self, message: ResolveModel, envelope: Envelope) -> ResolvedModel:
+        def resolve() -> ResolvedModel:
+            return self._repository.resolve(
+                message.model,
+                config_override=message.config_override,
+                path_override=message.path_override,
+            )
+
+        return await anyio.to_thread.run_sync(resolve)

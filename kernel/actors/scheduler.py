@@ -1,0 +1,289 @@
+"""The scheduler actor: the inference path from a validated request to an instance and back.
+
+It owns, per served model version, the request queue, the instances it may use (executor
+address and instance id, as control reported them), the dynamic batching policy and the
+statistics. A request is resolved to a version (highest served one when none is given),
+checked against the version's signature, queued, and sent in a batch to a free instance; the
+batch's results are handed back per request. Control tells it which versions to serve
+(``ServeVersion``, which also swaps instances on reload) and which to retire (``RetireVersion``,
+answered once in-flight work is done). It never loads models and never touches the repository.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import anyio
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.batcher import DynamicBatcher
+from inferd.kernel.modelconfig import config_to_json_text
+from inferd.kernel.router import Router
+from inferd.kernel.statistics import VersionStatistics
+from inferd.kernel.validation import ModelSignature, check_request
+from inferd.protocols.errors import InferdError, Internal, InvalidArgument, NotFound, Unavailable
+from inferd.protocols.messages import (
+    Ack,
+    BatchResult,
+    Drain,
+    Envelope,
+    Failure,
+    HealthStatus,
+    InferBatch,
+    InferRequest,
+    InferResponse,
+    ModelConfigReply,
+    ModelConfigRequest,
+    ModelMetadata,
+    ModelMetadataRequest,
+    ModelReadyRequest,
+    RetireVersion,
+    ServeVersion,
+)
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_SECS = 0.01
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    executor: str
+    instance: int
+    busy: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _Queued:
+    request: InferRequest
+    batch_size: int
+    shape_key: tuple[tuple[int, ...], ...]
+    enqueued_ns: int
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: InferResponse | InferdError | None = None
+    started_ns: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class _Version:
+    model: str
+    version: int
+    config: ModelConfig
+    signature: ModelSignature
+    batcher: DynamicBatcher
+    max_queue_size: int
+    slots: list[_Slot]
+    queue: deque[_Queued] = field(default_factory=deque)
+    running: int = 0
+    retired: bool = False
+    statistics: VersionStatistics = field(default_factory=VersionStatistics)
+    wake_pending: bool = False
+
+
+def _batcher(config: ModelConfig) -> DynamicBatcher:
+    dynamic = config.dynamic_batching
+    return DynamicBatcher(
+        max_batch_size=int(config.max_batch_size),
+        preferred_batch_sizes=tuple(int(s) for s in dynamic.preferred_batch_size),
+        max_queue_delay_ns=int(dynamic.max_queue_delay_microseconds) * 1000,
+        enabled=config.HasField("dynamic_batching") and config.max_batch_size > 0,
+    )
+
+
+class SchedulerActor(Actor):
+    address = "scheduler"
+
+    def __init__(self, router: Router) -> None:
+        super().__init__(router)
+        self._served: dict[str, dict[int, _Version]] = {}
+        self._ever_served: dict[str, set[int]] = {}
+
+    # ------------------------------------------------------------------ routing table
+
+    async def on_serve_version(self, message: ServeVersion, envelope: Envelope) -> Ack:
+        config = ModelConfig()
+        config.ParseFromString(message.config)
+        slots = [_Slot(executor, instance) for executor, instance in message.instances]
+        versions = self._served.setdefault(message.model, {})
+        current = versions.get(message.version)
+        replaced: list[_Slot] = []
+        if current is not None and not current.retired:
+            replaced, current.slots = current.slots, slots
+            current.config, current.signature = config, ModelSignature.from_config(config)
+            current.batcher = _batcher(config)
+        else:
+            versions[message.version] = current = _Version(
+                message.model, message.version, config, ModelSignature.from_config(config),
+                _batcher(config), int(config.dynamic_batching.default_queue_policy.max_queue_size),
+                slots,
+            )
+        self._ever_served.setdefault(message.model, set()).add(message.version)
+        self._pump(current)
+        while any(slot.busy for slot in replaced):
+            await anyio.sleep(IDLE_POLL_SECS)
+        return Ack()
+
+    async def on_retire_version(self, message: RetireVersion, envelope: Envelope) -> Ack:
+        version = self._served.get(message.model, {}).get(message.version)
+        if version is None:
+            return Ack()
+        version.retired = True
+        while version.queue or version.running:
+            await anyio.sleep(IDLE_POLL_SECS)
+        versions = self._served[message.model]
+        if versions.get(message.version) is version:
+            del versions[message.version]
+        return Ack()
+
+    async def on_drain(self, message: Drain, envelope: Envelope) -> Ack:
+        with anyio.move_on_after(message.timeout):
+            while any(v.queue or v.running for vs in self._served.values() for v in vs.values()):
+                await anyio.sleep(IDLE_POLL_SECS)
+        return Ack()
+
+    def _resolve(self, model: str, version: str) -> _Version:
+        versions = self._served.get(model)
+        if not versions and model not in self._ever_served:
+            raise NotFound(f"Request for unknown model: '{model}' is not found")
+        live = {n: v for n, v in (versions or {}).items() if not v.retired}
+        if not version:
+            if not live:
+                raise NotFound(f"Request for unknown model: '{model}' has no available versions")
+            return live[max(live)]
+        try:
+            number = int(version)
+        except ValueError:
+            raise InvalidArgument(
+                f"failed to parse version '{version}' of model '{model}': not an integer"
+            ) from None
+        if number in live:
+            return live[number]
+        if number in self._ever_served.get(model, ()):
+            raise Unavailable(
+                f"Request for unknown model: '{model}' version {number} is not at ready state"
+            )
+        raise NotFound(f"Request for unknown model: '{model}' version {number} is not found")
+
+    # ------------------------------------------------------------------ model information
+
+    async def on_model_ready_request(self, message: ModelReadyRequest, envelope: Envelope) -> HealthStatus:
+        try:
+            self._resolve(message.model, message.version)
+        except InferdError:
+            return HealthStatus(False)
+        return HealthStatus(True)
+
+    async def on_model_metadata_request(
+        self, message: ModelMetadataRequest, envelope: Envelope
+    ) -> ModelMetadata:
+        version = self._resolve(message.model, message.version)
+        live = sorted(n for n, v in self._served[message.model].items() if not v.retired)
+        config, signature = version.config, version.signature
+        return ModelMetadata(
+            name=message.model,
+            versions=tuple(str(n) for n in live),
+            platform=config.platform or config.backend,
+            inputs=signature.metadata(signature.inputs),
+            outputs=signature.metadata(signature.outputs),
+        )
+
+    async def on_model_config_request(
+        self, message: ModelConfigRequest, envelope: Envelope
+    ) -> ModelConfigReply:
+        version = self._resolve(message.model, message.version)
+        return ModelConfigReply(config_to_json_text(version.config))
+
+    # ------------------------------------------------------------------ inference
+
+    async def on_infer_request(self, request: InferRequest, envelope: Envelope) -> InferResponse:
+        arrived_ns = time.perf_counter_ns()
+        version = self._resolve(request.model, request.version)
+        batch_size = check_request(request, version.signature)
+        if version.max_queue_size and len(version.queue) >= version.max_queue_size:
+            raise Unavailable("Exceeds maximum queue size")
+        shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
+        queued = _Queued(request, batch_size, shape_key, arrived_ns)
+        version.queue.append(queued)
+        self._pump(version)
+        timeout_us = request.timeout_us or int(
+            version.config.dynamic_batching.default_queue_policy.default_timeout_microseconds
+        )
+        with anyio.move_on_after(timeout_us / 1e6 if timeout_us else None):
+            await queued.done.wait()
+        if not queued.done.is_set():
+            if queued in version.queue:  # still waiting for an instance: give up on it
+                version.queue.remove(queued)
+                version.statistics.record_request(False, time.perf_counter_ns() - arrived_ns, 0)
+                raise Unavailable("Request timeout expired")
+            await queued.done.wait()  # already running: its instance will answer
+        finished_ns = time.perf_counter_ns()
+        result = queued.result
+        version.statistics.record_request(
+            isinstance(result, InferResponse), finished_ns - arrived_ns,
+            queued.started_ns - arrived_ns,
+        )
+        if isinstance(result, InferdError):
+            raise result
+        assert result is not None
+        return result
+
+    def _pump(self, version: _Version) -> None:
+        """Start as many batches as there are free instances and ready batches."""
+        while version.queue:
+            slot = next((s for s in version.slots if not s.busy), None)
+            if slot is None:
+                return
+            count = version.batcher.take(version.queue, time.perf_counter_ns())
+            if count == 0:
+                self._wake_later(version)
+                return
+            batch = [version.queue.popleft() for _ in range(count)]
+            slot.busy = True
+            version.running += 1
+            self.spawn(self._run_batch, version, slot, batch)
+
+    def _wake_later(self, version: _Version) -> None:
+        if version.wake_pending:
+            return
+        wake_ns = version.batcher.wake_at(version.queue)
+        if wake_ns is None:
+            return
+        version.wake_pending = True
+
+        async def wake() -> None:
+            await anyio.sleep(max(0, wake_ns - time.perf_counter_ns()) / 1e9)
+            version.wake_pending = False
+            self._pump(version)
+
+        self.spawn(wake)
+
+    async def _run_batch(self, version: _Version, slot: _Slot, batch: list[_Queued]) -> None:
+        started_ns = time.perf_counter_ns()
+        for queued in batch:
+            queued.started_ns = started_ns
+        message = InferBatch(version.model, version.version, slot.instance,
+                             tuple(q.request for q in batch))
+        try:
+            reply = await self.router.ask(slot.executor, message)
+            assert isinstance(reply, BatchResult)
+            results: list[InferResponse | InferdError] = [
+                InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
+                for r in reply.results
+            ]
+            version.statistics.record_batch(sum(q.batch_size for q in batch), reply.compute_ns)
+        except InferdError as error:
+            results = [error] * len(batch)
+        except Exception as error:  # noqa: BLE001 - never leave a request waiting
+            log.exception("batch for %s failed", version.model)
+            results = [Internal(f"{type(error).__name__}: {error}")] * len(batch)
+        finally:
+            slot.busy = False
+            version.running -= 1
+        for queued, result in zip(batch, results):
+            queued.result = result
+            queued.done.set()
+        self._pump(version)

@@ -1,0 +1,163 @@
+"""The backend contract every framework plugin implements, and the registry plugins fill.
+
+Three levels, as in Triton: a ``Backend`` is created once per executor process; it loads a
+``Model`` (one version of one model) from a ``ModelContext``; the model creates one
+``Instance`` per instance-group slot. The executor calls ``Instance.execute`` with a batch of
+already-validated requests, never concurrently on one instance, always off the event loop.
+
+Plugins register a ``BackendSpec`` naming their backend class by import path, so the hook
+module imports no framework: the class is imported only inside the executor, when a model
+needs it. This module owns the contract and the registry; it does no I/O.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferd.protocols.errors import InferdError, InvalidArgument
+from inferd.protocols.messages import InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """What a plugin tells the kernel about one backend.
+
+    ``entry`` is ``"package.module:BackendClass"``, imported lazily in the executor.
+    ``platforms`` are the config ``platform`` values that select it (e.g. ``onnxruntime_onnx``).
+    ``default_filename`` is the model file looked for in a version folder. ``isolate`` asks
+    for a process of its own, so a framework that conflicts with others never shares an
+    interpreter with them.
+    """
+
+    name: str
+    entry: str
+    platforms: tuple[str, ...] = ()
+    default_filename: str = ""
+    isolate: bool = False
+
+    def load_class(self) -> type[Backend]:
+        module_name, _, class_name = self.entry.partition(":")
+        backend_class = getattr(importlib.import_module(module_name), class_name)
+        if not (isinstance(backend_class, type) and issubclass(backend_class, Backend)):
+            raise TypeError(f"backend entry {self.entry!r} is not a Backend subclass")
+        return backend_class
+
+
+class BackendRegistry:
+    """Filled by ``inferd_register_backends`` hooks: ``registry.add(BackendSpec(...))``."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, BackendSpec] = {}
+
+    def add(self, spec: BackendSpec) -> None:
+        if spec.name in self._specs and self._specs[spec.name] != spec:
+            raise ValueError(f"backend {spec.name!r} is registered twice")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> BackendSpec | None:
+        return self._specs.get(name)
+
+    def for_platform(self, platform: str) -> BackendSpec | None:
+        return next((s for s in self._specs.values() if platform in s.platforms), None)
+
+    def for_filename(self, filename: str) -> BackendSpec | None:
+        return next((s for s in self._specs.values() if s.default_filename == filename), None)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._specs))
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._specs.values())
+
+
+@dataclass(slots=True)
+class ModelContext:
+    """Everything a backend needs to load one version of one model."""
+
+    name: str
+    version: int
+    model_dir: Path
+    config: ModelConfig
+    auto_complete: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def version_dir(self) -> Path:
+        return self.model_dir / str(self.version)
+
+    def model_file(self, default_filename: str) -> Path:
+        """The version's model file: ``default_model_filename`` if the config sets it."""
+        return self.version_dir / (self.config.default_model_filename or default_filename)
+
+
+class Instance(abc.ABC):
+    """One execution slot of a model. ``execute`` is never called concurrently on one
+    instance, so an instance may keep per-call state (a session, a CUDA stream)."""
+
+    @abc.abstractmethod
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        """Run a batch; return one response or one error per request, in order."""
+
+    def close(self) -> None:
+        """Release what the instance holds. Called once, after the last ``execute``."""
+
+
+class Model(abc.ABC):
+    """One loaded version. ``config`` is the config the instances run with, auto-completed
+    from the model file when the context allows it."""
+
+    config: ModelConfig
+
+    @abc.abstractmethod
+    def create_instance(self, index: int) -> Instance:
+        """Create instance number ``index`` (0-based within the model's instance group)."""
+
+    def unload(self) -> None:
+        """Release model-level resources after every instance is closed."""
+
+
+class Backend(abc.ABC):
+    """Created once per executor process, the first time one of its models is loaded."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def load_model(self, context: ModelContext) -> Model:
+        """Load one version; raise ``InferdError`` (or any exception) with a clear reason."""
+
+    def close(self) -> None:
+        """Called when the executor stops."""
+
+
+def batch_inputs(requests: Sequence[InferRequest], name: str) -> Any:
+    """Concatenate input ``name`` of every request along the batch dimension. A helper for
+    backends whose framework runs one batch as one call."""
+    import numpy as np
+
+    arrays = [next(t.data for t in r.inputs if t.name == name) for r in requests]
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays, axis=0)
+
+
+def split_batch(array: Any, sizes: Sequence[int]) -> list[Any]:
+    """Split ``array`` along the batch dimension into pieces of ``sizes``."""
+    if len(sizes) == 1:
+        return [array]
+    if int(array.shape[0]) != sum(sizes):
+        raise InvalidArgument(
+            f"output batch dimension {array.shape[0]} does not match the batch of {sum(sizes)}"
+        )
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(array[start : start + size])
+        start += size
+    return pieces

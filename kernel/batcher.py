@@ -1,0 +1,65 @@
+"""The dynamic batching policy: which queued requests run together, and when.
+
+A pure object over a queue of ``Pending`` items (batch size, variable-dim key, arrival time):
+``take(queue, now)`` returns how many of the oldest items to send as one batch now, or 0 to
+keep waiting, and ``wake_at`` says when waiting ends. It follows Triton's dynamic batcher:
+requests are taken in arrival order up to ``max_batch_size`` batch elements, never mixing
+requests whose non-batch dimensions differ; a batch goes at once when it reaches a preferred
+size (or the maximum), otherwise when its oldest request has waited
+``max_queue_delay_microseconds``. Without dynamic batching every request runs alone. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Pending(Protocol):
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def shape_key(self) -> tuple[tuple[int, ...], ...]: ...
+
+    @property
+    def enqueued_ns(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicBatcher:
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_ns: int = 0
+    enabled: bool = True
+
+    def _candidate(self, queue: Sequence[Pending]) -> tuple[int, int]:
+        """(count, batch elements) of the longest compatible prefix of the queue."""
+        count = total = 0
+        key = queue[0].shape_key
+        for item in queue:
+            if item.shape_key != key or total + item.batch_size > self.max_batch_size:
+                break
+            count += 1
+            total += item.batch_size
+        return max(count, 1), max(total, queue[0].batch_size)
+
+    def take(self, queue: Sequence[Pending], now_ns: int) -> int:
+        if not queue:
+            return 0
+        if not self.enabled or self.max_batch_size <= 1:
+            return 1
+        count, total = self._candidate(queue)
+        if count < len(queue):
+            return count  # the next request cannot join: waiting would not grow this batch
+        full = total >= self.max_batch_size or total in self.preferred_batch_sizes
+        if full or now_ns - queue[0].enqueued_ns >= self.max_queue_delay_ns:
+            return count
+        return 0
+
+    def wake_at(self, queue: Sequence[Pending]) -> int | None:
+        """When a batch held back by ``take`` must go anyway (monotonic ns)."""
+        if not queue:
+            return None
+        return queue[0].enqueued_ns + self.max_queue_delay_ns

@@ -1,0 +1,184 @@
+"""The ``inferd`` command: ``serve`` runs a server; ``models``, ``load`` and ``unload`` talk to
+a running one over the native zmq protocol.
+
+``serve`` takes tritonserver's flag names (SPEC 6.1), including its boolean style
+(``--exit-on-error=false``) and its start-up checks on ``--load-model``. This module turns
+argv into ``Settings`` and exit codes; it owns no server behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from inferd.kernel.logs import configure_logging
+from inferd.kernel.plugins import Plugins
+from inferd.kernel.server import StartupFailed, format_table, serve
+from inferd.kernel.settings import Settings
+
+TRUE_WORDS = {"1", "true", "yes", "on"}
+FALSE_WORDS = {"0", "false", "no", "off"}
+
+
+def _boolean(text: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _add_flag(group: argparse._ArgumentGroup, name: str, default: bool, help: str) -> None:
+    group.add_argument(name, type=_boolean, nargs="?", const=True, default=default,
+                       metavar="BOOL", help=f"{help} (default {str(default).lower()})")
+
+
+def _serve_parser(subparsers: argparse._SubParsersAction, plugins: Plugins) -> None:
+    defaults = Settings()
+    parser = subparsers.add_parser("serve", help="run the server")
+    models = parser.add_argument_group("models")
+    models.add_argument("--model-repository", "--model-store", action="append",
+                        dest="model_repositories", metavar="PATH",
+                        help="a model repository root (repeatable; default ./model_repository)")
+    models.add_argument("--model-control-mode", choices=("none", "poll", "explicit"),
+                        default=defaults.model_control_mode)
+    models.add_argument("--load-model", action="append", dest="load_models", default=[],
+                        metavar="NAME", help="with explicit mode: load at start-up ('*' = all)")
+    models.add_argument("--repository-poll-secs", type=float, default=defaults.repository_poll_secs)
+    models.add_argument("--model-load-timeout-secs", type=float,
+                        default=defaults.model_load_timeout_secs)
+    _add_flag(models, "--exit-on-error", defaults.exit_on_error,
+              "exit if a start-up model fails to load")
+    _add_flag(models, "--strict-readiness", defaults.strict_readiness,
+              "ready only when every model meant to be served is READY")
+    _add_flag(models, "--disable-auto-complete-config", False,
+              "do not fill missing config fields from the model file")
+    network = parser.add_argument_group("network")
+    for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002), ("zmq", 8003)):
+        network.add_argument(f"--{protocol}-port", type=int, default=port)
+        network.add_argument(f"--{protocol}-address", default="0.0.0.0")
+    execution = parser.add_argument_group("execution")
+    execution.add_argument("--cpu-executors", type=int, default=defaults.cpu_executors,
+                           help="number of CPU executor processes")
+    _add_flag(execution, "--executor-inline", False,
+              "run the executor inside the main process (tiny CPU models)")
+    execution.add_argument("--intra-op-threads", type=int, default=defaults.intra_op_threads,
+                           help="framework threads per model instance")
+    execution.add_argument("--exit-timeout-secs", type=float, default=defaults.exit_timeout_secs)
+    parser.add_argument("--log-verbose", type=int, default=0)
+    plugins.add_options(parser)
+
+
+def _client_parsers(subparsers: argparse._SubParsersAction) -> None:
+    for name, help_text in (("models", "print the repository index of a running server"),
+                            ("load", "load or reload a model"), ("unload", "unload a model")):
+        parser = subparsers.add_parser(name, help=help_text)
+        parser.add_argument("--url", default="tcp://127.0.0.1:8003", help="zmq endpoint")
+        if name != "models":
+            parser.add_argument("model")
+
+
+def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
+    load_models = tuple(args.load_models)
+    if load_models and args.model_control_mode != "explicit":
+        raise StartupFailed(
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+        )
+    if "*" in load_models and len(load_models) > 1:
+        raise StartupFailed(
+            "Wildcard model name '*' must be the ONLY startup model if specified at all."
+        )
+    return Settings(
+        model_repositories=tuple(args.model_repositories or ("model_repository",)),
+        model_control_mode=args.model_control_mode,
+        load_models=load_models,
+        repository_poll_secs=args.repository_poll_secs,
+        exit_on_error=args.exit_on_error,
+        strict_readiness=args.strict_readiness,
+        exit_timeout_secs=args.exit_timeout_secs,
+        model_load_timeout_secs=args.model_load_timeout_secs,
+        disable_auto_complete_config=args.disable_auto_complete_config,
+        zmq_address=args.zmq_address, zmq_port=args.zmq_port,
+        http_address=args.http_address, http_port=args.http_port,
+        grpc_address=args.grpc_address, grpc_port=args.grpc_port,
+        metrics_address=args.metrics_address, metrics_port=args.metrics_port,
+        cpu_executors=args.cpu_executors,
+        executor_inline=args.executor_inline,
+        intra_op_threads=args.intra_op_threads,
+        options={k: v for k, v in vars(args).items() if k not in known},
+        log_verbose=args.log_verbose,
+    )
+
+
+_SERVE_FIELDS = {
+    "command", "model_repositories", "model_control_mode", "load_models",
+    "repository_poll_secs", "exit_on_error", "strict_readiness", "exit_timeout_secs",
+    "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
+    "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",
+    "metrics_port", "cpu_executors", "executor_inline", "intra_op_threads", "log_verbose",
+}
+
+
+def _run_client(args: argparse.Namespace) -> int:
+    from inferd.protocols.client import Client
+    from inferd.protocols.errors import InferdError
+
+    try:
+        with Client(args.url, timeout=600.0) as client:
+            if args.command == "models":
+                rows = [(e.name, e.version or "-", e.state or "-", e.reason)
+                        for e in client.index()]
+                print(format_table(("MODEL", "VERSION", "STATE", "REASON"), rows))
+            elif args.command == "load":
+                client.load(args.model)
+                print(f"loaded {args.model}")
+            else:
+                client.unload(args.model)
+                print(f"unloaded {args.model}")
+    except InferdError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    plugins = Plugins.load()
+    parser = argparse.ArgumentParser(prog="inferd", description=__doc__.split("\n\n")[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(subparsers, plugins)
+    _client_parsers(subparsers)
+    args = parser.parse_args(argv)
+    if args.command != "serve":
+        return _run_client(args)
+    configure_logging(args.log_verbose)
+    try:
+        settings = settings_from(args, _SERVE_FIELDS)
+        anyio.run(serve, settings, plugins, backend="asyncio",
+                  backend_options={"use_uvloop": True})
+    except (StartupFailed, OSError, BaseExceptionGroup) as error:
+        cause = _startup_cause(error)
+        if cause is None:
+            raise
+        logging.getLogger("inferd").error("cannot start: %s", cause)
+        return 1
+    return 0
+
+
+def _startup_cause(error: BaseException) -> BaseException | None:
+    """The start-up failure inside ``error``, unwrapping task-group exception groups."""
+    if isinstance(error, (StartupFailed, OSError)):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            if (cause := _startup_cause(inner)) is not None:
+                return cause
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

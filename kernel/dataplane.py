@@ -1,0 +1,53 @@
+"""The protocol-agnostic data plane every frontend adapts: one entry point, ``handle``.
+
+It maps each request kind to the actor that owns the answer (inference and model information
+to the scheduler, the repository API and readiness to control) and asks it; server metadata it
+answers itself. Frontends stay thin: decode, ``await dataplane.handle(request)``, encode.
+Errors arrive as ``InferdError`` with the code that decides the status.
+"""
+
+from __future__ import annotations
+
+from inferd.kernel.router import Router
+from inferd.protocols.errors import Unsupported
+from inferd.protocols.messages import (
+    HealthRequest,
+    IndexRequest,
+    InferRequest,
+    LoadRequest,
+    Message,
+    ModelConfigRequest,
+    ModelMetadataRequest,
+    ModelReadyRequest,
+    ServerMetadata,
+    ServerMetadataRequest,
+    UnloadRequest,
+)
+
+SERVER_NAME = "inferd"
+SERVER_VERSION = "0.1.0"
+
+_OWNER: dict[type[Message], str] = {
+    InferRequest: "scheduler",
+    ModelMetadataRequest: "scheduler",
+    ModelReadyRequest: "scheduler",
+    ModelConfigRequest: "scheduler",
+    HealthRequest: "control",
+    IndexRequest: "control",
+    LoadRequest: "control",
+    UnloadRequest: "control",
+}
+
+
+class DataPlane:
+    def __init__(self, router: Router, extensions: tuple[str, ...] = ()) -> None:
+        self._router = router
+        self.extensions = extensions
+
+    async def handle(self, request: Message) -> Message:
+        if isinstance(request, ServerMetadataRequest):
+            return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
+        owner = _OWNER.get(type(request))
+        if owner is None:
+            raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
+        return await self._router.ask(owner, request)

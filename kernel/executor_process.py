@@ -1,0 +1,77 @@
+"""The entry point of an executor process: ``python -m inferd.kernel.executor_process``.
+
+It builds the process's router, connects the uplink to the main process's hub, runs one
+``ExecutorActor`` and says hello to the executor pool. It exits when the pool tells it to
+(``Shutdown``, after unloading its models) or when the main process disappears, so no executor
+outlives its server. SIGINT and SIGTERM are ignored: a Ctrl-C in a terminal, or ``timeout`` and
+some supervisors, signal the whole process group, and shutting down in order is the main
+process's decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+
+import anyio
+import zmq.asyncio
+
+from inferd.kernel.actors.executor import ExecutorActor
+from inferd.kernel.logs import configure_logging
+from inferd.kernel.plugins import Plugins
+from inferd.kernel.router import ProcessLink, Router
+from inferd.protocols.messages import ExecutorHello
+
+POOL_ADDRESS = "executors"
+PARENT_CHECK_SECS = 1.0
+
+
+async def _watch_parent(parent_pid: int, scope: anyio.CancelScope) -> None:
+    while os.getppid() == parent_pid:
+        await anyio.sleep(PARENT_CHECK_SECS)
+    logging.getLogger(__name__).warning("main process is gone; executor exiting")
+    scope.cancel()
+
+
+async def serve(name: str, hub: str, options: dict[str, object], parent_pid: int) -> None:
+    backends = Plugins.load().backends()
+    context = zmq.asyncio.Context()
+    router = Router(name)
+    link = ProcessLink.uplink(router, context, hub, name)
+    actor = ExecutorActor(router, name, backends, options)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(link.run)
+            await tasks.start(actor.run)
+            tasks.start_soon(_watch_parent, parent_pid, tasks.cancel_scope)
+            router.tell(POOL_ADDRESS, ExecutorHello(name, os.getpid(), backends.names()))
+            await actor.stopped.wait()
+            await anyio.sleep(0.05)  # let the Shutdown reply leave the socket
+            tasks.cancel_scope.cancel()
+    finally:
+        link.close()
+        context.term()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="inferd-executor")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--hub", required=True)
+    parser.add_argument("--options", default="{}")
+    parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    parser.add_argument("--log-verbose", type=int, default=0)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    configure_logging(args.log_verbose, process=args.name)
+    anyio.run(
+        serve, args.name, args.hub, json.loads(args.options), args.parent_pid,
+        backend="asyncio", backend_options={"use_uvloop": True},
+    )
+
+
+if __name__ == "__main__":
+    main()

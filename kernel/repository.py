@@ -1,0 +1,261 @@
+"""The model repository on disk: which models exist, and what loading one means.
+
+Owns the layout rules of SPEC 1 (one folder per model under one or more roots, numeric
+version folders, ``config.pbtxt``), turning a model name into a ``ResolvedModel`` (config read,
+normalized and validated; versions chosen by the version policy) and fingerprinting model
+folders so a poller can tell when one changed. Synchronous and single-threaded: the
+repository actor wraps it and decides when to call it. It reads the repository and never
+writes to it, loads nothing, and keeps no state beyond its settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.modelconfig import (
+    ENSEMBLE_PLATFORM,
+    ModelConfig,
+    backend_can_auto_complete,
+    model_file_candidates,
+    normalize,
+    parse_config_json,
+    parse_config_text,
+    validate,
+)
+from inferd.protocols.errors import InvalidArgument, NotFound
+from inferd.protocols.messages import ResolvedModel
+
+CONFIG_FILENAME = "config.pbtxt"
+TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
+_MAX_VERSION = 2**63 - 1  # versions are int64 in every protocol
+
+
+class ModelRepository:
+    """The models under ``roots``. ``auto_complete`` False is ``--disable-auto-complete-config``:
+    every model then needs a ``config.pbtxt`` that lists its inputs and outputs."""
+
+    def __init__(
+        self,
+        roots: Sequence[str | Path],
+        backends: BackendRegistry,
+        *,
+        auto_complete: bool = True,
+    ) -> None:
+        unique: dict[str, Path] = {}
+        for root in roots:
+            unique.setdefault(os.path.realpath(root), Path(root))
+        self.roots: tuple[Path, ...] = tuple(unique.values())
+        self._backends = backends
+        self._auto_complete = auto_complete
+
+    def list_models(self) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Every model folder name in the roots, sorted, and why some cannot be loaded."""
+        seen: dict[str, int] = {}
+        for root in self.roots:
+            for name in _model_folder_names(root):
+                seen[name] = seen.get(name, 0) + 1
+        problems = {name: TWO_ROOTS_PROBLEM for name, count in seen.items() if count > 1}
+        return tuple(sorted(seen)), problems
+
+    def has_model(self, name: str) -> bool:
+        """Whether some root holds a folder for ``name`` (for ensemble step checks)."""
+        return _is_plain_name(name) and bool(self._folders(name))
+
+    @staticmethod
+    def versions(model_dir: Path) -> list[int]:
+        """The version folders of a model: decimal names without leading zeros, sorted."""
+        try:
+            entries = list(model_dir.iterdir())
+        except OSError:
+            return []
+        found = []
+        for entry in entries:
+            name = entry.name
+            if not (name.isascii() and name.isdigit()) or (name != "0" and name[0] == "0"):
+                continue
+            if int(name) <= _MAX_VERSION and entry.is_dir():
+                found.append(int(name))
+        return sorted(found)
+
+    @staticmethod
+    def select_versions(policy: Any, available: list[int]) -> list[int]:
+        """The versions a ``ModelVersionPolicy`` picks from ``available``, ascending. No policy
+        set means ``latest { num_versions: 1 }``."""
+        ordered = sorted(available)
+        choice = policy.WhichOneof("policy_choice")
+        if choice == "all":
+            return ordered
+        if choice == "specific":
+            wanted = set(policy.specific.versions)
+            return [version for version in ordered if version in wanted]
+        count = policy.latest.num_versions if choice == "latest" else 1
+        return ordered[-count:] if count > 0 else []
+
+    def resolve(
+        self, name: str, *, config_override: str = "", path_override: str = ""
+    ) -> ResolvedModel:
+        """Everything needed to load ``name``. ``config_override`` (JSON ModelConfig) replaces
+        ``config.pbtxt``; ``path_override`` replaces the model folder (a load with files).
+        Raises ``NotFound`` for an unknown model and ``InvalidArgument`` for anything wrong
+        with its folder or config."""
+        if not _is_plain_name(name):
+            raise InvalidArgument(f"'{name}' is not a valid model name")
+        model_dir = Path(path_override) if path_override else self._only_folder(name)
+        if not model_dir.is_dir():
+            raise InvalidArgument(f"model '{name}': folder {model_dir} does not exist")
+        available = self.versions(model_dir)
+        config, has_config = self._read_config(name, model_dir, config_override)
+        if not available:
+            # Checked before the backend: with no version folder, nothing can be inferred.
+            _no_version_available(name)
+
+        def present(filename: str) -> bool:
+            return any((model_dir / str(version) / filename).exists() for version in available)
+
+        config = normalize(
+            config, folder_name=name, backends=self._backends, default_filename_present=present
+        )
+        completes_later = self._auto_complete and backend_can_auto_complete(config)
+        if not has_config:
+            self._check_config_may_be_missing(name, model_dir, config, completes_later)
+        validate(config, folder_name=name, complete=not completes_later)
+        if config.backend and self._backends.get(config.backend) is None:
+            installed = ", ".join(self._backends.names()) or "none"
+            raise InvalidArgument(
+                f"model '{name}' needs backend '{config.backend}', which is not installed "
+                f"(installed backends: {installed})"
+            )
+        selected = self.select_versions(config.version_policy, available)
+        if not selected:
+            _no_version_available(name)
+        return ResolvedModel(
+            model=name,
+            backend=config.backend,
+            config=config.SerializeToString(),
+            path=str(model_dir),
+            versions=tuple(selected),
+        )
+
+    def fingerprint(self, name: str) -> str:
+        """A hash of the model folder's entries (relative path, size, mtime), which changes
+        when a file or version folder is added, removed or rewritten. Hidden entries (editor
+        swap files) are left out. Raises ``NotFound`` when no root holds the model."""
+        folders = self._folders(name) if _is_plain_name(name) else []
+        if not folders:
+            raise NotFound(f"model '{name}' is not in the model repository")
+        digest = hashlib.sha256()
+        for folder in folders:
+            digest.update(os.fsencode(folder) + b"\0")
+            for relative, info in sorted(_walk(folder)):
+                size = "dir" if stat.S_ISDIR(info.st_mode) else str(info.st_size)
+                mtime = 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
+                digest.update(f"{relative}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+        return digest.hexdigest()
+
+    def _folders(self, name: str) -> list[Path]:
+        if name.startswith("."):
+            return []
+        return [root / name for root in self.roots if (root / name).is_dir()]
+
+    def _only_folder(self, name: str) -> Path:
+        folders = self._folders(name)
+        if not folders:
+            searched = ", ".join(str(root) for root in self.roots) or "no roots"
+            raise NotFound(f"model '{name}' is not in the model repository (searched {searched})")
+        if len(folders) > 1:
+            where = ", ".join(str(folder) for folder in folders)
+            raise InvalidArgument(f"model '{name}' cannot be loaded: {TWO_ROOTS_PROBLEM} ({where})")
+        return folders[0]
+
+    def _read_config(
+        self, name: str, model_dir: Path, config_override: str
+    ) -> tuple[ModelConfig, bool]:
+        if config_override:
+            try:
+                return parse_config_json(config_override), True
+            except InvalidArgument as error:
+                raise InvalidArgument(f"model '{name}': {error.message}") from None
+        path = model_dir / CONFIG_FILENAME
+        if not path.is_file():
+            return ModelConfig(), False
+        label = f"{name}/{CONFIG_FILENAME}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"{label}: the file is not UTF-8 text") from None
+        except OSError as error:
+            raise InvalidArgument(f"{label}: cannot be read ({error.strerror})") from None
+        return parse_config_text(text, label), True
+
+    def _check_config_may_be_missing(
+        self, name: str, model_dir: Path, config: ModelConfig, completes_later: bool
+    ) -> None:
+        missing = f"model '{name}' has no {CONFIG_FILENAME} ({model_dir / CONFIG_FILENAME})"
+        if not config.backend and config.platform != ENSEMBLE_PLATFORM:
+            candidates = model_file_candidates(self._backends)
+            looked_for = ", ".join(filename for filename, _ in candidates)
+            raise InvalidArgument(
+                f"{missing}, and no model file to infer its backend from was found in a version "
+                f"folder (looked for {looked_for})"
+            )
+        if not self._auto_complete:
+            raise InvalidArgument(f"{missing}, and auto-complete is disabled")
+        if not completes_later:
+            raise InvalidArgument(
+                f"{missing}, and backend '{config.backend}' cannot auto-complete a config"
+            )
+
+
+def _no_version_available(name: str) -> NoReturn:
+    raise InvalidArgument(
+        f"at least one version must be available under the version policy of model '{name}'"
+    )
+
+
+def _model_folder_names(root: Path) -> Iterator[str]:
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(".") and entry.is_dir():
+            yield entry.name
+
+
+def _is_plain_name(name: str) -> bool:
+    # A model name becomes a path component: nothing that could leave the root.
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
+def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(posix path relative to ``folder``, stat) of every non-hidden entry below it,
+    following symbolic links but visiting each real directory once."""
+    visited: set[tuple[int, int]] = set()
+    pending = [(folder, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            info = directory.stat()
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) in visited:
+            continue
+        visited.add((info.st_dev, info.st_ino))
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                entry_info = entry.stat()
+            except OSError:
+                continue
+            relative = prefix + entry.name
+            yield relative, entry_info
+            if stat.S_ISDIR(entry_info.st_mode):
+                pending.append((Path(entry.path), relative + "/"))

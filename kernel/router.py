@@ -1,0 +1,243 @@
+"""Location-transparent message routing: asks, tells, replies, and the link between processes.
+
+Every actor has an address. An envelope for an actor in this process goes into its in-memory
+mailbox as the object itself (no encoding). An envelope for an actor elsewhere goes through
+the process link: the main process binds a ZeroMQ ROUTER (the hub) and each executor process
+connects a DEALER (its uplink) whose routing id is its address, so the same ``ask`` reaches an
+actor whatever process it lives in. Asks carry ids and deadlines; every ask gets its reply or a
+typed error: ``DeadlineExceeded``, or ``ActorGone``/``ExecutorCrashed`` when the peer goes.
+This module turns exceptions into ``Failure`` replies, and nothing else does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import zmq
+import zmq.asyncio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from inferd.protocols import wire
+from inferd.protocols.errors import (
+    ActorGone,
+    DeadlineExceeded,
+    ErrorCode,
+    InferdError,
+    InvalidArgument,
+)
+from inferd.protocols.messages import Envelope, Failure, Message
+
+log = logging.getLogger(__name__)
+
+MAILBOX_SIZE = math.inf  # actors never apply back-pressure to the router; queues do that
+
+
+@dataclass(slots=True)
+class _PendingAsk:
+    dst: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: Message | None = None
+    error: InferdError | None = None
+
+
+class Router:
+    """Delivers envelopes between the actors of this process and the process link."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ids = itertools.count(1)
+        self._mailboxes: dict[str, MemoryObjectSendStream[Envelope]] = {}
+        self._pending: dict[int, _PendingAsk] = {}
+        self._link: ProcessLink | None = None
+
+    # ------------------------------------------------------------------ local actors
+
+    def register(self, address: str) -> MemoryObjectReceiveStream[Envelope]:
+        if address in self._mailboxes:
+            raise ValueError(f"actor address {address!r} is taken")
+        send, receive = anyio.create_memory_object_stream[Envelope](MAILBOX_SIZE)
+        self._mailboxes[address] = send
+        return receive
+
+    def unregister(self, address: str) -> None:
+        mailbox = self._mailboxes.pop(address, None)
+        if mailbox is not None:
+            mailbox.close()
+        self.fail_pending_to(address, ActorGone(f"actor '{address}' stopped"))
+
+    def attach(self, link: ProcessLink) -> None:
+        self._link = link
+
+    # ------------------------------------------------------------------ sending
+
+    def tell(self, dst: str, body: Message, *, reply_to: int | None = None) -> None:
+        self.deliver(Envelope(next(self._ids), self.name, dst, body, reply_to))
+
+    async def ask(self, dst: str, body: Message, *, timeout: float | None = None) -> Message:
+        """Send ``body`` to ``dst`` and return its reply; raise the error it replied with,
+        ``DeadlineExceeded`` after ``timeout`` seconds, or ``ActorGone`` if ``dst`` goes."""
+        msg_id = next(self._ids)
+        deadline = time.time() + timeout if timeout is not None else None
+        pending = self._pending[msg_id] = _PendingAsk(dst)
+        try:
+            self.deliver(Envelope(msg_id, self.name, dst, body, None, deadline))
+            with anyio.move_on_after(timeout if timeout is not None else math.inf):
+                await pending.done.wait()
+        finally:
+            self._pending.pop(msg_id, None)
+        if not pending.done.is_set():
+            raise DeadlineExceeded(
+                f"no reply from '{dst}' to {type(body).__name__} within {timeout:g} s"
+            )
+        if pending.error is not None:
+            raise pending.error
+        assert pending.reply is not None
+        return pending.reply
+
+    def reply(self, request: Envelope, body: Message | None) -> None:
+        """Answer ``request`` (a ``None`` body answers nothing: the request was a tell)."""
+        if body is not None:
+            self.tell(request.src, body, reply_to=request.msg_id)
+
+    def reply_failure(self, request: Envelope, error: BaseException) -> None:
+        """The one place an exception becomes a wire error."""
+        if isinstance(error, InferdError):
+            failure = Failure(error.code.value, error.message)
+        else:
+            log.exception("unexpected error handling %s", type(request.body).__name__,
+                          exc_info=error)
+            failure = Failure(ErrorCode.INTERNAL.value, f"{type(error).__name__}: {error}")
+        self.tell(request.src, failure, reply_to=request.msg_id)
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, envelope: Envelope, *, from_link: bool = False) -> None:
+        """Route ``envelope``: a reply to an ask of this process resolves it; a message for
+        a local actor goes to its mailbox; anything else crosses the process link."""
+        if envelope.reply_to is not None and envelope.dst == self.name:
+            pending = self._pending.get(envelope.reply_to)
+            if pending is not None:
+                self._resolve(pending, envelope.body)
+            return  # a late reply: its asker gave up
+        mailbox = self._mailboxes.get(envelope.dst)
+        if mailbox is not None:
+            mailbox.send_nowait(envelope)
+            return
+        if not from_link and self._link is not None and self._link.send(envelope):
+            return
+        self._undeliverable(envelope)
+
+    def _undeliverable(self, envelope: Envelope) -> None:
+        error = ActorGone(f"no actor at address '{envelope.dst}'")
+        if envelope.reply_to is not None:
+            log.debug("dropping reply for %s: its process is gone", envelope.dst)
+        elif (pending := self._pending.get(envelope.msg_id)) is not None:
+            self._fail(pending, error)
+        elif envelope.src != self.name:
+            self.reply_failure(envelope, error)  # a remote asker must not hang
+        else:
+            log.warning("dropping %s for unknown actor %s", type(envelope.body).__name__,
+                        envelope.dst)
+
+    def _resolve(self, pending: _PendingAsk, body: Message) -> None:
+        if isinstance(body, Failure):
+            pending.error = InferdError.from_code(body.code, body.message)
+        else:
+            pending.reply = body
+        pending.done.set()
+
+    def _fail(self, pending: _PendingAsk, error: InferdError) -> None:
+        pending.error = error
+        pending.done.set()
+
+    def fail_pending_to(self, dst: str, error: InferdError) -> None:
+        """Fail every ask waiting on ``dst`` (its actor stopped or its process died)."""
+        for pending in list(self._pending.values()):
+            if pending.dst == dst and not pending.done.is_set():
+                self._fail(pending, error)
+
+
+
+class ProcessLink:
+    """The ZeroMQ socket joining this process to the others.
+
+    In the main process it is a ROUTER (``bind``): a peer becomes reachable under its
+    address once it has sent its first message. In an executor it is a DEALER (``connect``)
+    that sends everything not local to the hub.
+    """
+
+    def __init__(self, router: Router, socket: zmq.asyncio.Socket, *, is_hub: bool) -> None:
+        self.router = router
+        self.socket = socket
+        self.is_hub = is_hub
+        self.peers: set[str] = set()
+
+    @classmethod
+    def hub(cls, router: Router, context: zmq.asyncio.Context, endpoint: str) -> ProcessLink:
+        socket = context.socket(zmq.ROUTER)
+        _tune(socket)
+        socket.bind(endpoint)
+        link = cls(router, socket, is_hub=True)
+        router.attach(link)
+        return link
+
+    @classmethod
+    def uplink(
+        cls, router: Router, context: zmq.asyncio.Context, endpoint: str, identity: str
+    ) -> ProcessLink:
+        socket = context.socket(zmq.DEALER)
+        _tune(socket)
+        socket.setsockopt(zmq.IDENTITY, identity.encode())
+        socket.connect(endpoint)
+        link = cls(router, socket, is_hub=False)
+        router.attach(link)
+        return link
+
+    def send(self, envelope: Envelope) -> bool:
+        """Queue ``envelope`` for another process; False if no peer has that address."""
+        if self.is_hub:
+            if envelope.dst not in self.peers:
+                return False
+            frames: list[Any] = [envelope.dst.encode(), b"", *wire.encode(envelope)]
+        else:
+            frames = [b"", *wire.encode(envelope)]
+        # zmq.asyncio's send_multipart queues at once when the socket cannot take it; the
+        # high-water mark is unlimited, so this never drops.
+        self.socket.send_multipart(frames, copy=False)
+        return True
+
+    def forget(self, peer: str) -> None:
+        self.peers.discard(peer)
+
+    async def run(self) -> None:
+        """Receive until cancelled; a malformed message is logged and dropped."""
+        while True:
+            frames = await self.socket.recv_multipart(copy=False)
+            if self.is_hub:
+                peer = bytes(frames[0].buffer).decode()
+                payload = frames[2:]
+            else:
+                peer, payload = "", frames[1:]
+            try:
+                envelope = wire.decode(payload)
+            except InvalidArgument as error:
+                log.error("malformed message from %s dropped: %s", peer or "hub", error)
+                continue
+            if peer:
+                self.peers.add(peer)
+            self.router.deliver(envelope, from_link=True)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+def _tune(socket: zmq.Socket[Any]) -> None:
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)

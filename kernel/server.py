@@ -1,0 +1,138 @@
+"""The supervisor: builds the server's actors, starts them in order, and shuts them down.
+
+Start-up order: process link, repository, scheduler, executor pool (waits for every executor
+to say hello), control, then control's start-up loads; if a start-up model failed and
+``--exit-on-error`` holds, the server stops with every failure named; otherwise the frontends
+start and the server serves. On SIGTERM or SIGINT: frontends stop accepting, in-flight
+requests finish within ``--exit-timeout-secs``, models are unloaded, executors stop, and the
+process exits 0. This module owns ordering only; each actor owns its own work.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import anyio
+import zmq.asyncio
+
+from inferd.kernel.actors.control import ControlActor
+from inferd.kernel.actors.executors import ExecutorPoolActor
+from inferd.kernel.actors.repository import RepositoryActor
+from inferd.kernel.actors.scheduler import SchedulerActor
+from inferd.kernel.dataplane import DataPlane
+from inferd.kernel.frontend import Frontend
+from inferd.kernel.plugins import Plugins
+from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.settings import Settings
+from inferd.protocols.messages import (
+    Drain,
+    Index,
+    IndexRequest,
+    LoadStartupModels,
+    Shutdown,
+    StartupReport,
+)
+
+log = logging.getLogger("inferd")
+
+EXTENSIONS = ("model_configuration", "model_repository")
+
+
+class StartupFailed(Exception):
+    """The server could not start; the message says every reason."""
+
+
+async def serve(settings: Settings, plugins: Plugins) -> None:
+    """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
+    backends = plugins.backends()
+    router = Router("main")
+    context = zmq.asyncio.Context()
+    link_dir = Path(tempfile.mkdtemp(prefix="inferd-"))
+    hub = f"ipc://{link_dir}/hub"
+    link = None if settings.executor_inline else ProcessLink.hub(router, context, hub)
+    repository = RepositoryActor(
+        router, settings.model_repositories, backends,
+        auto_complete=not settings.disable_auto_complete_config,
+    )
+    scheduler = SchedulerActor(router)
+    pool = ExecutorPoolActor(router, settings, backends, hub, link)
+    control = ControlActor(router, settings)
+    dataplane = DataPlane(router, EXTENSIONS)
+    try:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tasks:
+                if link is not None:
+                    tasks.start_soon(link.run)
+                for actor in (repository, scheduler, pool, control):
+                    await tasks.start(actor.run)
+                report = await router.ask("control", LoadStartupModels())
+                assert isinstance(report, StartupReport)
+                await _log_models(router)
+                if report.failures and settings.exit_on_error:
+                    raise StartupFailed(_failure_text(report.failures))
+                frontends = await _start_frontends(tasks, plugins, dataplane, settings)
+                log.info("inferd is serving (%s)", ", ".join(f.name for f in frontends))
+                async for received in signals:
+                    log.info("%s received: shutting down", signal.Signals(received).name)
+                    break
+                await _shut_down(router, frontends, settings)
+                tasks.cancel_scope.cancel()
+    finally:
+        if link is not None:
+            link.close()
+        context.term()
+        shutil.rmtree(link_dir, ignore_errors=True)
+
+
+async def _start_frontends(
+    tasks: anyio.abc.TaskGroup, plugins: Plugins, dataplane: DataPlane, settings: Settings
+) -> list[Frontend]:
+    started = []
+    for spec in plugins.frontends():
+        if spec.enabled_option and not settings.options.get(spec.enabled_option, True):
+            continue
+        frontend = spec.load_class()(dataplane, settings)
+        frontend.name = frontend.name or spec.name
+        address = await tasks.start(frontend.serve)
+        log.info("frontend %s listening on %s", spec.name, address)
+        started.append(frontend)
+    return started
+
+
+async def _shut_down(router: Router, frontends: list[Frontend], settings: Settings) -> None:
+    with anyio.CancelScope(shield=True):
+        for frontend in frontends:
+            await frontend.stop_accepting()
+        await router.ask("scheduler", Drain(settings.exit_timeout_secs))
+        with anyio.move_on_after(settings.exit_timeout_secs):
+            await router.ask("control", Shutdown())
+        await router.ask("executors", Shutdown())
+    log.info("shutdown complete")
+
+
+async def _log_models(router: Router) -> None:
+    index = await router.ask("control", IndexRequest())
+    assert isinstance(index, Index)
+    if not index.entries:
+        log.info("no models in the repository")
+        return
+    rows = [(e.name, e.version or "-", e.state or "(not loaded)", e.reason) for e in index.entries]
+    log.info("models:\n%s", format_table(("MODEL", "VERSION", "STATE", "REASON"), rows))
+
+
+def _failure_text(failures: dict[str, str]) -> str:
+    lines = [f"  {name}: {reason}" for name, reason in sorted(failures.items())]
+    count = len(failures)
+    return f"{count} model{'s' if count > 1 else ''} failed to load:\n" + "\n".join(lines)
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A plain-text table, columns padded to their widest cell."""
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in (header, *rows)]
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Server settings: one frozen value built from the command line and read everywhere.
+
+Flag names follow tritonserver's (SPEC 6.1). Plugin options (``inferd_add_options``) land in
+``options``. Owns no parsing beyond value types; ``inferd.kernel.cli`` builds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    model_repositories: tuple[str, ...] = ("model_repository",)
+    model_control_mode: str = "none"  # none | poll | explicit
+    load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    exit_on_error: bool = True
+    strict_readiness: bool = True
+    exit_timeout_secs: float = 30.0
+    model_load_timeout_secs: float = 600.0
+    disable_auto_complete_config: bool = False
+    zmq_address: str = "0.0.0.0"
+    zmq_port: int = 8003
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
+    cpu_executors: int = 1
+    executor_inline: bool = False
+    intra_op_threads: int = 1
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    log_verbose: int = 0

@@ -1,0 +1,91 @@
+"""Per-version inference statistics with Triton's fields (SPEC 5.4).
+
+Counters only rise. ``success``/``fail``/``queue``/``compute_*`` are ``{count, ns}`` pairs;
+``inference_count`` counts batch elements, ``execution_count`` batches run;
+``batch_stats`` breaks compute time down by batch size. ``as_dict`` prints them as Triton's
+statistics extension does. No I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchSizeStatistics:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class VersionStatistics:
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchSizeStatistics] = field(default_factory=dict)
+
+    def record_batch(self, batch_size: int, compute_ns: tuple[int, int, int]) -> None:
+        self.execution_count += 1
+        self.inference_count += batch_size
+        by_size = self.batches.setdefault(batch_size, BatchSizeStatistics())
+        for phase, ns in zip(("compute_input", "compute_infer", "compute_output"), compute_ns):
+            getattr(self, phase).add(ns)
+            getattr(by_size, phase).add(ns)
+
+    def record_request(self, ok: bool, total_ns: int, queue_ns: int) -> None:
+        self.last_inference_ms = int(time.time() * 1000)
+        (self.success if ok else self.fail).add(total_ns)
+        if ok:
+            self.queue.add(queue_ns)
+
+    def as_dict(self, name: str, version: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.as_dict(),
+                "fail": self.fail.as_dict(),
+                "queue": self.queue.as_dict(),
+                "compute_input": self.compute_input.as_dict(),
+                "compute_infer": self.compute_infer.as_dict(),
+                "compute_output": self.compute_output.as_dict(),
+                "cache_hit": self.cache_hit.as_dict(),
+                "cache_miss": self.cache_miss.as_dict(),
+            },
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.as_dict(),
+                    "compute_infer": stats.compute_infer.as_dict(),
+                    "compute_output": stats.compute_output.as_dict(),
+                }
+                for size, stats in sorted(self.batches.items())
+            ],
+        }

@@ -1,0 +1,194 @@
+"""Writes the example models of inferd's default model repository into this folder.
+
+Owns the three example models (``simple``, ``mlp``, ``identity_fp32``): their ONNX graphs,
+built with the ``onnx`` helper API, and their ``config.pbtxt``. Deterministic and idempotent:
+a file whose content is already right is not rewritten, so its modification time, which the
+POLL control mode watches, does not change. Run it with ``python model_repository/generate.py``.
+It needs ``numpy`` and ``onnx``, never onnxruntime or inferd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+REPOSITORY = Path(__file__).resolve().parent
+
+# opset 13 and IR version 8 load in every onnxruntime inferd supports (1.17 and later).
+OPSET = 13
+IR_VERSION = 8
+PRODUCER = "inferd model_repository/generate.py"
+
+SIMPLE_CONFIG = """\
+name: "simple"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {
+    name: "INPUT0"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  },
+  {
+    name: "INPUT1"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT0"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  },
+  {
+    name: "OUTPUT1"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  }
+]
+"""
+
+# Inputs and outputs are left to auto-complete, which reads them from model.onnx.
+MLP_CONFIG = """\
+name: "mlp"
+platform: "onnxruntime_onnx"
+max_batch_size: 64
+dynamic_batching {}
+"""
+
+IDENTITY_FP32_CONFIG = """\
+name: "identity_fp32"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [
+  {
+    name: "INPUT0"
+    data_type: TYPE_FP32
+    dims: [ -1 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT0"
+    data_type: TYPE_FP32
+    dims: [ -1 ]
+  }
+]
+"""
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name=PRODUCER,
+    )
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def simple_model() -> onnx.ModelProto:
+    """Triton's classic ``simple``: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
+
+    def tensor(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 16])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "simple",
+        [tensor("INPUT0"), tensor("INPUT1")],
+        [tensor("OUTPUT0"), tensor("OUTPUT1")],
+    )
+    return _model(graph)
+
+
+def mlp_model() -> onnx.ModelProto:
+    """x [batch, 64] -> Gemm 64x128 -> Relu -> Gemm 128x10 -> y [batch, 10]."""
+    rng = np.random.default_rng(0)
+    # Scaled like a fan-in initialisation so the outputs stay in a readable range.
+    w1 = (rng.standard_normal((64, 128)) / 8.0).astype(np.float32)
+    b1 = (rng.standard_normal(128) / 8.0).astype(np.float32)
+    w2 = (rng.standard_normal((128, 10)) / np.sqrt(128.0)).astype(np.float32)
+    b2 = (rng.standard_normal(10) / np.sqrt(128.0)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w1", "b1"], ["hidden"]),
+            helper.make_node("Relu", ["hidden"], ["activated"]),
+            helper.make_node("Gemm", ["activated", "w2", "b2"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])],
+        initializer=[
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(b1, "b1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(b2, "b2"),
+        ],
+    )
+    return _model(graph)
+
+
+def identity_fp32_model() -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 for a 1-D FP32 tensor of any length (for wire benchmarks)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "identity_fp32",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["n"])],
+    )
+    return _model(graph)
+
+
+MODELS: dict[str, tuple[str, Callable[[], onnx.ModelProto]]] = {
+    "simple": (SIMPLE_CONFIG, simple_model),
+    "mlp": (MLP_CONFIG, mlp_model),
+    "identity_fp32": (IDENTITY_FP32_CONFIG, identity_fp32_model),
+}
+
+
+def write_if_changed(path: Path, content: bytes) -> str:
+    """Write ``content`` unless ``path`` already holds it; say which happened."""
+    if path.is_file() and path.read_bytes() == content:
+        return "unchanged"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(content)
+    # A rename is atomic, so a server polling the repository never sees half a file.
+    temporary.replace(path)
+    return "written"
+
+
+def generate(repository: Path = REPOSITORY) -> list[tuple[str, int, str]]:
+    """Write every example model; return (relative path, size in bytes, what happened) rows."""
+    rows = []
+    for name, (config_text, build) in MODELS.items():
+        files = {
+            repository / name / "config.pbtxt": config_text.encode("utf-8"),
+            repository / name / "1" / "model.onnx": build().SerializeToString(),
+        }
+        for path, content in files.items():
+            status = write_if_changed(path, content)
+            rows.append((str(path.relative_to(repository)), len(content), status))
+    return rows
+
+
+def main() -> None:
+    rows = generate()
+    width = max(len(path) for path, _, _ in rows)
+    print(f"{'file':<{width}}  {'bytes':>7}  status")
+    for path, size, status in rows:
+        print(f"{path:<{width}}  {size:>7}  {status}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""The onnxruntime backend plugin's hook module: tells inferd the backend exists.
+
+It registers the backend by import path only. It must import no framework: onnxruntime is
+imported by ``backend.py``, inside the executor, when a model needs it, so this plugin loads
+on a machine without onnxruntime and only its models become UNAVAILABLE there.
+"""
+
+from __future__ import annotations
+
+from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.hookspecs import hookimpl
+
+ONNXRUNTIME_BACKEND = BackendSpec(
+    name="onnxruntime",
+    entry="inferd.plugins.backends.onnxruntime.backend:OnnxRuntimeBackend",
+    platforms=("onnxruntime_onnx",),
+    default_filename="model.onnx",
+)
+
+
+@hookimpl
+def inferd_register_backends(registry: BackendRegistry) -> None:
+    registry.add(ONNXRUNTIME_BACKEND)

@@ -1,0 +1,141 @@
+"""Test backends for plugin authors and for inferd's own end-to-end tests.
+
+``TestingBackend`` is one backend whose behaviour the model's config selects with string
+``parameters``, as a Triton config would write them::
+
+    backend: "inferd_testing"
+    parameters { key: "mode" value { string_value: "slow" } }
+    parameters { key: "delay_ms" value { string_value: "250" } }
+
+Modes: ``echo`` (the default: output i returns input i), ``fail`` (every request fails),
+``slow`` (sleeps ``delay_ms`` per batch, then echoes), ``fail_load`` (loading raises
+``message``), ``slow_load`` (loading sleeps ``load_delay_ms``, then echoes) and ``crash``
+(the executor process exits with status 17 on the first batch). The config must declare its
+inputs and outputs; nothing is auto-completed. Owns no framework and no I/O beyond sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tritonclient.grpc import model_config_pb2
+
+from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.protocols.errors import InferdError, InvalidArgument
+from inferd.protocols.messages import InferRequest, InferResponse, Tensor
+from inferd.protocols.tensors import config_type_to_datatype
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+MODES = ("echo", "fail", "slow", "fail_load", "slow_load", "crash")
+FAILURE_MESSAGE = "testing backend: failure requested"
+LOAD_FAILURE_MESSAGE = "testing backend: load failure requested"
+CRASH_EXIT_STATUS = 17
+
+
+def _parameters(config: ModelConfig) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def _milliseconds(model: str, parameters: dict[str, str], key: str) -> float:
+    text = parameters.get(key, "0")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise InvalidArgument(
+            f"model '{model}': parameter {key} must be a non-negative number, got {text!r}"
+        )
+    return value
+
+
+class TestingBackend(Backend):
+    __test__ = False  # its name starts with Test, so pytest would try to collect it
+    name = "inferd_testing"
+
+    def load_model(self, context: ModelContext) -> Model:
+        parameters = _parameters(context.config)
+        mode = parameters.get("mode", "echo")
+        if mode not in MODES:
+            raise InvalidArgument(
+                f"model '{context.name}': testing backend mode {mode!r} is not one of {MODES}"
+            )
+        if mode == "fail_load":
+            raise InvalidArgument(parameters.get("message", LOAD_FAILURE_MESSAGE))
+        if mode == "slow_load":
+            time.sleep(_milliseconds(context.name, parameters, "load_delay_ms") / 1000)
+        delay_ms = _milliseconds(context.name, parameters, "delay_ms") if mode == "slow" else 0.0
+        return TestingModel(context, mode, delay_ms)
+
+
+class TestingModel(Model):
+    __test__ = False  # its name starts with Test, so pytest would try to collect it
+
+    def __init__(self, context: ModelContext, mode: str, delay_ms: float) -> None:
+        self.config = model_config_pb2.ModelConfig()
+        self.config.CopyFrom(context.config)
+        self.mode = mode
+        self.delay_seconds = delay_ms / 1000
+        self._name = context.name
+        self._version = str(context.version)
+        inputs, outputs = self.config.input, self.config.output
+        if mode not in ("fail", "crash") and len(inputs) != len(outputs):
+            raise InvalidArgument(
+                f"model '{context.name}': the testing backend echoes input i as output i, so "
+                f"it needs as many outputs as inputs (got {len(inputs)} and {len(outputs)})"
+            )
+        for input_, output in zip(inputs, outputs):
+            if input_.data_type != output.data_type:
+                raise InvalidArgument(
+                    f"model '{context.name}': output '{output.name}' echoes input "
+                    f"'{input_.name}', so both need the same data_type"
+                )
+        # output name -> (the input it echoes, its datatype)
+        self._echoes = {
+            output.name: (
+                input_.name,
+                config_type_to_datatype(model_config_pb2.DataType.Name(output.data_type)),
+            )
+            for input_, output in zip(inputs, outputs)
+        }
+
+    def create_instance(self, index: int) -> Instance:
+        return TestingInstance(self)
+
+    def respond(self, request: InferRequest) -> InferResponse | InferdError:
+        """The one request's response (or error) in this model's mode."""
+        if self.mode == "fail":
+            return InvalidArgument(FAILURE_MESSAGE)
+        given = {tensor.name: tensor for tensor in request.inputs}
+        outputs = []
+        for name in request.outputs or tuple(self._echoes):
+            if name not in self._echoes:
+                return InvalidArgument(
+                    f"unexpected inference output '{name}' for model '{self._name}'"
+                )
+            input_name, datatype = self._echoes[name]
+            source = given.get(input_name)
+            if source is not None:
+                outputs.append(Tensor(name, datatype, source.shape, source.data))
+        return InferResponse(
+            model=self._name, version=self._version, id=request.id, outputs=tuple(outputs)
+        )
+
+
+class TestingInstance(Instance):
+    __test__ = False  # its name starts with Test, so pytest would try to collect it
+
+    def __init__(self, model: TestingModel) -> None:
+        self._model = model
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        if self._model.mode == "crash":
+            os._exit(CRASH_EXIT_STATUS)
+        if self._model.delay_seconds:
+            time.sleep(self._model.delay_seconds)
+        return [self._model.respond(request) for request in requests]

@@ -1,0 +1,200 @@
+"""The native ZeroMQ frontend: a ROUTER socket speaking inferd's kernel wire format.
+
+Owns the socket, its framing (``[client routing id, b"", *wire frames]``), one task per
+request, and the single place where this protocol turns exceptions into ``Failure`` replies.
+It decides nothing about models or inference: each request goes to the data plane as it
+arrived and the data plane's reply goes back unchanged. It must never let one request (a
+malformed one, a failing one, one for a client that vanished) stop the receive loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import zmq
+import zmq.asyncio
+
+from inferd.kernel.frontend import Frontend
+from inferd.protocols import wire
+from inferd.protocols.errors import ErrorCode, InferdError
+from inferd.protocols.messages import (
+    Envelope,
+    Failure,
+    HealthRequest,
+    IndexRequest,
+    InferRequest,
+    LoadRequest,
+    Message,
+    ModelConfigRequest,
+    ModelMetadataRequest,
+    ModelReadyRequest,
+    ServerMetadataRequest,
+    UnloadRequest,
+)
+
+if TYPE_CHECKING:
+    from inferd.kernel.dataplane import DataPlane
+    from inferd.kernel.settings import Settings
+
+SOURCE = "frontend/zmq"
+
+# Per peer, in messages. A ROUTER drops (never blocks on) replies to a peer over the limit,
+# so it is generous; it still bounds what a client that stops reading can pin in memory.
+HIGH_WATER_MARK = 10_000
+
+# Only the public data-plane requests: kernel-internal kinds (LoadVersion, Shutdown, ...)
+# decode fine but must never be injectable from the network.
+ACCEPTED_REQUESTS: frozenset[type[Message]] = frozenset(
+    {
+        InferRequest,
+        HealthRequest,
+        ServerMetadataRequest,
+        ModelMetadataRequest,
+        ModelReadyRequest,
+        ModelConfigRequest,
+        IndexRequest,
+        LoadRequest,
+        UnloadRequest,
+    }
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ZmqFrontend(Frontend):
+    name = "zmq"
+
+    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+        super().__init__(dataplane, settings)
+        self._accepting = True
+        self._message_ids = itertools.count(1)
+        self._send_lock = anyio.Lock()
+        self._socket: zmq.asyncio.Socket | None = None
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        socket = zmq.asyncio.Context.instance().socket(zmq.ROUTER)
+        try:
+            self._configure(socket)
+            endpoint = self._bind(socket)
+            self._socket = socket
+            async with anyio.create_task_group() as requests:
+                logger.info("zmq frontend listening on %s", endpoint)
+                task_status.started(endpoint)
+                while True:
+                    frames = await socket.recv_multipart(copy=False)
+                    requests.start_soon(self._answer, frames)
+        finally:
+            self._socket = None
+            socket.close(linger=0)
+
+    async def stop_accepting(self) -> None:
+        self._accepting = False
+
+    @staticmethod
+    def _configure(socket: zmq.asyncio.Socket) -> None:
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
+        socket.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
+        # A client that disconnected before its reply must not make the send raise.
+        socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
+    def _bind(self, socket: zmq.asyncio.Socket) -> str:
+        address = self.settings.zmq_address
+        port = self.settings.zmq_port
+        if ":" in address:
+            socket.setsockopt(zmq.IPV6, 1)
+            if not address.startswith("["):
+                address = f"[{address}]"
+        # libzmq spells "let the OS pick a free port" as "*".
+        endpoint = f"tcp://{address}:{port if port else '*'}"
+        try:
+            socket.bind(endpoint)
+        except zmq.ZMQError as error:
+            raise OSError(
+                error.errno, f"zmq frontend cannot bind {endpoint}: {error.strerror}"
+            ) from error
+        return socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    async def _answer(self, frames: list[zmq.Frame]) -> None:
+        # An exception escaping here would cancel the task group and with it the server.
+        try:
+            await self._answer_unguarded(frames)
+        except Exception:
+            logger.exception("zmq frontend failed to answer a request")
+
+    async def _answer_unguarded(self, frames: list[zmq.Frame]) -> None:
+        routing_id = frames[0].bytes
+        if len(frames) < 2 or len(frames[1]) != 0:
+            failure = Failure(
+                ErrorCode.INVALID_ARGUMENT.value,
+                "a request must be an empty delimiter frame followed by the wire frames",
+            )
+            await self._send(routing_id, self._encode_reply(None, failure))
+            return
+        try:
+            request = wire.decode(frames[2:])
+        # decode promises InvalidArgument, but whatever a hostile peer provokes must still
+        # be answered as the peer's fault.
+        except Exception as error:
+            failure = Failure(ErrorCode.INVALID_ARGUMENT.value, f"malformed request: {error}")
+            await self._send(routing_id, self._encode_reply(None, failure))
+            return
+        body = await self._reply_body(request)
+        await self._send(routing_id, self._encode_reply(request, body))
+
+    async def _reply_body(self, request: Envelope) -> Message:
+        if not self._accepting:
+            return Failure(ErrorCode.UNAVAILABLE.value, "server is shutting down")
+        if type(request.body) not in ACCEPTED_REQUESTS:
+            return Failure(
+                ErrorCode.INVALID_ARGUMENT.value,
+                f"the zmq frontend does not accept {request.body.kind()} messages",
+            )
+        if request.deadline is not None and request.deadline <= time.time():
+            return Failure(
+                ErrorCode.DEADLINE_EXCEEDED.value,
+                "the request's deadline passed before the server could handle it",
+            )
+        try:
+            reply: Message = await self.dataplane.handle(request.body)
+        except InferdError as error:
+            return Failure(ErrorCode(error.code).value, error.message)
+        except Exception as error:
+            logger.exception("data plane failed on a %s", request.body.kind())
+            return Failure(ErrorCode.INTERNAL.value, f"{type(error).__name__}: {error}")
+        return reply
+
+    def _encode_reply(
+        self, request: Envelope | None, body: Message
+    ) -> Sequence[bytes | memoryview]:
+        reply = Envelope(
+            msg_id=next(self._message_ids),
+            src=SOURCE,
+            dst=request.src if request is not None else "",
+            body=body,
+            reply_to=request.msg_id if request is not None else None,
+            trace=request.trace if request is not None else None,
+        )
+        try:
+            return wire.encode(reply)
+        except Exception as error:
+            logger.exception("cannot encode a %s reply", body.kind())
+            failure = Failure(ErrorCode.INTERNAL.value, f"the reply could not be encoded: {error}")
+            return wire.encode(dataclasses.replace(reply, body=failure))
+
+    async def _send(self, routing_id: bytes, frames: Sequence[bytes | memoryview]) -> None:
+        socket = self._socket
+        if socket is None:
+            return
+        # Frames of two replies must never interleave on the one socket.
+        async with self._send_lock:
+            await socket.send_multipart([routing_id, b"", *frames], copy=False)

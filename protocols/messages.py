@@ -1,0 +1,372 @@
+"""Every message kind inferd's actors, processes and native clients exchange.
+
+A message is a frozen, slotted dataclass whose fields hold only wire-safe values: ``None``,
+``bool``, ``int``, ``float``, ``str``, ``bytes``, tuples of those, ``dict`` with ``str`` keys,
+``Tensor`` and other messages. The codec in ``inferd.protocols.wire`` encodes any of them
+without knowing the kind; the kind's name is its class name. ``Envelope`` carries a message
+between actors with its routing header. This module owns data shapes only: no I/O, no logic
+beyond trivial accessors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A named tensor. ``data`` is a numpy array of the datatype's numpy form: BYTES is an
+    object array of ``bytes``, BF16 a ``uint16`` array of the raw bits. ``shape`` is the
+    tensor's logical shape and always equals ``data.shape``."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray = field(compare=False, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return (
+            self.name == other.name
+            and self.datatype == other.datatype
+            and tuple(self.shape) == tuple(other.shape)
+            and np.array_equal(self.data, other.data, equal_nan=self.data.dtype.kind == "f")
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Message:
+    """Marker base of every message kind."""
+
+    __slots__ = ()
+
+    @classmethod
+    def kind(cls) -> str:
+        return cls.__name__
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A message in transit: who sent it, where it goes, what it answers and by when."""
+
+    msg_id: int
+    src: str
+    dst: str
+    body: Message
+    reply_to: int | None = None
+    deadline: float | None = None  # absolute time.time() after which nobody waits for it
+    trace: str | None = None
+
+
+# --------------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Message):
+    """A successful reply that carries nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure(Message):
+    """A failed reply: an ``inferd.protocols.errors.ErrorCode`` value and a message."""
+
+    code: str
+    message: str
+
+
+# ------------------------------------------------------------------------------ data plane
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest(Message):
+    """One inference request. ``version`` empty means the highest READY version; ``outputs``
+    empty means every output of the model."""
+
+    model: str
+    inputs: tuple[Tensor, ...]
+    version: str = ""
+    id: str = ""
+    outputs: tuple[str, ...] = ()
+    parameters: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse(Message):
+    model: str
+    version: str
+    outputs: tuple[Tensor, ...]
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRequest(Message):
+    """``what`` is ``live`` or ``ready``."""
+
+    what: str = "live"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthStatus(Message):
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadataRequest(Message):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata(Message):
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec(Message):
+    """An input or output as model metadata shows it (``-1`` for a variable dimension,
+    the batch dimension included when the model batches)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadataRequest(Message):
+    model: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata(Message):
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReadyRequest(Message):
+    model: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigRequest(Message):
+    model: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigReply(Message):
+    """The normalized ModelConfig as Triton's JSON (SPEC 1.4)."""
+
+    config_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRequest(Message):
+    ready_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry(Message):
+    """A repository index row. A model never loaded has only ``name``."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Index(Message):
+    entries: tuple[IndexEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRequest(Message):
+    """Load or reload ``model``. ``config`` (JSON ModelConfig) and ``files``
+    (``"<version>/<path>" -> content``) override the repository for this load only."""
+
+    model: str
+    config: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadRequest(Message):
+    model: str
+    unload_dependents: bool = False
+
+
+# ----------------------------------------------------------------------- kernel-internal
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveModel(Message):
+    """Ask the repository actor for a model's parsed, validated config and versions.
+    ``config_override`` (JSON) replaces config.pbtxt; ``path_override`` replaces the folder."""
+
+    model: str
+    config_override: str = ""
+    path_override: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel(Message):
+    """A model ready to load: ``config`` is a serialized ``ModelConfig``; ``versions`` the
+    version numbers the version policy selects; ``path`` the model folder."""
+
+    model: str
+    backend: str
+    config: bytes
+    path: str
+    versions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListModels(Message):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelList(Message):
+    """The models found in the repository roots; ``problems`` maps a name to why it cannot
+    be loaded (for instance, found in two roots)."""
+
+    names: tuple[str, ...]
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorHello(Message):
+    """First message an executor process sends once it can serve."""
+
+    name: str
+    pid: int
+    backends: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadVersion(Message):
+    """Control -> executor: load one version of a model with ``instance_count`` instances.
+    ``config`` is a serialized ModelConfig; ``load_id`` names this load, so a reload can
+    bring up a second copy of the same version beside the one serving."""
+
+    load_id: int
+    model: str
+    version: int
+    backend: str
+    config: bytes
+    path: str
+    instance_count: int
+    device: str = "cpu"  # "cpu" or "gpu:<index>"
+    auto_complete: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionLoaded(Message):
+    """Executor -> control: the (possibly auto-completed) config the instances run with,
+    and the executor-wide ids of the instances created."""
+
+    config: bytes
+    instance_ids: tuple[int, ...]
+    executor: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadVersion(Message):
+    """Control -> executor: close the instances of one load once their batches finish."""
+
+    load_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class InferBatch(Message):
+    """Scheduler -> executor: run these requests together on one instance."""
+
+    model: str
+    version: int
+    instance: int
+    requests: tuple[InferRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult(Message):
+    """Executor -> scheduler: one ``InferResponse`` or ``Failure`` per request, in order.
+    ``compute_ns`` is (input, infer, output) nanoseconds for the statistics."""
+
+    results: tuple[InferResponse | Failure, ...]
+    compute_ns: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeVersion(Message):
+    """Control -> scheduler: route requests for this version to these instances
+    (``(executor address, instance id)`` pairs). Serving a version that is already served
+    swaps its instances; the reply comes once the replaced instances have no batch left."""
+
+    model: str
+    version: int
+    config: bytes
+    instances: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RetireVersion(Message):
+    """Control -> scheduler: accept no new requests for this version; reply once the ones in
+    flight have finished."""
+
+    model: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStartupModels(Message):
+    """Supervisor -> control: load the start-up set of the control mode."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartupReport(Message):
+    """Control -> supervisor: each start-up model that failed, with why."""
+
+    failures: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorLost(Message):
+    """Executor pool -> control: an executor process died; its instances are gone."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drain(Message):
+    """Ask the scheduler to reply once no request is queued or running (shutdown)."""
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown(Message):
+    """Ask an actor or executor process to finish its work and stop."""
+
+
+MESSAGE_KINDS: dict[str, type[Message]] = {
+    cls.__name__: cls
+    for cls in list(globals().values())
+    if isinstance(cls, type) and issubclass(cls, Message) and cls is not Message
+}

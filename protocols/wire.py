@@ -1,0 +1,316 @@
+"""The kernel wire format: an ``Envelope`` as a list of frames and back.
+
+Frames are ``[VERSION, header, *buffers]``. The header is msgpack of ``(msg_id, kind, src,
+dst, reply_to, deadline, trace, body)``, where ``body`` holds the message's field values in
+declaration order. A ``Tensor`` anywhere in a message is packed as an ExtType holding
+``(name, datatype, shape, buffer_index)`` and its bytes travel as a buffer frame of their own,
+never copied on either side; a nested message is an ExtType holding ``(kind, *values)``. The
+codec is generic over ``MESSAGE_KINDS`` and checks each decoded field against the kind's type
+hints, so a peer can never hand the kernel a message of the wrong shape. msgpack arrays decode
+as tuples, so a list inside a ``dict`` value comes back as a tuple. Anything malformed raises
+``InvalidArgument``. Pure: this module never touches sockets (routing frames are the
+transport's business).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from inferd.protocols.errors import InvalidArgument
+from inferd.protocols.messages import MESSAGE_KINDS, Envelope, Message, Tensor
+from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
+
+VERSION = b"\x01"
+
+_TENSOR_EXT = 1
+_MESSAGE_EXT = 2
+_HEADER_LENGTH = 8
+_BUFFERS_START = 2
+_PACKER_BUFFER_BYTES = 4096
+
+Check = Callable[[Any], bool]
+
+
+# ------------------------------------------------------------------- per-kind field tables
+
+
+def _field_getter(names: tuple[str, ...]) -> Callable[[Message], tuple[Any, ...]]:
+    if not names:
+        return lambda message: ()
+    if len(names) == 1:
+        get_one = attrgetter(names[0])
+        return lambda message: (get_one(message),)
+    return attrgetter(*names)  # type: ignore[return-value]
+
+
+def _instance_types(hint: Any) -> tuple[type, ...] | None:
+    """The classes ``isinstance`` needs to check ``hint``, when one call is enough."""
+    if hint is float:
+        return (int, float)
+    if hint in (str, bytes, bool, int, Tensor, type(None)) or (
+        isinstance(hint, type) and issubclass(hint, Message)
+    ):
+        return (hint,)
+    if hint in (tuple, dict):
+        return (hint,)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        classes: list[type] = []
+        for alternative in typing.get_args(hint):
+            alternative_classes = _instance_types(alternative)
+            if alternative_classes is None:
+                return None
+            classes.extend(alternative_classes)
+        return tuple(classes)
+    return None
+
+
+def _compile_check(hint: Any, where: str) -> Check | None:
+    """A predicate for values of type ``hint``; ``None`` when any value is acceptable."""
+    if hint is Any:
+        return None
+    classes = _instance_types(hint)
+    if classes is not None:
+        return lambda value: isinstance(value, classes)
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        alternatives = [_compile_check(argument, where) for argument in arguments]
+        if any(alternative is None for alternative in alternatives):
+            return None
+        checks = typing.cast("list[Check]", alternatives)
+        return lambda value: any(check(value) for check in checks)
+    if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
+        item_classes = _instance_types(arguments[0])
+        if item_classes is not None:
+            # map() keeps the per-item loop in C: these tuples hold a batch's tensors.
+            return lambda value: type(value) is tuple and all(
+                map(isinstance, value, repeat(item_classes))
+            )
+        item_check = _compile_check(arguments[0], where)
+        if item_check is None:
+            return lambda value: type(value) is tuple
+        return lambda value: type(value) is tuple and all(map(item_check, value))
+    if origin is tuple and arguments:
+        item_checks = [_compile_check(argument, where) or _accept_any for argument in arguments]
+        size = len(item_checks)
+        return lambda value: (
+            type(value) is tuple
+            and len(value) == size
+            and all(check(item) for check, item in zip(item_checks, value))
+        )
+    if origin is dict and len(arguments) == 2 and arguments[0] is str:
+        value_check = _compile_check(arguments[1], where)
+        return lambda value: isinstance(value, dict) and all(
+            isinstance(key, str) and (value_check is None or value_check(item))
+            for key, item in value.items()
+        )
+    raise TypeError(f"{where}: type {hint!r} cannot travel on the kernel wire")
+
+
+def _accept_any(value: Any) -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KindCodec:
+    kind: type[Message]
+    field_names: tuple[str, ...]
+    values_of: Callable[[Message], tuple[Any, ...]]
+    checks: tuple[tuple[int, str, Check], ...]
+
+
+def _build_codec(message_class: type[Message]) -> _KindCodec:
+    names = tuple(field.name for field in dataclasses.fields(message_class))  # type: ignore[arg-type]
+    hints = typing.get_type_hints(message_class)
+    checks = []
+    for position, name in enumerate(names):
+        check = _compile_check(hints[name], f"{message_class.__name__}.{name}")
+        if check is not None:
+            checks.append((position, name, check))
+    return _KindCodec(message_class, names, _field_getter(names), tuple(checks))
+
+
+_CODECS_BY_NAME: dict[str, _KindCodec] = {
+    name: _build_codec(message_class) for name, message_class in MESSAGE_KINDS.items()
+}
+_CODECS_BY_CLASS: dict[type, _KindCodec] = {
+    codec.kind: codec for codec in _CODECS_BY_NAME.values()
+}
+
+
+# ---------------------------------------------------------------------------------- encode
+
+
+def _codec_for_instance(message: Message) -> _KindCodec:
+    codec = _CODECS_BY_CLASS.get(type(message))
+    if codec is None:
+        raise InvalidArgument(f"{type(message).__name__} is not a registered message kind")
+    return codec
+
+
+def _plain_scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"a value of type {type(value).__name__} cannot travel on the kernel wire")
+
+
+def _packer(default: Callable[[Any], Any]) -> msgpack.Packer:
+    # msgpack's default 1 MiB buffer makes nested packers (one per tensor or nested
+    # message) cost tens of microseconds in allocation; headers are small and grow on need.
+    return msgpack.Packer(default=default, buf_size=_PACKER_BUFFER_BYTES)
+
+
+class _Encoder:
+    """Collects the buffer frames while msgpack walks one message.
+
+    A class rather than a closure: a closure that hands itself to nested packers is a
+    reference cycle, which would keep every tensor alive until the garbage collector runs.
+    """
+
+    __slots__ = ("frames", "descriptor_packer")
+
+    def __init__(self) -> None:
+        self.frames: list[bytes | memoryview] = [VERSION, b""]
+        # Descriptors hold only plain values, so one packer serves them all without reentry.
+        self.descriptor_packer = _packer(_plain_scalar)
+
+    def pack_extension(self, value: Any) -> Any:
+        if type(value) is Tensor:
+            frames = self.frames
+            frames.append(tensor_to_buffer(value))
+            index = len(frames) - _BUFFERS_START - 1
+            descriptor = (value.name, value.datatype, value.shape, index)
+            return msgpack.ExtType(_TENSOR_EXT, self.descriptor_packer.pack(descriptor))
+        if isinstance(value, Message):
+            codec = _codec_for_instance(value)
+            fields = (codec.kind.__name__, *codec.values_of(value))
+            return msgpack.ExtType(_MESSAGE_EXT, _packer(self.pack_extension).pack(fields))
+        return _plain_scalar(value)
+
+
+def encode(envelope: Envelope) -> list[bytes | memoryview]:
+    """``[VERSION, header, *buffers]``; tensor buffers are views of the tensors' arrays,
+    which must therefore stay unchanged until the frames are sent."""
+    body = envelope.body
+    codec = _codec_for_instance(body)
+    header = (
+        envelope.msg_id,
+        codec.kind.__name__,
+        envelope.src,
+        envelope.dst,
+        envelope.reply_to,
+        envelope.deadline,
+        envelope.trace,
+        codec.values_of(body),
+    )
+    encoder = _Encoder()
+    try:
+        encoder.frames[1] = _packer(encoder.pack_extension).pack(header)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise InvalidArgument(f"cannot encode {codec.kind.__name__}: {error}") from None
+    return encoder.frames
+
+
+# ---------------------------------------------------------------------------------- decode
+
+
+def _build_message(kind: Any, values: tuple[Any, ...]) -> Message:
+    codec = _CODECS_BY_NAME.get(kind) if isinstance(kind, str) else None
+    if codec is None:
+        raise InvalidArgument(f"unknown message kind {kind!r}")
+    if type(values) is not tuple or len(values) != len(codec.field_names):
+        raise InvalidArgument(
+            f"{kind} needs {len(codec.field_names)} field values, got "
+            f"{len(values) if type(values) is tuple else type(values).__name__}"
+        )
+    for position, name, check in codec.checks:
+        if not check(values[position]):
+            raise InvalidArgument(
+                f"{kind}.{name} has a value of the wrong type ({type(values[position]).__name__})"
+            )
+    return codec.kind(*values)
+
+
+def _frame_buffer(frame: Any) -> Any:
+    return getattr(frame, "buffer", frame)
+
+
+class _Decoder:
+    """Turns the header's extension values back into tensors and nested messages.
+
+    A class rather than a closure, for the same reason as ``_Encoder``: the frames it holds
+    may be large and must be released as soon as decoding ends.
+    """
+
+    __slots__ = ("frames", "buffer_count")
+
+    def __init__(self, frames: Sequence[Any]) -> None:
+        self.frames = frames
+        self.buffer_count = len(frames) - _BUFFERS_START
+
+    def unpack_extension(self, code: int, data: bytes) -> Any:
+        if code == _TENSOR_EXT:
+            descriptor = msgpack.unpackb(data, use_list=False)
+            if type(descriptor) is not tuple or len(descriptor) != 4:
+                raise InvalidArgument("malformed tensor descriptor in the header")
+            name, datatype, shape, index = descriptor
+            if type(name) is not str or type(datatype) is not str or type(shape) is not tuple:
+                raise InvalidArgument("malformed tensor descriptor in the header")
+            if type(index) is not int or not 0 <= index < self.buffer_count:
+                raise InvalidArgument(
+                    f"tensor '{name}' refers to buffer {index!r} but the message has "
+                    f"{self.buffer_count} buffers"
+                )
+            buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
+            return tensor_from_buffer(name, datatype, shape, buffer)
+        if code == _MESSAGE_EXT:
+            nested = msgpack.unpackb(data, use_list=False, ext_hook=self.unpack_extension)
+            if type(nested) is not tuple or not nested:
+                raise InvalidArgument("malformed nested message in the header")
+            return _build_message(nested[0], nested[1:])
+        raise InvalidArgument(f"unknown extension type {code} in the header")
+
+
+def decode(frames: Sequence[Any]) -> Envelope:
+    """The envelope ``encode`` produced. Frames may be ``bytes``, ``memoryview`` or objects
+    with a ``.buffer`` (zmq frames received with ``copy=False``); tensors are numpy views
+    of their frames (read-only when the frame is)."""
+    if len(frames) < _BUFFERS_START:
+        raise InvalidArgument(f"a kernel message needs at least 2 frames, got {len(frames)}")
+    version = _frame_buffer(frames[0])
+    if version != VERSION:
+        raise InvalidArgument(f"unsupported wire version {version!r}, expected {VERSION!r}")
+    decoder = _Decoder(frames)
+    try:
+        header = msgpack.unpackb(
+            _frame_buffer(frames[1]), use_list=False, ext_hook=decoder.unpack_extension
+        )
+    except InvalidArgument:
+        raise
+    # msgpack reports malformed input with many exception types (ValueError, TypeError,
+    # UnicodeDecodeError, its own ExtraData/StackError, RecursionError for deep nesting);
+    # callers are promised InvalidArgument only.
+    except Exception as error:
+        raise InvalidArgument(f"malformed message header: {type(error).__name__}: {error}") from None
+    if type(header) is not tuple or len(header) != _HEADER_LENGTH:
+        raise InvalidArgument("malformed message header: expected an 8-item array")
+    msg_id, kind, src, dst, reply_to, deadline, trace, values = header
+    if (
+        type(msg_id) is not int
+        or type(src) is not str
+        or type(dst) is not str
+        or not (reply_to is None or type(reply_to) is int)
+        or not (deadline is None or type(deadline) in (int, float))
+        or not (trace is None or type(trace) is str)
+    ):
+        raise InvalidArgument("malformed message header: an envelope field has the wrong type")
+    return Envelope(msg_id, src, dst, _build_message(kind, values), reply_to, deadline, trace)
