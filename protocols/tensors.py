@@ -198,14 +198,14 @@ def tensor_to_buffer(tensor: Tensor) -> memoryview | bytes:
     """
     datatype = tensor.datatype
     data = tensor.data
-    if datatype == "BYTES":
-        return serialize_bytes(data)
-    expected = numpy_dtype(datatype)
     if data.shape != tuple(tensor.shape):
         raise InvalidArgument(
             f"tensor '{tensor.name}' has shape {list(tensor.shape)} "
             f"but its data has shape {list(data.shape)}"
         )
+    if datatype == "BYTES":
+        return serialize_bytes(data)
+    expected = numpy_dtype(datatype)
     if data.dtype != expected:
         if data.dtype.itemsize != expected.itemsize or (
             data.dtype.kind != expected.kind and data.dtype.name != "bfloat16"

@@ -1,0 +1,215 @@
+"""Fixtures for end-to-end tests: real ``inferd serve`` processes on free ports, and model
+repositories built under a temporary folder from copies of the example one.
+
+Tests get an ``InferdHarness`` from the ``inferd`` fixture (one test) or ``module_inferd``
+(shared by a module's tests, for a server several tests can use). ``harness.start`` launches
+a server and waits (bounded) until the native client reports it live; ``harness.launch``
+does not wait (for servers expected to exit). At teardown every server still running gets
+SIGTERM and must exit 0 unless the test cleared ``handle.clean_exit``. Every failure message
+carries the server's log (its stderr, shared with its executor processes), so a broken
+start-up explains itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from itertools import count
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from inferd.protocols.client import Client
+from inferd.protocols.errors import InferdError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_REPOSITORY = PROJECT_ROOT / "model_repository"
+INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
+
+START_TIMEOUT_SECS = 60.0
+STOP_TIMEOUT_SECS = 30.0
+POLL_SECS = 0.05
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerHandle:
+    """A running (or exited) ``inferd serve`` process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _log_file: IO[bytes] = field(repr=False)
+    clean_exit: bool = True  # teardown asserts exit code 0 after SIGTERM
+
+    def log(self) -> str:
+        """Everything the server and its executors have written to stderr and stdout so far."""
+        self._log_file.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def client(self, timeout: float = 30.0) -> Client:
+        return Client(self.url, timeout=timeout)
+
+    def wait_exit(self, timeout: float) -> int:
+        """The exit code, failing the test (with the log) if it takes over ``timeout`` s."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"inferd did not exit within {timeout} s; its log:\n{self.log()}")
+
+    def terminate(self, timeout: float = STOP_TIMEOUT_SECS) -> int:
+        """Send SIGTERM and return the exit code (bounded by ``timeout``)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def kill(self) -> None:
+        """Last resort cleanup: the server and, through its process group, its executors."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self._log_file.close()
+
+
+def launch(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
+    """Start ``inferd serve`` without waiting for it; every port is a free one (zmq given,
+    the others so that concurrent servers never collide)."""
+    zmq_port = free_port()
+    command = [*INFERD, "serve", "--zmq-address", "127.0.0.1", "--zmq-port", str(zmq_port)]
+    for protocol in ("http", "grpc", "metrics"):
+        command += [f"--{protocol}-address", "127.0.0.1", f"--{protocol}-port", str(free_port())]
+    if repository is not None:
+        command += ["--model-repository", str(repository)]
+    command += list(flags)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"inferd-{zmq_port}.log"
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+        cwd=log_dir, start_new_session=True,
+    )
+    return ServerHandle(f"tcp://127.0.0.1:{zmq_port}", process, log_path, log_file)
+
+
+def start_server(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
+    """Launch the server and return once the client reports it live."""
+    server = launch(repository, *flags, log_dir=log_dir)
+    deadline = time.monotonic() + START_TIMEOUT_SECS
+    with Client(server.url, timeout=1.0) as client:
+        while True:
+            code = server.process.poll()
+            if code is not None:
+                log = server.log()
+                server.kill()
+                pytest.fail(f"inferd exited with code {code} during start-up; its log:\n{log}")
+            with contextlib.suppress(InferdError):
+                if client.is_live():
+                    return server
+            if time.monotonic() > deadline:
+                log = server.log()
+                server.kill()
+                pytest.fail(f"inferd was not live within {START_TIMEOUT_SECS} s; its log:\n{log}")
+            time.sleep(POLL_SECS)
+
+
+def make_repository(root: Path, *examples: str, configs: dict[str, str] | None = None) -> Path:
+    """A repository at ``root`` holding copies of the ``examples`` models and, for each
+    ``configs`` entry, a model folder with that ``config.pbtxt`` and an empty version 1."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in examples:
+        shutil.copytree(EXAMPLE_REPOSITORY / name, root / name)
+    for name, text in (configs or {}).items():
+        add_model(root, name, text)
+    return root
+
+
+def add_model(root: Path, name: str, config_text: str) -> Path:
+    folder = root / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(config_text, encoding="utf-8")
+    return folder
+
+
+def testing_config(name: str, mode: str, instances: int = 1, **parameters: str) -> str:
+    """A testing-backend model (``plugins/backends/testing``) echoing one FP32 [4] input."""
+    lines = [
+        f'name: "{name}"',
+        'backend: "inferd_testing"',
+        "max_batch_size: 0",
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]',
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]',
+        f"instance_group [{{ count: {instances} kind: KIND_CPU }}]",
+        f'parameters {{ key: "mode" value {{ string_value: "{mode}" }} }}',
+    ]
+    lines += [
+        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+        for key, value in parameters.items()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class InferdHarness:
+    """Starts servers whose logs and repositories live under ``folder``, and stops them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.servers: list[ServerHandle] = []
+        self._repositories = count(1)
+
+    def launch(self, repository: Path | None, *flags: str) -> ServerHandle:
+        server = launch(repository, *flags, log_dir=self.folder / "logs")
+        self.servers.append(server)
+        return server
+
+    def start(self, repository: Path | None, *flags: str) -> ServerHandle:
+        server = start_server(repository, *flags, log_dir=self.folder / "logs")
+        self.servers.append(server)
+        return server
+
+    def repository(self, *examples: str, configs: dict[str, str] | None = None) -> Path:
+        root = self.folder / f"repository{next(self._repositories)}"
+        return make_repository(root, *examples, configs=configs)
+
+    testing_config = staticmethod(testing_config)
+
+    def stop_all(self) -> None:
+        problems = []
+        for server in self.servers:
+            try:
+                if server.process.poll() is None:
+                    code = server.terminate()
+                    if server.clean_exit and code != 0:
+                        problems.append(f"inferd exited with code {code}; its log:\n{server.log()}")
+            finally:
+                server.kill()
+        assert not problems, "\n\n".join(problems)
+
+
+@pytest.fixture
+def inferd(tmp_path: Path) -> Iterator[InferdHarness]:
+    harness = InferdHarness(tmp_path)
+    yield harness
+    harness.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_inferd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdHarness]:
+    harness = InferdHarness(tmp_path_factory.mktemp("inferd"))
+    yield harness
+    harness.stop_all()

@@ -1,0 +1,192 @@
+"""The actor runtime: asks and tells in one process and across a real ZeroMQ process link,
+typed errors, deadlines, dead peers, unknown kinds, and a receive loop that never blocks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+import zmq.asyncio
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.router import ProcessLink, Router
+from inferd.protocols.errors import (
+    ActorGone,
+    DeadlineExceeded,
+    ExecutorCrashed,
+    InvalidArgument,
+    Unavailable,
+    Unsupported,
+)
+from inferd.protocols.messages import Envelope, HealthRequest, HealthStatus, IndexRequest
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Probe(Actor):
+    """Answers HealthRequest: ``live`` at once, ``slow`` after a while, ``bad`` with an error."""
+
+    def __init__(self, router: Router, address: str) -> None:
+        super().__init__(router, address)
+        self.seen: list[str] = []
+
+    async def on_health_request(self, message: HealthRequest, envelope: Envelope) -> HealthStatus:
+        self.seen.append(message.what)
+        if message.what == "slow":
+            await anyio.sleep(0.5)
+        if message.what == "never":
+            await anyio.sleep_forever()
+        if message.what == "bad":
+            raise InvalidArgument("probe says no")
+        if message.what == "crash":
+            raise RuntimeError("boom")
+        return HealthStatus(True)
+
+
+async def test_ask_reaches_a_local_actor_and_returns_its_reply() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        probe = Probe(router, "probe")
+        await tasks.start(probe.run)
+        assert await router.ask("probe", HealthRequest("live"), timeout=5) == HealthStatus(True)
+        tasks.cancel_scope.cancel()
+    assert probe.seen == ["live"]
+
+
+async def test_handler_errors_reach_the_asker_typed() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(Probe(router, "probe").run)
+        with pytest.raises(InvalidArgument, match="probe says no"):
+            await router.ask("probe", HealthRequest("bad"), timeout=5)
+        with pytest.raises(Exception, match="RuntimeError: boom") as caught:
+            await router.ask("probe", HealthRequest("crash"), timeout=5)
+        assert caught.value.code.value == "INTERNAL"  # type: ignore[attr-defined]
+        tasks.cancel_scope.cancel()
+
+
+async def test_unknown_kind_gets_an_error_reply_and_the_actor_keeps_serving() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(Probe(router, "probe").run)
+        with pytest.raises(Unsupported, match="does not handle IndexRequest"):
+            await router.ask("probe", IndexRequest(), timeout=5)
+        assert await router.ask("probe", HealthRequest("live"), timeout=5) == HealthStatus(True)
+        tasks.cancel_scope.cancel()
+
+
+async def test_deadline_and_unknown_address() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(Probe(router, "probe").run)
+        with pytest.raises(DeadlineExceeded, match="within 0.1 s"):
+            await router.ask("probe", HealthRequest("never"), timeout=0.1)
+        with pytest.raises(ActorGone, match="no actor at address 'nobody'"):
+            await router.ask("nobody", HealthRequest("live"), timeout=5)
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_slow_handler_does_not_block_the_mailbox() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(Probe(router, "probe").run)
+        tasks.start_soon(router.ask, "probe", HealthRequest("slow"))
+        await anyio.sleep(0.01)
+        started = time.perf_counter()
+        await router.ask("probe", HealthRequest("live"), timeout=5)
+        assert time.perf_counter() - started < 0.25
+        tasks.cancel_scope.cancel()
+
+
+async def test_stopping_an_actor_fails_the_asks_waiting_on_it() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        scope = anyio.CancelScope()
+
+        async def run_probe() -> None:
+            with scope:
+                await Probe(router, "probe").run()
+
+        tasks.start_soon(run_probe)
+        await anyio.sleep(0.05)
+        tasks.start_soon(_cancel_later, scope, 0.1)
+        with pytest.raises(ActorGone, match="'probe' stopped"):
+            await router.ask("probe", HealthRequest("never"), timeout=5)
+
+
+async def _cancel_later(scope: anyio.CancelScope, delay: float) -> None:
+    await anyio.sleep(delay)
+    scope.cancel()
+
+
+@pytest.fixture
+async def linked(tmp_path: Path) -> AsyncIterator[tuple[Router, Router, ProcessLink, Probe]]:
+    """A hub router and an uplink router joined by real ZeroMQ sockets (ipc), with a probe
+    actor on the uplink side at the uplink's own address, as an executor has."""
+    context = zmq.asyncio.Context()
+    endpoint = f"ipc://{tmp_path}/hub"
+    hub, peer = Router("main"), Router("peer/one")
+    hub_link = ProcessLink.hub(hub, context, endpoint)
+    peer_link = ProcessLink.uplink(peer, context, endpoint, "peer/one")
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(hub_link.run)
+            tasks.start_soon(peer_link.run)
+            hub_side = Probe(hub, "hello-sink")
+            await tasks.start(hub_side.run)
+            probe = Probe(peer, "peer/one")
+            await tasks.start(probe.run)
+            peer.tell("hello-sink", HealthRequest("live"))  # makes the peer known to the hub
+            with anyio.fail_after(5):
+                while "peer/one" not in hub_link.peers:
+                    await anyio.sleep(0.01)
+            yield hub, peer, hub_link, probe
+            tasks.cancel_scope.cancel()
+    finally:
+        hub_link.close()
+        peer_link.close()
+        context.term()
+
+
+async def test_ask_across_processes_goes_over_zmq(linked) -> None:  # type: ignore[no-untyped-def]
+    hub, peer, _, probe = linked
+    assert await hub.ask("peer/one", HealthRequest("live"), timeout=5) == HealthStatus(True)
+    with pytest.raises(InvalidArgument, match="probe says no"):
+        await hub.ask("peer/one", HealthRequest("bad"), timeout=5)
+    assert probe.seen == ["live", "bad"]
+    # And the other way: the peer asks an actor of the hub's process.
+    assert await peer.ask("hello-sink", HealthRequest("live"), timeout=5) == HealthStatus(True)
+    with pytest.raises(Unavailable, match="no actor at address 'nobody'"):
+        await peer.ask("nobody", HealthRequest("live"), timeout=5)
+
+
+async def test_a_dead_peer_fails_its_pending_asks(linked) -> None:  # type: ignore[no-untyped-def]
+    hub, _, hub_link, _ = linked
+    async with anyio.create_task_group() as tasks:
+
+        async def peer_dies() -> None:
+            await anyio.sleep(0.1)
+            hub_link.forget("peer/one")
+            hub.fail_pending_to("peer/one", ExecutorCrashed("peer process died"))
+
+        tasks.start_soon(peer_dies)
+        with pytest.raises(ExecutorCrashed, match="peer process died"):
+            await hub.ask("peer/one", HealthRequest("never"), timeout=5)
+    with pytest.raises(ActorGone):
+        await hub.ask("peer/one", HealthRequest("live"), timeout=5)
+
+
+async def test_tell_expects_no_reply(linked) -> None:  # type: ignore[no-untyped-def]
+    hub, _, _, probe = linked
+    hub.tell("peer/one", HealthRequest("told"))
+    with anyio.fail_after(5):
+        while "told" not in probe.seen:
+            await anyio.sleep(0.01)
