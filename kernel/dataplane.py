@@ -21,6 +21,7 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     ServerMetadata,
     ServerMetadataRequest,
+    StatisticsRequest,
     UnloadRequest,
 )
 
@@ -32,6 +33,7 @@ _OWNER: dict[type[Message], str] = {
     ModelMetadataRequest: "scheduler",
     ModelReadyRequest: "scheduler",
     ModelConfigRequest: "scheduler",
+    StatisticsRequest: "scheduler",
     HealthRequest: "control",
     IndexRequest: "control",
     LoadRequest: "control",

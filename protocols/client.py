@@ -47,6 +47,8 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     ServerMetadata,
     ServerMetadataRequest,
+    Statistics,
+    StatisticsRequest,
     Tensor,
     UnloadRequest,
 )
@@ -264,6 +266,10 @@ class AsyncClient:
         config: dict[str, Any] = json.loads(reply.config_json)
         return config
 
+    async def statistics(self, model: str = "", version: str = "") -> list[dict[str, Any]]:
+        reply = _expect(await self._ask(StatisticsRequest(model, version)), Statistics)
+        return list(reply.model_stats)
+
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         return list(_expect(await self._ask(IndexRequest(ready_only)), Index).entries)
 
@@ -408,6 +414,9 @@ class Client:
         reply = _expect(self._ask(ModelConfigRequest(model, version)), ModelConfigReply)
         config: dict[str, Any] = json.loads(reply.config_json)
         return config
+
+    def statistics(self, model: str = "", version: str = "") -> list[dict[str, Any]]:
+        return list(_expect(self._ask(StatisticsRequest(model, version)), Statistics).model_stats)
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         return list(_expect(self._ask(IndexRequest(ready_only)), Index).entries)

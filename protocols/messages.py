@@ -210,6 +210,22 @@ class UnloadRequest(Message):
     unload_dependents: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class StatisticsRequest(Message):
+    """Statistics of one model (all its served versions, or ``version``), or of every model
+    when ``model`` is empty."""
+
+    model: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics(Message):
+    """One dict per model version, with Triton's statistics-extension fields (SPEC 5.4)."""
+
+    model_stats: tuple[dict[str, Any], ...]
+
+
 # ----------------------------------------------------------------------- kernel-internal
 
 

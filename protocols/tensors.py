@@ -113,9 +113,7 @@ def _element_bytes(item: object) -> bytes | bytearray:
         return item
     if isinstance(item, str):
         return item.encode("utf-8")
-    raise InvalidArgument(
-        f"a BYTES element must be bytes or str, not {type(item).__name__}"
-    )
+    raise InvalidArgument(f"a BYTES element must be bytes or str, not {type(item).__name__}")
 
 
 def serialize_bytes(array: np.ndarray | Sequence[Any]) -> bytes:
@@ -157,9 +155,7 @@ def deserialize_bytes(buffer: Any, count: int | None = None) -> np.ndarray:
             raise InvalidArgument(f"BYTES element count {count} is negative")
         # Every element needs its length prefix, so a huge count is refused before any work.
         if count * _LENGTH_PREFIX.size > total:
-            raise InvalidArgument(
-                f"BYTES data of {total} bytes is too short for {count} elements"
-            )
+            raise InvalidArgument(f"BYTES data of {total} bytes is too short for {count} elements")
     unpack_length = _LENGTH_PREFIX.unpack_from
     items: list[bytes] = []
     offset = 0
@@ -219,7 +215,7 @@ def tensor_to_buffer(tensor: Tensor) -> memoryview | bytes:
         return b""
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
-    return memoryview(data).cast("B")
+    return data.data.cast("B")
 
 
 def checked_shape(name: str, shape: Sequence[Any]) -> tuple[tuple[int, ...], int]:

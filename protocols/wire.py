@@ -36,8 +36,11 @@ _MESSAGE_EXT = 2
 _HEADER_LENGTH = 8
 _BUFFERS_START = 2
 _PACKER_BUFFER_BYTES = 4096
+# Each nested message costs a C and a Python frame on both sides; unbounded nesting from a
+# peer would overflow the C stack, far below Python's recursion limit.
+_MAX_NESTING = 32
 
-Check = Callable[[Any], bool]
+_Check = Callable[[Any], bool]
 
 
 # ------------------------------------------------------------------- per-kind field tables
@@ -49,7 +52,7 @@ def _field_getter(names: tuple[str, ...]) -> Callable[[Message], tuple[Any, ...]
     if len(names) == 1:
         get_one = attrgetter(names[0])
         return lambda message: (get_one(message),)
-    return attrgetter(*names)  # type: ignore[return-value]
+    return attrgetter(*names)
 
 
 def _instance_types(hint: Any) -> tuple[type, ...] | None:
@@ -73,7 +76,7 @@ def _instance_types(hint: Any) -> tuple[type, ...] | None:
     return None
 
 
-def _compile_check(hint: Any, where: str) -> Check | None:
+def _compile_check(hint: Any, where: str) -> _Check | None:
     """A predicate for values of type ``hint``; ``None`` when any value is acceptable."""
     if hint is Any:
         return None
@@ -86,14 +89,14 @@ def _compile_check(hint: Any, where: str) -> Check | None:
         alternatives = [_compile_check(argument, where) for argument in arguments]
         if any(alternative is None for alternative in alternatives):
             return None
-        checks = typing.cast("list[Check]", alternatives)
+        checks = typing.cast("list[_Check]", alternatives)
         return lambda value: any(check(value) for check in checks)
     if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
         item_classes = _instance_types(arguments[0])
         if item_classes is not None:
             # map() keeps the per-item loop in C: these tuples hold a batch's tensors.
-            return lambda value: type(value) is tuple and all(
-                map(isinstance, value, repeat(item_classes))
+            return lambda value: (
+                type(value) is tuple and all(map(isinstance, value, repeat(item_classes)))
             )
         item_check = _compile_check(arguments[0], where)
         if item_check is None:
@@ -105,13 +108,16 @@ def _compile_check(hint: Any, where: str) -> Check | None:
         return lambda value: (
             type(value) is tuple
             and len(value) == size
-            and all(check(item) for check, item in zip(item_checks, value))
+            and all(check(item) for check, item in zip(item_checks, value, strict=True))
         )
     if origin is dict and len(arguments) == 2 and arguments[0] is str:
         value_check = _compile_check(arguments[1], where)
-        return lambda value: isinstance(value, dict) and all(
-            isinstance(key, str) and (value_check is None or value_check(item))
-            for key, item in value.items()
+        return lambda value: (
+            isinstance(value, dict)
+            and all(
+                isinstance(key, str) and (value_check is None or value_check(item))
+                for key, item in value.items()
+            )
         )
     raise TypeError(f"{where}: type {hint!r} cannot travel on the kernel wire")
 
@@ -125,11 +131,13 @@ class _KindCodec:
     kind: type[Message]
     field_names: tuple[str, ...]
     values_of: Callable[[Message], tuple[Any, ...]]
-    checks: tuple[tuple[int, str, Check], ...]
+    checks: tuple[tuple[int, str, _Check], ...]
 
 
 def _build_codec(message_class: type[Message]) -> _KindCodec:
-    names = tuple(field.name for field in dataclasses.fields(message_class))  # type: ignore[arg-type]
+    # Every message kind is a dataclass; the Message marker base cannot say so to mypy.
+    kind_fields = dataclasses.fields(message_class)  # type: ignore[arg-type]
+    names = tuple(field.name for field in kind_fields)
     hints = typing.get_type_hints(message_class)
     checks = []
     for position, name in enumerate(names):
@@ -142,9 +150,7 @@ def _build_codec(message_class: type[Message]) -> _KindCodec:
 _CODECS_BY_NAME: dict[str, _KindCodec] = {
     name: _build_codec(message_class) for name, message_class in MESSAGE_KINDS.items()
 }
-_CODECS_BY_CLASS: dict[type, _KindCodec] = {
-    codec.kind: codec for codec in _CODECS_BY_NAME.values()
-}
+_CODECS_BY_CLASS: dict[type, _KindCodec] = {codec.kind: codec for codec in _CODECS_BY_NAME.values()}
 
 
 # ---------------------------------------------------------------------------------- encode
@@ -176,12 +182,13 @@ class _Encoder:
     reference cycle, which would keep every tensor alive until the garbage collector runs.
     """
 
-    __slots__ = ("frames", "descriptor_packer")
+    __slots__ = ("depth", "descriptor_packer", "frames")
 
     def __init__(self) -> None:
         self.frames: list[bytes | memoryview] = [VERSION, b""]
         # Descriptors hold only plain values, so one packer serves them all without reentry.
         self.descriptor_packer = _packer(_plain_scalar)
+        self.depth = 0
 
     def pack_extension(self, value: Any) -> Any:
         if type(value) is Tensor:
@@ -193,7 +200,14 @@ class _Encoder:
         if isinstance(value, Message):
             codec = _codec_for_instance(value)
             fields = (codec.kind.__name__, *codec.values_of(value))
-            return msgpack.ExtType(_MESSAGE_EXT, _packer(self.pack_extension).pack(fields))
+            if self.depth >= _MAX_NESTING:
+                raise InvalidArgument(f"messages are nested more than {_MAX_NESTING} deep")
+            self.depth += 1
+            try:
+                packed = _packer(self.pack_extension).pack(fields)
+            finally:
+                self.depth -= 1
+            return msgpack.ExtType(_MESSAGE_EXT, packed)
         return _plain_scalar(value)
 
 
@@ -251,11 +265,12 @@ class _Decoder:
     may be large and must be released as soon as decoding ends.
     """
 
-    __slots__ = ("frames", "buffer_count")
+    __slots__ = ("buffer_count", "depth", "frames")
 
     def __init__(self, frames: Sequence[Any]) -> None:
         self.frames = frames
         self.buffer_count = len(frames) - _BUFFERS_START
+        self.depth = 0
 
     def unpack_extension(self, code: int, data: bytes) -> Any:
         if code == _TENSOR_EXT:
@@ -273,7 +288,13 @@ class _Decoder:
             buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
             return tensor_from_buffer(name, datatype, shape, buffer)
         if code == _MESSAGE_EXT:
-            nested = msgpack.unpackb(data, use_list=False, ext_hook=self.unpack_extension)
+            if self.depth >= _MAX_NESTING:
+                raise InvalidArgument(f"messages are nested more than {_MAX_NESTING} deep")
+            self.depth += 1
+            try:
+                nested = msgpack.unpackb(data, use_list=False, ext_hook=self.unpack_extension)
+            finally:
+                self.depth -= 1
             if type(nested) is not tuple or not nested:
                 raise InvalidArgument("malformed nested message in the header")
             return _build_message(nested[0], nested[1:])
@@ -288,7 +309,8 @@ def decode(frames: Sequence[Any]) -> Envelope:
         raise InvalidArgument(f"a kernel message needs at least 2 frames, got {len(frames)}")
     version = _frame_buffer(frames[0])
     if version != VERSION:
-        raise InvalidArgument(f"unsupported wire version {version!r}, expected {VERSION!r}")
+        shown = bytes(version[:4]) if isinstance(version, (bytes, memoryview)) else version
+        raise InvalidArgument(f"unsupported wire version {shown!r}, expected {VERSION!r}")
     decoder = _Decoder(frames)
     try:
         header = msgpack.unpackb(
@@ -300,7 +322,9 @@ def decode(frames: Sequence[Any]) -> Envelope:
     # UnicodeDecodeError, its own ExtraData/StackError, RecursionError for deep nesting);
     # callers are promised InvalidArgument only.
     except Exception as error:
-        raise InvalidArgument(f"malformed message header: {type(error).__name__}: {error}") from None
+        raise InvalidArgument(
+            f"malformed message header: {type(error).__name__}: {error}"
+        ) from None
     if type(header) is not tuple or len(header) != _HEADER_LENGTH:
         raise InvalidArgument("malformed message header: expected an 8-item array")
     msg_id, kind, src, dst, reply_to, deadline, trace, values = header

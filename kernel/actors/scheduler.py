@@ -43,6 +43,8 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     RetireVersion,
     ServeVersion,
+    Statistics,
+    StatisticsRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -196,6 +198,27 @@ class SchedulerActor(Actor):
     ) -> ModelConfigReply:
         version = self._resolve(message.model, message.version)
         return ModelConfigReply(config_to_json_text(version.config))
+
+    async def on_statistics_request(
+        self, message: StatisticsRequest, envelope: Envelope
+    ) -> Statistics:
+        if not message.model:
+            chosen = [v for vs in self._served.values() for v in vs.values()]
+        else:
+            if message.model not in self._ever_served:
+                raise InvalidArgument(f"requested model '{message.model}' is not available")
+            versions = self._served.get(message.model, {})
+            if message.version:
+                chosen = [v for n, v in versions.items() if str(n) == message.version]
+                if not chosen:
+                    raise InvalidArgument(
+                        f"requested model '{message.model}' version {message.version} is not"
+                        " available"
+                    )
+            else:
+                chosen = list(versions.values())
+        chosen.sort(key=lambda v: (v.model, v.version))
+        return Statistics(tuple(v.statistics.as_dict(v.model, str(v.version)) for v in chosen))
 
     # ------------------------------------------------------------------ inference
 

@@ -13,7 +13,6 @@ import anyio
 import anyio.to_thread
 import numpy as np
 import pytest
-
 from inferd.kernel.settings import Settings
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend
 from inferd.protocols.client import AsyncClient, Client, InferResult
