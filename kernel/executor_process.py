@@ -3,9 +3,9 @@
 It builds the process's router, connects the uplink to the main process's hub, runs one
 ``ExecutorActor`` and says hello to the executor pool. It exits when the pool tells it to
 (``Shutdown``, after unloading its models) or when the main process disappears, so no executor
-outlives its server. SIGINT and SIGTERM are ignored: a Ctrl-C in a terminal, or ``timeout`` and
-some supervisors, signal the whole process group, and shutting down in order is the main
-process's decision.
+outlives its server. The pool starts it in a session of its own, so a Ctrl-C in a terminal (or
+``timeout`` signalling a process group) reaches only the main process, which shuts down in
+order.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 
 import anyio
 import zmq.asyncio
@@ -64,12 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
     parser.add_argument("--log-verbose", type=int, default=0)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(args.log_verbose, process=args.name)
     anyio.run(
         serve, args.name, args.hub, json.loads(args.options), args.parent_pid,
-        backend="asyncio", backend_options={"use_uvloop": True},
+        backend="asyncio", backend_options={"use_uvloop": False},
     )
 
 

@@ -1,7 +1,7 @@
 """Location-transparent message routing: asks, tells, replies, and the link between processes.
 
-Every actor has an address. An envelope for an actor in this process goes into its in-memory
-mailbox as the object itself (no encoding). An envelope for an actor elsewhere goes through
+Every actor has an address. An envelope for an actor in this process is handed to it as the
+object itself (no encoding). An envelope for an actor elsewhere goes through
 the process link: the main process binds a ZeroMQ ROUTER (the hub) and each executor process
 connects a DEALER (its uplink) whose routing id is its address, so the same ``ask`` reaches an
 actor whatever process it lives in. Asks carry ids and deadlines; every ask gets its reply or a
@@ -11,17 +11,17 @@ This module turns exceptions into ``Failure`` replies, and nothing else does.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
-import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import zmq
 import zmq.asyncio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from inferd.protocols import wire
 from inferd.protocols.errors import (
@@ -35,15 +35,11 @@ from inferd.protocols.messages import Envelope, Failure, Message
 
 log = logging.getLogger(__name__)
 
-MAILBOX_SIZE = math.inf  # actors never apply back-pressure to the router; queues do that
-
 
 @dataclass(slots=True)
 class _PendingAsk:
     dst: str
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: Message | None = None
-    error: InferdError | None = None
+    reply: asyncio.Future[Message]
 
 
 class Router:
@@ -52,23 +48,20 @@ class Router:
     def __init__(self, name: str) -> None:
         self.name = name
         self._ids = itertools.count(1)
-        self._mailboxes: dict[str, MemoryObjectSendStream[Envelope]] = {}
+        self._actors: dict[str, Callable[[Envelope], None]] = {}
         self._pending: dict[int, _PendingAsk] = {}
         self._link: ProcessLink | None = None
 
     # ------------------------------------------------------------------ local actors
 
-    def register(self, address: str) -> MemoryObjectReceiveStream[Envelope]:
-        if address in self._mailboxes:
+    def register(self, address: str, accept: Callable[[Envelope], None]) -> None:
+        """Make ``address`` reachable; ``accept`` takes each envelope for it without blocking."""
+        if address in self._actors:
             raise ValueError(f"actor address {address!r} is taken")
-        send, receive = anyio.create_memory_object_stream[Envelope](MAILBOX_SIZE)
-        self._mailboxes[address] = send
-        return receive
+        self._actors[address] = accept
 
     def unregister(self, address: str) -> None:
-        mailbox = self._mailboxes.pop(address, None)
-        if mailbox is not None:
-            mailbox.close()
+        self._actors.pop(address, None)
         self.fail_pending_to(address, ActorGone(f"actor '{address}' stopped"))
 
     def attach(self, link: ProcessLink) -> None:
@@ -84,21 +77,19 @@ class Router:
         ``DeadlineExceeded`` after ``timeout`` seconds, or ``ActorGone`` if ``dst`` goes."""
         msg_id = next(self._ids)
         deadline = time.time() + timeout if timeout is not None else None
-        pending = self._pending[msg_id] = _PendingAsk(dst)
+        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = _PendingAsk(dst, reply)
         try:
             self.deliver(Envelope(msg_id, self.name, dst, body, None, deadline))
-            with anyio.move_on_after(timeout if timeout is not None else math.inf):
-                await pending.done.wait()
+            if timeout is None:
+                return await reply
+            with anyio.move_on_after(timeout):
+                return await reply
         finally:
             self._pending.pop(msg_id, None)
-        if not pending.done.is_set():
-            raise DeadlineExceeded(
-                f"no reply from '{dst}' to {type(body).__name__} within {timeout:g} s"
-            )
-        if pending.error is not None:
-            raise pending.error
-        assert pending.reply is not None
-        return pending.reply
+        raise DeadlineExceeded(
+            f"no reply from '{dst}' to {type(body).__name__} within {timeout:g} s"
+        )
 
     def reply(self, request: Envelope, body: Message | None) -> None:
         """Answer ``request`` (a ``None`` body answers nothing: the request was a tell)."""
@@ -119,15 +110,15 @@ class Router:
 
     def deliver(self, envelope: Envelope, *, from_link: bool = False) -> None:
         """Route ``envelope``: a reply to an ask of this process resolves it; a message for
-        a local actor goes to its mailbox; anything else crosses the process link."""
+        a local actor goes to that actor; anything else crosses the process link."""
         if envelope.reply_to is not None and envelope.dst == self.name:
             pending = self._pending.get(envelope.reply_to)
             if pending is not None:
                 self._resolve(pending, envelope.body)
             return  # a late reply: its asker gave up
-        mailbox = self._mailboxes.get(envelope.dst)
-        if mailbox is not None:
-            mailbox.send_nowait(envelope)
+        accept = self._actors.get(envelope.dst)
+        if accept is not None:
+            accept(envelope)
             return
         if not from_link and self._link is not None and self._link.send(envelope):
             return
@@ -147,19 +138,18 @@ class Router:
 
     def _resolve(self, pending: _PendingAsk, body: Message) -> None:
         if isinstance(body, Failure):
-            pending.error = InferdError.from_code(body.code, body.message)
-        else:
-            pending.reply = body
-        pending.done.set()
+            self._fail(pending, InferdError.from_code(body.code, body.message))
+        elif not pending.reply.done():
+            pending.reply.set_result(body)
 
     def _fail(self, pending: _PendingAsk, error: InferdError) -> None:
-        pending.error = error
-        pending.done.set()
+        if not pending.reply.done():
+            pending.reply.set_exception(error)
 
     def fail_pending_to(self, dst: str, error: InferdError) -> None:
         """Fail every ask waiting on ``dst`` (its actor stopped or its process died)."""
         for pending in list(self._pending.values()):
-            if pending.dst == dst and not pending.done.is_set():
+            if pending.dst == dst:
                 self._fail(pending, error)
 
 

@@ -3,20 +3,24 @@
 One executor lives in each executor process (one per GPU, one per CPU pool, one per isolated
 backend), or inline in the main process when configured. It loads a model version through its
 backend (imported lazily here, never in the main process), creates the instances, and runs
-``Instance.execute`` in a worker thread with a one-slot limiter per instance, so an instance
-is never called concurrently while different instances run in parallel. It reports the
+``Instance.execute`` on a worker thread of its own per instance, so an instance is never
+called concurrently (and always from the same thread, which frameworks with thread-bound
+state need) while different instances run in parallel. It reports the
 auto-completed config back to control. It knows nothing of queues, versions policy or routing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -40,12 +44,17 @@ from inferd.protocols.messages import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 @dataclass(slots=True)
 class _LoadedInstance:
     instance: Instance
-    limiter: anyio.CapacityLimiter
+    thread: ThreadPoolExecutor  # one worker: batches run one after another, in order
     load_id: int
+
+    async def run(self, function: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.thread, function)
 
 
 @dataclass(slots=True)
@@ -135,9 +144,8 @@ class ExecutorActor(Actor):
             raise Internal(f"{type(error).__name__}: {error}") from error
         ids = tuple(next(self._instance_ids) for _ in instances)
         for instance_id, instance in zip(ids, instances):
-            self._instances[instance_id] = _LoadedInstance(
-                instance, anyio.CapacityLimiter(1), message.load_id
-            )
+            thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
+            self._instances[instance_id] = _LoadedInstance(instance, thread, message.load_id)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
         return VersionLoaded(model.config.SerializeToString(), ids, self.address)
 
@@ -151,8 +159,8 @@ class ExecutorActor(Actor):
             return
         for instance_id in loaded.instance_ids:
             slot = self._instances.pop(instance_id)
-            async with slot.limiter:  # waits for the batch it may be running
-                await anyio.to_thread.run_sync(slot.instance.close)
+            await slot.run(slot.instance.close)  # queued behind the batches it still has
+            slot.thread.shutdown(wait=False)
         await anyio.to_thread.run_sync(loaded.model.unload)
         log.info("unloaded %s version %d", loaded.name, loaded.version)
 
@@ -169,7 +177,7 @@ class ExecutorActor(Actor):
             return results, time.perf_counter_ns() - started
 
         try:
-            results, infer_ns = await anyio.to_thread.run_sync(execute, limiter=slot.limiter)
+            results, infer_ns = await slot.run(execute)
         except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
             log.exception("instance %d of %s failed", batch.instance, batch.model)
             failure = Failure("INTERNAL", f"{type(error).__name__}: {error}")

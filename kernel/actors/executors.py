@@ -142,7 +142,7 @@ class ExecutorPoolActor(Actor):
         executor.ready = anyio.Event()
         executor.process = await anyio.open_process(
             command, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
-            env={**os.environ, **executor.environment},
+            env={**os.environ, **executor.environment}, start_new_session=True,
         )
         log.info("started %s (pid %d)", executor.name, executor.process.pid)
         self.spawn(self._watch, executor, executor.process)

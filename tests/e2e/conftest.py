@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from itertools import count
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
 from typing import IO
 
@@ -56,10 +56,20 @@ class ServerHandle:
     log_path: Path
     _log_file: IO[bytes] = field(repr=False)
     clean_exit: bool = True  # teardown asserts exit code 0 after SIGTERM
+    ports: dict[str, int] = field(default_factory=dict)  # protocol -> port it was given
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the KServe gRPC frontend, as tritonclient.grpc takes it."""
+        return f"127.0.0.1:{self.ports['grpc']}"
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the KServe HTTP frontend, as tritonclient.http takes it."""
+        return f"127.0.0.1:{self.ports['http']}"
 
     def log(self) -> str:
         """Everything the server and its executors have written to stderr and stdout so far."""
-        self._log_file.flush()
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def client(self, timeout: float = 30.0) -> Client:
@@ -79,11 +89,11 @@ class ServerHandle:
         return self.wait_exit(timeout)
 
     def kill(self) -> None:
-        """Last resort cleanup: the server and, through its process group, its executors."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+        """Last resort cleanup: the server and, through its process group (it leads one), any
+        executor it left behind."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
         self._log_file.close()
 
 
@@ -92,8 +102,10 @@ def launch(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
     the others so that concurrent servers never collide)."""
     zmq_port = free_port()
     command = [*INFERD, "serve", "--zmq-address", "127.0.0.1", "--zmq-port", str(zmq_port)]
+    ports = {"zmq": zmq_port}
     for protocol in ("http", "grpc", "metrics"):
-        command += [f"--{protocol}-address", "127.0.0.1", f"--{protocol}-port", str(free_port())]
+        ports[protocol] = free_port()
+        command += [f"--{protocol}-address", "127.0.0.1", f"--{protocol}-port", str(ports[protocol])]
     if repository is not None:
         command += ["--model-repository", str(repository)]
     command += list(flags)
@@ -101,10 +113,14 @@ def launch(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
     log_path = log_dir / f"inferd-{zmq_port}.log"
     log_file = log_path.open("wb")
     process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-        cwd=log_dir, start_new_session=True,
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        cwd=log_dir,
+        start_new_session=True,
     )
-    return ServerHandle(f"tcp://127.0.0.1:{zmq_port}", process, log_path, log_file)
+    return ServerHandle(f"tcp://127.0.0.1:{zmq_port}", process, log_path, log_file, ports=ports)
 
 
 def start_server(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:

@@ -36,6 +36,7 @@ from inferd.protocols.messages import (
     ModelMetadataRequest,
     ModelReadyRequest,
     ServerMetadataRequest,
+    StatisticsRequest,
     UnloadRequest,
 )
 
@@ -62,6 +63,7 @@ ACCEPTED_REQUESTS: frozenset[type[Message]] = frozenset(
         IndexRequest,
         LoadRequest,
         UnloadRequest,
+        StatisticsRequest,
     }
 )
 
