@@ -439,7 +439,7 @@ async def kernel_session(
     sizes: Sequence[int], seconds: float, concurrency: int,
 ) -> dict[int, Cell]:
     router = Router("main")
-    context = zmq.asyncio.Context()
+    context = zmq.Context()
     link = ProcessLink.hub(router, context, hub)
     hello = HelloCatcher(router)
     results: dict[int, Cell] = {}

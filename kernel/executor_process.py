@@ -16,7 +16,7 @@ import logging
 import os
 
 import anyio
-import zmq.asyncio
+import zmq
 
 from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.logs import configure_logging
@@ -37,7 +37,7 @@ async def _watch_parent(parent_pid: int, scope: anyio.CancelScope) -> None:
 
 async def serve(name: str, hub: str, options: dict[str, object], parent_pid: int) -> None:
     backends = Plugins.load().backends()
-    context = zmq.asyncio.Context()
+    context = zmq.Context()
     router = Router(name)
     link = ProcessLink.uplink(router, context, hub, name)
     actor = ExecutorActor(router, name, backends, options)

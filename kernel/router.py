@@ -21,17 +21,18 @@ from typing import Any
 
 import anyio
 import zmq
-import zmq.asyncio
 
 from inferd.protocols import wire
 from inferd.protocols.errors import (
     ActorGone,
     DeadlineExceeded,
     ErrorCode,
+    ExecutorCrashed,
     InferdError,
     InvalidArgument,
 )
 from inferd.protocols.messages import Envelope, Failure, Message
+from inferd.protocols.zmqio import LoopSocket
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,11 @@ class Router:
         self._undeliverable(envelope)
 
     def _undeliverable(self, envelope: Envelope) -> None:
-        error = ActorGone(f"no actor at address '{envelope.dst}'")
+        why_gone = self._link.gone.get(envelope.dst) if self._link is not None else None
+        error: InferdError = (
+            ExecutorCrashed(f"{why_gone}; it is being restarted") if why_gone
+            else ActorGone(f"no actor at address '{envelope.dst}'")
+        )
         if envelope.reply_to is not None:
             log.debug("dropping reply for %s: its process is gone", envelope.dst)
         elif (pending := self._pending.get(envelope.msg_id)) is not None:
@@ -162,14 +167,15 @@ class ProcessLink:
     that sends everything not local to the hub.
     """
 
-    def __init__(self, router: Router, socket: zmq.asyncio.Socket, *, is_hub: bool) -> None:
+    def __init__(self, router: Router, socket: zmq.Socket[Any], *, is_hub: bool) -> None:
         self.router = router
-        self.socket = socket
+        self.socket = LoopSocket(socket, self._receive)
         self.is_hub = is_hub
         self.peers: set[str] = set()
+        self.gone: dict[str, str] = {}
 
     @classmethod
-    def hub(cls, router: Router, context: zmq.asyncio.Context, endpoint: str) -> ProcessLink:
+    def hub(cls, router: Router, context: zmq.Context[Any], endpoint: str) -> ProcessLink:
         socket = context.socket(zmq.ROUTER)
         _tune(socket)
         socket.bind(endpoint)
@@ -179,7 +185,7 @@ class ProcessLink:
 
     @classmethod
     def uplink(
-        cls, router: Router, context: zmq.asyncio.Context, endpoint: str, identity: str
+        cls, router: Router, context: zmq.Context[Any], endpoint: str, identity: str
     ) -> ProcessLink:
         socket = context.socket(zmq.DEALER)
         _tune(socket)
@@ -197,34 +203,37 @@ class ProcessLink:
             frames: list[Any] = [envelope.dst.encode(), b"", *wire.encode(envelope)]
         else:
             frames = [b"", *wire.encode(envelope)]
-        # zmq.asyncio's send_multipart queues at once when the socket cannot take it; the
-        # high-water mark is unlimited, so this never drops.
-        self.socket.send_multipart(frames, copy=False)
+        self.socket.send(frames)  # no high-water mark: never blocks, never drops
         return True
 
-    def forget(self, peer: str) -> None:
+    def forget(self, peer: str, reason: str) -> None:
+        """``peer``'s process died: messages for it now fail with ``reason``."""
         self.peers.discard(peer)
+        self.gone[peer] = reason
 
     async def run(self) -> None:
-        """Receive until cancelled; a malformed message is logged and dropped."""
-        while True:
-            frames = await self.socket.recv_multipart(copy=False)
-            if self.is_hub:
-                peer = bytes(frames[0].buffer).decode()
-                payload = frames[2:]
-            else:
-                peer, payload = "", frames[1:]
-            try:
-                envelope = wire.decode(payload)
-            except InvalidArgument as error:
-                log.error("malformed message from %s dropped: %s", peer or "hub", error)
-                continue
-            if peer:
-                self.peers.add(peer)
-            self.router.deliver(envelope, from_link=True)
+        """Receive until cancelled (messages arrive through ``_receive`` on the loop)."""
+        self.socket.start()
+        await anyio.sleep_forever()
+
+    def _receive(self, frames: list[zmq.Frame]) -> None:
+        if self.is_hub:
+            peer = bytes(frames[0].buffer).decode()
+            payload = frames[2:]
+        else:
+            peer, payload = "", frames[1:]
+        try:
+            envelope = wire.decode(payload)
+        except InvalidArgument as error:
+            log.error("malformed message from %s dropped: %s", peer or "hub", error)
+            return
+        if peer:
+            self.peers.add(peer)
+            self.gone.pop(peer, None)
+        self.router.deliver(envelope, from_link=True)
 
     def close(self) -> None:
-        self.socket.close(linger=0)
+        self.socket.close()
 
 
 def _tune(socket: zmq.Socket[Any]) -> None:

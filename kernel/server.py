@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import anyio
-import zmq.asyncio
+import zmq
 
 from inferd.kernel.actors.control import ControlActor
 from inferd.kernel.actors.executors import ExecutorPoolActor
@@ -40,6 +40,7 @@ from inferd.protocols.messages import (
 log = logging.getLogger("inferd")
 
 EXTENSIONS = ("model_configuration", "model_repository")
+UNLOAD_TIMEOUT_SECS = 30.0
 
 
 class StartupFailed(Exception):
@@ -50,7 +51,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
     backends = plugins.backends()
     router = Router("main")
-    context = zmq.asyncio.Context()
+    context = zmq.Context()
     link_dir = Path(tempfile.mkdtemp(prefix="inferd-"))
     hub = f"ipc://{link_dir}/hub"
     link = None if settings.executor_inline else ProcessLink.hub(router, context, hub)
@@ -108,7 +109,8 @@ async def _shut_down(router: Router, frontends: list[Frontend], settings: Settin
         for frontend in frontends:
             await frontend.stop_accepting()
         await router.ask("scheduler", Drain(settings.exit_timeout_secs))
-        with anyio.move_on_after(settings.exit_timeout_secs):
+        # Unloading waits only for batches already running; it gets its own bound.
+        with anyio.move_on_after(UNLOAD_TIMEOUT_SECS):
             await router.ask("control", Shutdown())
         await router.ask("executors", Shutdown())
     log.info("shutdown complete")

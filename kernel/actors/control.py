@@ -28,6 +28,7 @@ from inferd.protocols.errors import (
     DeadlineExceeded,
     InferdError,
     InvalidArgument,
+    NotFound,
     Unavailable,
 )
 from inferd.protocols.messages import (
@@ -220,6 +221,10 @@ class ControlActor(Actor):
                 resolved = await self.router.ask(
                     REPOSITORY, ResolveModel(name, config_override, override_dir)
                 )
+            except NotFound:
+                remove_override_folder(override_dir)
+                self._forget_if_unknown(name, model)
+                raise
             except InferdError as error:
                 remove_override_folder(override_dir)
                 if not model.ready():
@@ -294,6 +299,14 @@ class ControlActor(Actor):
         model.versions[number] = _Version(State.READY, "", load_id, loaded.executor)
         if old_load:
             await self.router.ask(EXECUTORS, UnloadVersion(old_load))
+
+    def _forget_if_unknown(self, name: str, model: _Model) -> None:
+        """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless
+        the model was loaded before (from an override) or another load of it is waiting."""
+        if not model.versions and model.lock.statistics().tasks_waiting == 0:
+            model.error = ""
+            if self._models.get(name) is model:
+                del self._models[name]
 
     def _fail_version(self, model: _Model, number: int, serving: _Version | None, reason: str) -> None:
         if serving is None:

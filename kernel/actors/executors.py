@@ -154,7 +154,7 @@ class ExecutorPoolActor(Actor):
         reason = f"executor process {executor.name} (pid {process.pid}) exited with code {code}"
         log.error("%s; restarting it", reason)
         if self._link is not None:
-            self._link.forget(executor.name)
+            self._link.forget(executor.name, reason)
         self.router.fail_pending_to(executor.name, ExecutorCrashed(reason))
         for load_id in [i for i, name in self._loads.items() if name == executor.name]:
             del self._loads[load_id]

@@ -50,6 +50,7 @@ from inferd.protocols.messages import (
 log = logging.getLogger(__name__)
 
 IDLE_POLL_SECS = 0.01
+SHUTTING_DOWN = "server is shutting down"
 
 
 @dataclass(eq=False, slots=True)
@@ -103,6 +104,7 @@ class SchedulerActor(Actor):
         super().__init__(router)
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
+        self._closed = False
 
     # ------------------------------------------------------------------ routing table
 
@@ -142,9 +144,18 @@ class SchedulerActor(Actor):
         return Ack()
 
     async def on_drain(self, message: Drain, envelope: Envelope) -> Ack:
+        """Shutdown: wait (bounded) for the queues to empty, then refuse what is left and
+        everything new, so no request is sent to an executor about to unload its models."""
         with anyio.move_on_after(message.timeout):
             while any(v.queue or v.running for vs in self._served.values() for v in vs.values()):
                 await anyio.sleep(IDLE_POLL_SECS)
+        self._closed = True
+        for versions in self._served.values():
+            for version in versions.values():
+                while version.queue:
+                    queued = version.queue.popleft()
+                    queued.result = Unavailable(SHUTTING_DOWN)
+                    queued.done.set()
         return Ack()
 
     def _resolve(self, model: str, version: str) -> _Version:
@@ -224,6 +235,8 @@ class SchedulerActor(Actor):
 
     async def on_infer_request(self, request: InferRequest, envelope: Envelope) -> InferResponse:
         arrived_ns = time.perf_counter_ns()
+        if self._closed:
+            raise Unavailable(SHUTTING_DOWN)
         version = self._resolve(request.model, request.version)
         batch_size = check_request(request, version.signature)
         if version.max_queue_size and len(version.queue) >= version.max_queue_size:
@@ -231,7 +244,10 @@ class SchedulerActor(Actor):
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
         queued = _Queued(request, batch_size, shape_key, arrived_ns)
         version.queue.append(queued)
-        self._pump(version)
+        own_batch = self._pump(version, queued)
+        if own_batch is not None:
+            # This request's own task runs the batch it is in: no hand-off to another task.
+            await self._run_batch(version, *own_batch)
         timeout_us = request.timeout_us or int(
             version.config.dynamic_batching.default_queue_policy.default_timeout_microseconds
         )
@@ -254,20 +270,28 @@ class SchedulerActor(Actor):
         assert result is not None
         return result
 
-    def _pump(self, version: _Version) -> None:
-        """Start as many batches as there are free instances and ready batches."""
+    def _pump(
+        self, version: _Version, caller: _Queued | None = None
+    ) -> tuple[_Slot, list[_Queued]] | None:
+        """Start as many batches as there are free instances and ready batches. The batch
+        holding ``caller`` is returned for the caller's task to run; the others get tasks."""
+        own_batch = None
         while version.queue:
             slot = next((s for s in version.slots if not s.busy), None)
             if slot is None:
-                return
+                break
             count = version.batcher.take(version.queue, time.perf_counter_ns())
             if count == 0:
                 self._wake_later(version)
-                return
+                break
             batch = [version.queue.popleft() for _ in range(count)]
             slot.busy = True
             version.running += 1
-            self.spawn(self._run_batch, version, slot, batch)
+            if caller is not None and own_batch is None and caller in batch:
+                own_batch = (slot, batch)
+            else:
+                self.spawn(self._run_batch, version, slot, batch)
+        return own_batch
 
     def _wake_later(self, version: _Version) -> None:
         if version.wake_pending:

@@ -165,12 +165,6 @@ def test_loading_an_unknown_model_is_not_found(client: Client) -> None:
     assert "'not-in-the-repository' is not in the model repository" in error.value.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="control keeps a failed load of a name that is not in the repository as an "
-    "UNAVAILABLE index entry forever (ControlActor._load records model.error for any "
-    "resolve failure); SPEC 3.1: the index is the repository's models plus loaded models",
-)
 def test_a_failed_load_of_an_unknown_model_leaves_no_index_entry(client: Client) -> None:
     with pytest.raises(NotFound):
         client.load("typo-in-the-name")

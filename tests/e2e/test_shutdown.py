@@ -61,13 +61,6 @@ def test_sigterm_lets_running_and_queued_requests_finish(inferd: Any) -> None:
     assert "shutdown complete" in server.log()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="requests still queued when --exit-timeout-secs runs out are dispatched to an "
-    "executor that has already unloaded the model and fail with NotFound 'instance 1 of "
-    "'sleepy' is not loaded here' instead of a 503-class error (server._shut_down: the "
-    "scheduler neither stops dispatching nor fails its queue after Drain's deadline)",
-)
 def test_requests_left_at_the_exit_timeout_fail_as_unavailable(inferd: Any) -> None:
     delay_ms, exit_timeout_secs, requests = 500, 1, 8  # 4 s of work, 1 s to do it in
     config = inferd.testing_config("sleepy", "slow", delay_ms=str(delay_ms))

@@ -9,6 +9,7 @@ malformed one, a failing one, one for a client that vanished) stop the receive l
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
@@ -19,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import zmq
-import zmq.asyncio
 
 from inferd.kernel.frontend import Frontend
 from inferd.protocols import wire
 from inferd.protocols.errors import ErrorCode, InferdError
+from inferd.protocols.zmqio import LoopSocket
 from inferd.protocols.messages import (
     Envelope,
     Failure,
@@ -77,39 +78,46 @@ class ZmqFrontend(Frontend):
         super().__init__(dataplane, settings)
         self._accepting = True
         self._message_ids = itertools.count(1)
-        self._send_lock = anyio.Lock()
-        self._socket: zmq.asyncio.Socket | None = None
+        self._socket: LoopSocket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        socket = zmq.asyncio.Context.instance().socket(zmq.ROUTER)
+        socket = zmq.Context.instance().socket(zmq.ROUTER)
+        loop_socket = LoopSocket(socket, self._accept)
         try:
             self._configure(socket)
             endpoint = self._bind(socket)
-            self._socket = socket
-            async with anyio.create_task_group() as requests:
-                logger.info("zmq frontend listening on %s", endpoint)
-                task_status.started(endpoint)
-                while True:
-                    frames = await socket.recv_multipart(copy=False)
-                    requests.start_soon(self._answer, frames)
+            self._socket = loop_socket
+            loop_socket.start()
+            logger.info("zmq frontend listening on %s", endpoint)
+            task_status.started(endpoint)
+            await anyio.sleep_forever()
         finally:
             self._socket = None
-            socket.close(linger=0)
+            loop_socket.close()
+            for task in list(self._tasks):
+                task.cancel()
+
+    def _accept(self, frames: list[zmq.Frame]) -> None:
+        """Each request is answered in a task of its own; receiving never waits for one."""
+        task = asyncio.get_running_loop().create_task(self._answer(frames))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop_accepting(self) -> None:
         self._accepting = False
 
     @staticmethod
-    def _configure(socket: zmq.asyncio.Socket) -> None:
+    def _configure(socket: zmq.Socket[Any]) -> None:
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
         socket.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
         # A client that disconnected before its reply must not make the send raise.
         socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
 
-    def _bind(self, socket: zmq.asyncio.Socket) -> str:
+    def _bind(self, socket: zmq.Socket[Any]) -> str:
         address = self.settings.zmq_address
         port = self.settings.zmq_port
         if ":" in address:
@@ -195,8 +203,5 @@ class ZmqFrontend(Frontend):
 
     async def _send(self, routing_id: bytes, frames: Sequence[bytes | memoryview]) -> None:
         socket = self._socket
-        if socket is None:
-            return
-        # Frames of two replies must never interleave on the one socket.
-        async with self._send_lock:
-            await socket.send_multipart([routing_id, b"", *frames], copy=False)
+        if socket is not None:  # one synchronous send: replies never interleave
+            socket.send([routing_id, b"", *frames])
