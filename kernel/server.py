@@ -39,7 +39,15 @@ from inferd.protocols.messages import (
 
 log = logging.getLogger("inferd")
 
-EXTENSIONS = ("model_configuration", "model_repository")
+# The KServe/Triton protocol extensions inferd implements, as server metadata lists them.
+EXTENSIONS = (
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "model_configuration",
+    "model_repository",
+    "model_repository(unload_dependents)",
+)
 UNLOAD_TIMEOUT_SECS = 30.0
 
 

@@ -1,0 +1,443 @@
+"""The KServe v2 HTTP/REST frontend: a plain ASGI app served by uvicorn in the main event loop.
+
+Owns the HTTP side only: the listening socket, the table of Triton's URL patterns, reading
+bodies under ``--http-max-input-size`` (from ``Content-Length`` before reading, while reading,
+and after decompression), response compression, and the single place where this protocol
+turns exceptions into ``{"error": ...}`` responses with the status of their error code. Bodies
+become messages and replies become bodies in ``inferd.protocols.kserve_http``; every request is
+answered by the data plane. No exception may reach uvicorn, and a client's numbers are checked
+before anything is allocated from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote
+
+import anyio
+import anyio.abc
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from inferd.kernel.frontend import Frontend
+from inferd.protocols import content_coding
+from inferd.protocols import kserve_http as codec
+from inferd.protocols.errors import ErrorCode, InferdError, Internal, InvalidArgument, http_status
+from inferd.protocols.messages import (
+    HealthRequest,
+    HealthStatus,
+    Index,
+    InferResponse,
+    Message,
+    ModelConfigReply,
+    ModelConfigRequest,
+    ModelMetadata,
+    ModelMetadataRequest,
+    ModelReadyRequest,
+    ServerMetadata,
+    ServerMetadataRequest,
+    Statistics,
+    StatisticsRequest,
+)
+
+if TYPE_CHECKING:
+    from inferd.kernel.dataplane import DataPlane
+    from inferd.kernel.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+# Bodies (or outputs) above this are decoded, encoded and compressed in a worker thread, so a
+# large request never stalls the event loop that every other request shares.
+OFFLOAD_BYTES = 1 << 20
+# The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
+MAX_HEAD_BYTES = 64 << 10
+BACKLOG = 2048
+SHUTTING_DOWN = "server is shutting down"
+JSON = (("content-type", "application/json"),)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    path_arguments: tuple[str, ...]
+    headers: dict[str, str]
+    body: bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    parts: tuple[bytes | memoryview, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    # Only infer responses: tritonclient decompresses those, yet sends Accept-Encoding (aiohttp's
+    # default) on every call and would choke on any other compressed reply.
+    compressible: bool = False
+
+    @property
+    def length(self) -> int:
+        return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self.parts)
+
+
+def json_response(body: bytes, status: int = 200) -> HttpResponse:
+    return HttpResponse(status, (body,), JSON)
+
+
+def error_response(status: int, message: str) -> HttpResponse:
+    return HttpResponse(status, (codec.encode_error(message),), JSON)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+Handler = Callable[["KserveHttpApp", HttpRequest], Coroutine[Any, Any, HttpResponse]]
+
+_MODEL = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+_REPOSITORY = r"/v2/repository(?:/[^/]+)?"
+
+
+class KserveHttpApp:
+    """The ASGI application: routes a request, reads its body, asks the data plane."""
+
+    def __init__(self, dataplane: DataPlane, max_input_size: int) -> None:
+        self.dataplane = dataplane
+        self.max_input_size = max_input_size
+        self.accepting = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            response = await self._respond(scope, receive)
+        except _ClientGone:
+            return
+        except Exception as error:
+            logger.exception("HTTP %s %s failed", scope.get("method"), scope.get("path"))
+            response = error_response(500, f"{type(error).__name__}: {error}")
+        try:
+            await self._send(send, response)
+        except Exception:
+            logger.debug("could not send an HTTP response", exc_info=True)
+
+    async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
+        path = bytes(scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        route = _match(path)
+        if route is None:
+            return error_response(404, "Not Found")
+        handlers, arguments = route
+        method = scope["method"]
+        handler = handlers.get(method)
+        if handler is None:
+            return error_response(405, "Method Not Allowed")
+        if not self.accepting:
+            return error_response(503, SHUTTING_DOWN)
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
+        }
+        try:
+            body = await self._read_body(headers, receive) if method == "POST" else b""
+            response = await handler(self, HttpRequest(method, arguments, headers, body))
+        except InferdError as error:
+            return error_response(http_status(ErrorCode(error.code)), error.message)
+        if response.compressible and response.length:
+            response = await self._compressed(response, headers.get("accept-encoding"))
+        return response
+
+    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes | memoryview:
+        limit = self.max_input_size
+        declared = headers.get("content-length", "").strip()
+        if declared.isdigit() and int(declared) > limit:
+            raise InvalidArgument(
+                f"the request body of {int(declared)} bytes is larger than the maximum input "
+                f"size of {limit} bytes (--http-max-input-size)"
+            )
+        decoder = content_coding.BodyDecoder(headers.get("content-encoding"), limit)
+        chunks: list[bytes | memoryview] = []
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > limit:
+                raise InvalidArgument(
+                    f"the request body is larger than the maximum input size of {limit} bytes "
+                    "(--http-max-input-size)"
+                )
+            if chunk:
+                decoded = decoder.feed(chunk)
+                if len(decoded):
+                    chunks.append(decoded)
+            if not message.get("more_body", False):
+                break
+        rest = decoder.finish()
+        if rest:
+            chunks.append(rest)
+        if len(chunks) == 1:
+            return chunks[0]
+        return b"".join(chunks)
+
+    async def _compressed(self, response: HttpResponse, accept: str | None) -> HttpResponse:
+        coding = content_coding.choose_response_coding(accept)
+        if coding == content_coding.IDENTITY:
+            return response
+        if response.length > OFFLOAD_BYTES:
+            body = await anyio.to_thread.run_sync(content_coding.compress, response.parts, coding)
+        else:
+            body = content_coding.compress(response.parts, coding)
+        headers = (*response.headers, ("content-encoding", coding))
+        return HttpResponse(response.status, (body,), headers)
+
+    @staticmethod
+    async def _send(send: Send, response: HttpResponse) -> None:
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers]
+        headers.append((b"content-length", str(response.length).encode("ascii")))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        parts = [part for part in response.parts if len(part)] or [b""]
+        for index, part in enumerate(parts):
+            more = index < len(parts) - 1
+            await send({"type": "http.response.body", "body": part, "more_body": more})
+
+    async def ask(self, request: Message) -> Message:
+        return await self.dataplane.handle(request)
+
+    # ------------------------------------------------------------------ handlers
+
+    async def health(self, request: HttpRequest) -> HttpResponse:
+        reply = _expect(await self.ask(HealthRequest(request.path_arguments[0])), HealthStatus)
+        return HttpResponse(200 if reply.ok else 400)
+
+    async def server_metadata(self, request: HttpRequest) -> HttpResponse:
+        reply = _expect(await self.ask(ServerMetadataRequest()), ServerMetadata)
+        return json_response(codec.encode_server_metadata(reply))
+
+    async def model_metadata(self, request: HttpRequest) -> HttpResponse:
+        model, version = _model_arguments(request)
+        reply = _expect(await self.ask(ModelMetadataRequest(model, version)), ModelMetadata)
+        return json_response(codec.encode_model_metadata(reply))
+
+    async def model_ready(self, request: HttpRequest) -> HttpResponse:
+        model, version = _model_arguments(request)
+        reply = _expect(await self.ask(ModelReadyRequest(model, version)), HealthStatus)
+        return HttpResponse(200) if reply.ok else error_response(400, "Model version not ready")
+
+    async def model_config(self, request: HttpRequest) -> HttpResponse:
+        model, version = _model_arguments(request)
+        reply = _expect(await self.ask(ModelConfigRequest(model, version)), ModelConfigReply)
+        return json_response(reply.config_json.encode("utf-8"))
+
+    async def model_statistics(self, request: HttpRequest) -> HttpResponse:
+        model, version = _model_arguments(request) if request.path_arguments else ("", "")
+        reply = _expect(await self.ask(StatisticsRequest(model, version)), Statistics)
+        return json_response(codec.encode_statistics(reply))
+
+    async def infer(self, request: HttpRequest) -> HttpResponse:
+        model, version = _model_arguments(request)
+        body = request.body
+        header_length = codec.parse_header_length(
+            request.headers.get("inference-header-content-length"), len(body)
+        )
+        arguments = (model, version, body, header_length, self.max_input_size)
+        if len(body) > OFFLOAD_BYTES:
+            infer_request, encoding = await anyio.to_thread.run_sync(
+                codec.decode_infer_request, *arguments
+            )
+        else:
+            infer_request, encoding = codec.decode_infer_request(*arguments)
+        reply = _expect(await self.ask(infer_request), InferResponse)
+        json_bytes = sum(
+            t.data.nbytes for t in reply.outputs
+            if not encoding.is_binary(t.name) and t.data.dtype.kind != "O"
+        )
+        if json_bytes > OFFLOAD_BYTES:
+            encoded = await anyio.to_thread.run_sync(codec.encode_infer_response, reply, encoding)
+        else:
+            encoded = codec.encode_infer_response(reply, encoding)
+        return HttpResponse(200, encoded.parts, encoded.headers, compressible=True)
+
+    async def index(self, request: HttpRequest) -> HttpResponse:
+        reply = _expect(await self.ask(codec.decode_index_request(request.body)), Index)
+        return json_response(codec.encode_index(reply))
+
+    async def load(self, request: HttpRequest) -> HttpResponse:
+        model = unquote(request.path_arguments[0])
+        await self.ask(codec.decode_load_request(model, request.body))
+        return HttpResponse(200)
+
+    async def unload(self, request: HttpRequest) -> HttpResponse:
+        model = unquote(request.path_arguments[0])
+        await self.ask(codec.decode_unload_request(model, request.body))
+        return HttpResponse(200)
+
+
+def _model_arguments(request: HttpRequest) -> tuple[str, str]:
+    model, version = request.path_arguments[0], request.path_arguments[1]
+    return unquote(model), version or ""
+
+
+M = TypeVar("M", bound=Message)
+
+
+def _expect(reply: Message, kind: type[M]) -> M:
+    if not isinstance(reply, kind):
+        raise Internal(f"the data plane answered {type(reply).__name__}, not {kind.__name__}")
+    return reply
+
+
+# Triton's URL patterns, first match wins; each maps the methods it allows to a handler.
+_ROUTE_TABLE: tuple[tuple[str, dict[str, Handler]], ...] = (
+    (r"/v2", {"GET": KserveHttpApp.server_metadata}),
+    (r"/v2/health/(live|ready)", {"GET": KserveHttpApp.health}),
+    (r"/v2/models/stats", {"GET": KserveHttpApp.model_statistics}),
+    (_MODEL, {"GET": KserveHttpApp.model_metadata}),
+    (_MODEL + "/ready", {"GET": KserveHttpApp.model_ready}),
+    (_MODEL + "/config", {"GET": KserveHttpApp.model_config}),
+    (_MODEL + "/stats", {"GET": KserveHttpApp.model_statistics}),
+    (_MODEL + "/infer", {"POST": KserveHttpApp.infer}),
+    (_REPOSITORY + "/index", {"POST": KserveHttpApp.index}),
+    (_REPOSITORY + "/models/([^/]+)/load", {"POST": KserveHttpApp.load}),
+    (_REPOSITORY + "/models/([^/]+)/unload", {"POST": KserveHttpApp.unload}),
+)
+_ROUTES = tuple((re.compile(pattern), handlers) for pattern, handlers in _ROUTE_TABLE)
+
+
+def _match(path: str) -> tuple[dict[str, Handler], tuple[str, ...]] | None:
+    for pattern, handlers in _ROUTES:
+        found = pattern.fullmatch(path)
+        if found is not None:
+            return handlers, found.groups()
+    return None
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside a parser callback; httptools reports it as a parse error."""
+
+
+class _BoundedHeadProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a bound on the request line plus headers, which it
+    would otherwise buffer without limit: a head over ``MAX_HEAD_BYTES`` gets a 400 and the
+    connection closes. A head that completes is measured exactly; one still arriving is
+    counted chunk by chunk (from the chunk after the one it began in, whose offset the parser
+    does not tell), so at most one chunk more than the limit is ever buffered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+        self._began_in_chunk = False
+        self._head_too_large = False
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+        self._began_in_chunk = True
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+        if size > MAX_HEAD_BYTES:
+            self._head_too_large = True
+            raise _HeadTooLarge
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        self._began_in_chunk = False
+        super().data_received(data)
+        if not self._in_head or self._began_in_chunk or self.transport.is_closing():
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._head_too_large = True
+            self.send_400_response("")
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._head_too_large:
+            super().send_400_response(msg)
+            return
+        body = codec.encode_error(
+            f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes"
+        )
+        self.transport.write(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("ascii")
+            + body
+        )
+        self.transport.close()
+
+
+class KserveHttpFrontend(Frontend):
+    name = "kserve_http"
+
+    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+        super().__init__(dataplane, settings)
+        max_input_size = int(settings.options.get("http_max_input_size", codec.DEFAULT_MAX_INPUT_SIZE))
+        self.app = KserveHttpApp(dataplane, max_input_size)
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        listener = _bind(self.settings.http_address, self.settings.http_port)
+        config = uvicorn.Config(
+            self.app, loop="none", http=_BoundedHeadProtocol, ws="none", lifespan="off",
+            interface="asgi3", log_config=None, log_level="warning", access_log=False,
+            server_header=False, backlog=BACKLOG,
+            timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_secs)),
+        )
+        # startup/main_loop/shutdown rather than serve(): serve() installs its own SIGTERM and
+        # SIGINT handlers, which belong to the kernel in this process.
+        server = uvicorn.Server(config)
+        try:
+            config.load()
+            server.lifespan = config.lifespan_class(config)
+            await server.startup(sockets=[listener])
+            task_status.started(_address(listener))
+            await server.main_loop()
+        finally:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self.settings.exit_timeout_secs + 1):
+                    if server.started:
+                        await server.shutdown(sockets=[listener])
+                listener.close()
+
+    async def stop_accepting(self) -> None:
+        self.app.accepting = False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket, bound here so a busy port raises ``OSError`` (uvicorn would exit)."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise OSError(f"HTTP frontend cannot resolve address {host!r}: {error}") from error
+    listener = socket.socket(family, kind, protocol)
+    try:
+        # Rebinding over connections in TIME_WAIT only; a port someone listens on stays busy.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(BACKLOG)
+        listener.setblocking(False)
+    except OSError as error:
+        listener.close()
+        raise OSError(
+            error.errno, f"HTTP frontend cannot bind {host}:{port}: {error.strerror}"
+        ) from error
+    return listener
+
+
+def _address(listener: socket.socket) -> str:
+    host, port = listener.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+

@@ -1,0 +1,173 @@
+"""Tests of the KServe HTTP frontend's ASGI app and HTTP protocol, driven without sockets: the
+route table, body limits, the one place errors become responses, and the bounded head."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from inferd.plugins.frontends.kserve_http import frontend
+from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
+from inferd.protocols.messages import (
+    Ack,
+    HealthStatus,
+    Index,
+    IndexEntry,
+    Message,
+    ServerMetadata,
+)
+
+
+class FakeDataPlane:
+    """Answers from a table by request kind, or raises what the table holds."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.requests: list[Message] = []
+
+    async def handle(self, request: Message) -> Message:
+        self.requests.append(request)
+        answer = self.answers[type(request).__name__]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+
+def call(app: frontend.KserveHttpApp, method: str, path: str, body: bytes = b"",
+         headers: dict[str, str] | None = None, chunk: int = 1 << 20) -> tuple[int, dict[str, str], bytes]:
+    scope = {
+        "type": "http", "method": method, "path": path, "raw_path": path.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+    }
+    pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)] or [b""]
+    messages = [
+        {"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1}
+        for i, piece in enumerate(pieces)
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = sent[0]
+    response_headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    content = b"".join(bytes(m.get("body", b"")) for m in sent[1:])
+    assert int(response_headers["content-length"]) == len(content)
+    return start["status"], response_headers, content
+
+
+def make_app(limit: int = 1 << 20, **answers: Any) -> tuple[frontend.KserveHttpApp, FakeDataPlane]:
+    dataplane = FakeDataPlane(answers)
+    return frontend.KserveHttpApp(dataplane, limit), dataplane  # type: ignore[arg-type]
+
+
+def test_routes_methods_and_shutting_down() -> None:
+    app, dataplane = make_app(
+        ServerMetadataRequest=ServerMetadata("inferd", "1", ("binary_tensor_data",)),
+        HealthRequest=HealthStatus(False),
+        ModelReadyRequest=HealthStatus(False),
+    )
+    status, headers, body = call(app, "GET", "/v2")
+    assert (status, headers["content-type"]) == (200, "application/json")
+    assert json.loads(body)["extensions"] == ["binary_tensor_data"]
+    assert call(app, "GET", "/v2/health/ready")[0::2] == (400, b"")
+    assert call(app, "GET", "/v2/models/a%2Fb/ready")[0::2] == (
+        400, b'{"error":"Model version not ready"}')
+    assert dataplane.requests[-1].model == "a/b"  # type: ignore[attr-defined]
+    assert call(app, "GET", "/v2/models/m/versions/x")[0::2] == (404, b'{"error":"Not Found"}')
+    assert call(app, "PUT", "/v2")[0::2] == (405, b'{"error":"Method Not Allowed"}')
+    app.accepting = False
+    assert call(app, "GET", "/v2")[0::2] == (503, b'{"error":"server is shutting down"}')
+
+
+def test_errors_become_responses() -> None:
+    app, _ = make_app(
+        ModelMetadataRequest=NotFound("Request for unknown model: 'm' is not found"),
+        ModelConfigRequest=Unavailable("busy"),
+        StatisticsRequest=RuntimeError("boom"),
+    )
+    assert call(app, "GET", "/v2/models/m")[0::2] == (
+        404, b'{"error":"Request for unknown model: \'m\' is not found"}')
+    assert call(app, "GET", "/v2/models/m/config")[0::2] == (503, b'{"error":"busy"}')
+    assert call(app, "GET", "/v2/models/stats")[0::2] == (500, b'{"error":"RuntimeError: boom"}')
+
+
+def test_body_limits_and_decoding() -> None:
+    app, dataplane = make_app(limit=100, IndexRequest=Index((IndexEntry("m"),)),
+                              LoadRequest=Ack(), UnloadRequest=InvalidArgument("no"))
+    status, _, body = call(app, "POST", "/v2/repository/index", b"{}",
+                           {"Content-Length": "101"})
+    assert (status, json.loads(body)["error"]) == (
+        400, ("the request body of 101 bytes is larger than the maximum input size of 100 bytes"
+             " (--http-max-input-size)"))
+    status, _, body = call(app, "POST", "/v2/repository/index", b" " * 150, chunk=10)
+    assert status == 400 and "larger than the maximum input size" in json.loads(body)["error"]
+    status, _, body = call(app, "POST", "/v2/repository/index", gzip.compress(b" " * 1000),
+                           {"Content-Encoding": "gzip"})
+    assert status == 400 and "decompresses to more than" in json.loads(body)["error"]
+    status, _, body = call(app, "POST", "/v2/repository/index",
+                           gzip.compress(b'{"ready": true}'), {"Content-Encoding": "gzip"}, chunk=3)
+    assert (status, json.loads(body)) == (200, [{"name": "m"}])
+    assert dataplane.requests[-1].ready_only is True  # type: ignore[attr-defined]
+    assert call(app, "POST", "/v2/repository/models/m/load")[0::2] == (200, b"")
+    assert call(app, "POST", "/v2/repository/models/m/unload")[0::2] == (400, b'{"error":"no"}')
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"GET /v2 HTTP/1.1\r\nX: " + b"a" * 100_000 + b"\r\n\r\n"],
+    [b"GET /v2 HTTP/1.1\r\nX: "] + [b"a" * 10_000] * 20,
+], ids=["whole", "streamed"])
+def test_a_huge_head_is_refused(pieces: list[bytes]) -> None:
+    async def scenario() -> FakeTransport:
+        config = uvicorn.Config(lambda *a: None, http=frontend._BoundedHeadProtocol,
+                                lifespan="off", log_config=None, log_level="critical")
+        config.load()
+        protocol = frontend._BoundedHeadProtocol(config=config, server_state=ServerState(),
+                                                 app_state={})
+        transport = FakeTransport()
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        for piece in pieces:
+            if transport.closed:
+                break
+            protocol.data_received(piece)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.closed
+    response = b"".join(transport.written)
+    assert response.startswith(b"HTTP/1.1 400 ")
+    assert response.endswith(b'{"error":"the request line and headers are larger than 65536 bytes"}')
