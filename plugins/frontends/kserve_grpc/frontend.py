@@ -1,0 +1,382 @@
+"""The KServe v2 gRPC frontend: ``inference.GRPCInferenceService`` on a ``grpc.aio`` server in
+the main process's event loop.
+
+Owns the server (its options, its bind, its start and stop), the servicer, and the one place
+where this protocol turns exceptions into gRPC statuses (or, inside ``ModelStreamInfer``, into
+a stream response's ``error_message``). Each RPC is a few lines: convert with
+``inferd.protocols.kserve_grpc``, ``await dataplane.handle``, convert back. The service is
+registered from its protobuf descriptor so that ``ModelInfer`` and ``ModelStreamInfer`` use
+``inferd.protocols.kserve_grpc_wire``'s framing, which leaves tensor bytes uncopied. It decides
+nothing about models or inference, and never lets one request's failure end a stream or the
+server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.abc
+import grpc
+import grpc.aio
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferd.kernel.frontend import Frontend
+from inferd.protocols import kserve_grpc as convert
+from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.errors import (
+    InferdError,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+    Unsupported,
+    grpc_status_name,
+)
+from inferd.protocols.messages import (
+    Ack,
+    HealthRequest,
+    HealthStatus,
+    Index,
+    InferResponse,
+    Message,
+    ModelConfigReply,
+    ModelConfigRequest,
+    ModelMetadata,
+    ModelMetadataRequest,
+    ModelReadyRequest,
+    ServerMetadata,
+    ServerMetadataRequest,
+    Statistics,
+    StatisticsRequest,
+)
+
+if TYPE_CHECKING:
+    from inferd.kernel.dataplane import DataPlane
+    from inferd.kernel.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "server is shutting down"
+
+SERVER_OPTIONS: Sequence[tuple[str, Any]] = (
+    # Tensors are routinely larger than gRPC's 4 MiB default.
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    # Without this a second server could bind the same port and silently share its traffic.
+    ("grpc.so_reuseport", 0),
+)
+
+# Seconds the in-flight RPCs get once the server is cancelled; the server's shutdown has
+# already drained the data plane by then, so this only covers replies still being written.
+STOP_GRACE_SECS = 1.0
+
+# Responses of one stream that may wait behind an earlier, slower one; past this the stream
+# stops reading, so gRPC flow control slows the client down.
+STREAM_WINDOW = 1024
+
+ReplyT = TypeVar("ReplyT", bound=Message)
+
+
+class KserveGrpcFrontend(Frontend):
+    name = "kserve_grpc"
+
+    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+        super().__init__(dataplane, settings)
+        self.accepting = True
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        # grpc.aio binds the server to the event loop running when it is created.
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))
+        try:
+            address = self._bind(server)
+            await server.start()
+            logger.info("gRPC frontend listening on %s", address)
+            task_status.started(address)
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await server.stop(STOP_GRACE_SECS)
+
+    async def stop_accepting(self) -> None:
+        self.accepting = False
+
+    def _bind(self, server: grpc.aio.Server) -> str:
+        host = self.settings.grpc_address
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        target = f"{host}:{self.settings.grpc_port}"
+        try:
+            port = server.add_insecure_port(target)
+        except RuntimeError:
+            port = 0
+        if not port:
+            # grpc logs the system's reason (address in use, unknown host, ...) itself.
+            raise OSError(
+                f"the gRPC frontend cannot listen on {target}: the address is in use or not "
+                "available on this host"
+            )
+        return f"{host}:{port}"
+
+    def rpc(self, context: grpc.aio.ServicerContext[Any, Any]) -> _Rpc:
+        return _Rpc(context)
+
+    async def ask(self, request: Message, reply_type: type[ReplyT]) -> ReplyT:
+        """The data plane's reply to ``request``, which must be a ``reply_type``."""
+        if not self.accepting:
+            raise Unavailable(SHUTTING_DOWN)
+        reply = await self.dataplane.handle(request)
+        if not isinstance(reply, reply_type):
+            raise Internal(
+                f"the data plane answered a {request.kind()} with a {reply.kind()}, "
+                f"not a {reply_type.__name__}"
+            )
+        return reply
+
+    async def infer(self, request: wire.ParsedInferRequest) -> InferResponse:
+        if request.error:
+            raise InvalidArgument(request.error)
+        message = convert.decode_infer_request(request.header, request.raw_input_contents)
+        return await self.ask(message, InferResponse)
+
+    async def stream_answer(self, request: wire.ParsedInferRequest) -> list[Any]:
+        """The stream responses to one ``ModelStreamInfer`` request; a failure is a response
+        with ``error_message``, never an exception."""
+        header = request.header
+        try:
+            reply = await self.infer(request)
+            empty_final = convert.empty_final_response_requested(header)
+            # Triton flags every response of a model that is not decoupled as final; asked
+            # for an empty final response, this one is not, and that closes the request.
+            response = convert.encode_infer_response(reply, final=not empty_final)
+            answers: list[Any] = [wire.serialize_stream_response(*response)]
+            if empty_final:
+                answers.append(convert.encode_empty_final_response(header))
+            return answers
+        except InferdError as error:
+            return [convert.encode_stream_error(header, error.message)]
+        except Exception as error:
+            logger.exception("gRPC frontend failed on a streamed inference request")
+            return [convert.encode_stream_error(header, f"{type(error).__name__}: {error}")]
+
+
+class _Rpc:
+    """``async with frontend.rpc(context):`` ends the RPC with the status an error's code maps
+    to (the one place this frontend turns exceptions into statuses)."""
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        error_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if error is None or isinstance(error, grpc.aio.AbortError):
+            return
+        if isinstance(error, InferdError):
+            code = grpc.StatusCode[grpc_status_name(error.code)]
+            await self._context.abort(code, error.message)
+        if isinstance(error, Exception):
+            logger.exception("gRPC frontend failed to answer a request", exc_info=error)
+            await self._context.abort(
+                grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+            )
+
+
+@dataclass(slots=True)
+class _StreamSlot:
+    """One stream request's place in the order responses are written in."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    responses: list[Any] = field(default_factory=list)
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """``inference.GRPCInferenceService`` over the data plane."""
+
+    def __init__(self, frontend: KserveGrpcFrontend) -> None:
+        self._frontend = frontend
+
+    # ------------------------------------------------------------------ health and metadata
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            status = await self._frontend.ask(HealthRequest("live"), HealthStatus)
+            return service_pb2.ServerLiveResponse(live=status.ok)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            status = await self._frontend.ask(HealthRequest("ready"), HealthStatus)
+            return service_pb2.ServerReadyResponse(ready=status.ok)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = ModelReadyRequest(request.name, request.version)
+            status = await self._frontend.ask(message, HealthStatus)
+            return service_pb2.ModelReadyResponse(ready=status.ok)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            metadata = await self._frontend.ask(ServerMetadataRequest(), ServerMetadata)
+            return convert.encode_server_metadata(metadata)
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = ModelMetadataRequest(request.name, request.version)
+            return convert.encode_model_metadata(await self._frontend.ask(message, ModelMetadata))
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = ModelConfigRequest(request.name, request.version)
+            return convert.encode_model_config(await self._frontend.ask(message, ModelConfigReply))
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = StatisticsRequest(request.name, request.version)
+            return convert.encode_statistics(await self._frontend.ask(message, Statistics))
+
+    # ------------------------------------------------------------------ inference
+
+    async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
+        async with self._frontend.rpc(context):
+            reply = await self._frontend.infer(request)
+            return wire.serialize_infer_response(*convert.encode_infer_response(reply))
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
+        # Requests run concurrently; their responses are written in request order, as Triton
+        # does for models that are not decoupled (every inferd model).
+        send, receive = anyio.create_memory_object_stream[_StreamSlot](STREAM_WINDOW)
+
+        async def answer(request: Any, slot: _StreamSlot) -> None:
+            slot.responses = await self._frontend.stream_answer(request)
+            slot.done.set()
+
+        async def read(tasks: anyio.abc.TaskGroup) -> None:
+            async with send:
+                async for request in request_iterator:
+                    slot = _StreamSlot()
+                    tasks.start_soon(answer, request, slot)
+                    await send.send(slot)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read, tasks)
+            async with receive:
+                async for slot in receive:
+                    await slot.done.wait()
+                    for response in slot.responses:
+                        await context.write(response)
+
+    # ------------------------------------------------------------------ repository API
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            index = await self._frontend.ask(convert.decode_index_request(request), Index)
+            return convert.encode_index(index)
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            await self._frontend.ask(convert.decode_load_request(request), Ack)
+            return service_pb2.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            await self._frontend.ask(convert.decode_unload_request(request), Ack)
+            return service_pb2.RepositoryModelUnloadResponse()
+
+    # ------------------------------------------------------------------ not implemented
+
+    async def _unimplemented(self, context: Any, rpc: str, extension: str) -> None:
+        async with self._frontend.rpc(context):
+            raise Unsupported(f"inferd does not implement {rpc}: {extension} is not supported")
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "SystemSharedMemoryStatus", "system shared memory")
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "SystemSharedMemoryRegister", "system shared memory")
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "SystemSharedMemoryUnregister", "system shared memory")
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "CudaSharedMemoryStatus", "CUDA shared memory")
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "CudaSharedMemoryRegister", "CUDA shared memory")
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "CudaSharedMemoryUnregister", "CUDA shared memory")
+
+    async def TraceSetting(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "TraceSetting", "tracing")
+
+    async def LogSettings(self, request: Any, context: Any) -> None:
+        await self._unimplemented(context, "LogSettings", "the logging extension")
+
+
+# The RPCs whose requests and replies carry tensors: their raw contents bypass protobuf.
+_TENSOR_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    """What a request that protobuf cannot parse is handed to its RPC as."""
+
+    message: str
+
+
+def _tolerant(request_class: Any) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return request_class.FromString(data)
+        except DecodeError as error:
+            return _Undecodable(f"malformed {request_class.__name__}: {error}")
+
+    return deserialize
+
+
+def _refusing_undecodable(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[..., Any]:
+    async def handle(request: Any, context: Any) -> Any:
+        if isinstance(request, _Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return await method(request, context)
+
+    return handle
+
+
+def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
+    """``inference.GRPCInferenceService`` bound to ``servicer``, built from the service's
+    descriptor: protobuf (de)serializers, except for the tensor RPCs; a request that does not
+    parse is answered INVALID_ARGUMENT."""
+    service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    handlers = {}
+    for method in service.methods:
+        behaviour = getattr(servicer, method.name)
+        if method.name in _TENSOR_RPCS:
+            deserializer, serializer = wire.parse_infer_request, wire.serialize_reply
+        else:
+            request_class = getattr(service_pb2, method.input_type.name)
+            response_class = getattr(service_pb2, method.output_type.name)
+            deserializer, serializer = _tolerant(request_class), response_class.SerializeToString
+            behaviour = _refusing_undecodable(behaviour)
+        make_handler = (
+            grpc.stream_stream_rpc_method_handler
+            if method.client_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make_handler(
+            behaviour, request_deserializer=deserializer, response_serializer=serializer
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
