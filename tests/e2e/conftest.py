@@ -97,7 +97,9 @@ class ServerHandle:
         self._log_file.close()
 
 
-def launch(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
+def launch(
+    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+) -> ServerHandle:
     """Start ``inferd serve`` without waiting for it; every port is a free one (zmq given,
     the others so that concurrent servers never collide)."""
     zmq_port = free_port()
@@ -119,13 +121,16 @@ def launch(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
         stderr=subprocess.STDOUT,
         cwd=log_dir,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     return ServerHandle(f"tcp://127.0.0.1:{zmq_port}", process, log_path, log_file, ports=ports)
 
 
-def start_server(repository: Path | None, *flags: str, log_dir: Path) -> ServerHandle:
+def start_server(
+    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+) -> ServerHandle:
     """Launch the server and return once the client reports it live."""
-    server = launch(repository, *flags, log_dir=log_dir)
+    server = launch(repository, *flags, log_dir=log_dir, env=env)
     deadline = time.monotonic() + START_TIMEOUT_SECS
     with Client(server.url, timeout=1.0) as client:
         while True:
@@ -188,13 +193,17 @@ class InferdHarness:
         self.servers: list[ServerHandle] = []
         self._repositories = count(1)
 
-    def launch(self, repository: Path | None, *flags: str) -> ServerHandle:
-        server = launch(repository, *flags, log_dir=self.folder / "logs")
+    def launch(
+        self, repository: Path | None, *flags: str, env: dict[str, str] | None = None
+    ) -> ServerHandle:
+        server = launch(repository, *flags, log_dir=self.folder / "logs", env=env)
         self.servers.append(server)
         return server
 
-    def start(self, repository: Path | None, *flags: str) -> ServerHandle:
-        server = start_server(repository, *flags, log_dir=self.folder / "logs")
+    def start(
+        self, repository: Path | None, *flags: str, env: dict[str, str] | None = None
+    ) -> ServerHandle:
+        server = start_server(repository, *flags, log_dir=self.folder / "logs", env=env)
         self.servers.append(server)
         return server
 
