@@ -48,12 +48,17 @@ class VersionStatistics:
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchSizeStatistics] = field(default_factory=dict)
 
-    def record_batch(self, batch_size: int, compute_ns: tuple[int, int, int]) -> None:
+    def record_batch(
+        self, batch_size: int, requests: int, compute_ns: tuple[int, int, int]
+    ) -> None:
+        """One execution of ``requests`` requests holding ``batch_size`` batch elements. As in
+        Triton, every request of the batch is charged the batch's compute time in
+        ``inference_stats``, while ``batch_stats`` counts the execution once."""
         self.execution_count += 1
         self.inference_count += batch_size
         by_size = self.batches.setdefault(batch_size, BatchSizeStatistics())
         for phase, ns in zip(("compute_input", "compute_infer", "compute_output"), compute_ns):
-            getattr(self, phase).add(ns)
+            getattr(self, phase).add(ns * requests, requests)
             getattr(by_size, phase).add(ns)
 
     def record_request(self, ok: bool, total_ns: int, queue_ns: int) -> None:

@@ -321,7 +321,9 @@ class SchedulerActor(Actor):
                 InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
                 for r in reply.results
             ]
-            version.statistics.record_batch(sum(q.batch_size for q in batch), reply.compute_ns)
+            version.statistics.record_batch(
+                sum(q.batch_size for q in batch), len(batch), reply.compute_ns
+            )
         except InferdError as error:
             results = [error] * len(batch)
         except Exception as error:  # noqa: BLE001 - never leave a request waiting
