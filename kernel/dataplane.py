@@ -19,6 +19,7 @@ from inferd.protocols.messages import (
     ModelConfigRequest,
     ModelMetadataRequest,
     ModelReadyRequest,
+    PollRequest,
     ServerMetadata,
     ServerMetadataRequest,
     StatisticsRequest,
@@ -38,6 +39,7 @@ _OWNER: dict[type[Message], str] = {
     IndexRequest: "control",
     LoadRequest: "control",
     UnloadRequest: "control",
+    PollRequest: "control",
 }
 
 

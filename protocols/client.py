@@ -46,6 +46,7 @@ from inferd.protocols.messages import (
     ModelMetadataRequest,
     ModelReadyRequest,
     ServerMetadata,
+    PollRequest,
     ServerMetadataRequest,
     Statistics,
     StatisticsRequest,
@@ -270,6 +271,10 @@ class AsyncClient:
         reply = _expect(await self._ask(StatisticsRequest(model, version)), Statistics)
         return list(reply.model_stats)
 
+    async def poll(self) -> None:
+        """POLL mode: make the server look at its repository now."""
+        _expect(await self._ask(PollRequest()), Ack)
+
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         return list(_expect(await self._ask(IndexRequest(ready_only)), Index).entries)
 
@@ -417,6 +422,10 @@ class Client:
 
     def statistics(self, model: str = "", version: str = "") -> list[dict[str, Any]]:
         return list(_expect(self._ask(StatisticsRequest(model, version)), Statistics).model_stats)
+
+    def poll(self) -> None:
+        """POLL mode: make the server look at its repository now."""
+        _expect(self._ask(PollRequest()), Ack)
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         return list(_expect(self._ask(IndexRequest(ready_only)), Index).entries)

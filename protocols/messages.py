@@ -211,6 +211,12 @@ class UnloadRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class PollRequest(Message):
+    """POLL mode: look at the repository now instead of at the next poll (inferd extension);
+    the reply comes once the changes found have been acted on."""
+
+
+@dataclass(frozen=True, slots=True)
 class StatisticsRequest(Message):
     """Statistics of one model (all its served versions, or ``version``), or of every model
     when ``model`` is empty."""
@@ -254,6 +260,18 @@ class ResolvedModel(Message):
 @dataclass(frozen=True, slots=True)
 class ListModels(Message):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintModels(Message):
+    """Ask the repository for a fingerprint of every model folder (for POLL)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprints(Message):
+    """Model name -> a hash that changes whenever anything in its folder changes."""
+
+    fingerprints: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)

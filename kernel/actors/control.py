@@ -36,6 +36,8 @@ from inferd.protocols.messages import (
     Envelope,
     ExecutorHello,
     ExecutorLost,
+    FingerprintModels,
+    Fingerprints,
     HealthRequest,
     HealthStatus,
     Index,
@@ -46,6 +48,7 @@ from inferd.protocols.messages import (
     LoadStartupModels,
     LoadVersion,
     ModelList,
+    PollRequest,
     ResolvedModel,
     ResolveModel,
     RetireVersion,
@@ -63,6 +66,7 @@ REPOSITORY = "repository"
 SCHEDULER = "scheduler"
 EXECUTORS = "executors"
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+POLL_SETTLE_SECS = 1.0
 
 
 class State:
@@ -102,6 +106,10 @@ class ControlActor(Actor):
         self._required: set[str] = set()  # what strict readiness waits for
         self._started = False
         self._orphans: dict[str, set[str]] = {}  # executor -> models lost with it
+        # POLL: each model folder's fingerprint at the last poll, and the one last acted on.
+        self._seen: dict[str, str] = {}
+        self._acted_on: dict[str, str] = {}
+        self._poll_lock = anyio.Lock()
 
     def _model(self, name: str) -> _Model:
         return self._models.setdefault(name, _Model())
@@ -118,6 +126,8 @@ class ControlActor(Actor):
             names = list(listing.names)
         else:
             names = []
+        if mode == "poll":
+            self._seen = self._acted_on = await self._fingerprints()
         failures: dict[str, str] = {}
 
         async def load(name: str) -> None:
@@ -131,6 +141,8 @@ class ControlActor(Actor):
             for name in names:
                 tasks.start_soon(load, name)
         self._started = True
+        if mode == "poll":
+            self.spawn(self._poll_forever)
         return StartupReport(failures)
 
     # ------------------------------------------------------------------ repository API
@@ -156,8 +168,11 @@ class ControlActor(Actor):
         for name in sorted(set(listing.names) | set(self._models)):
             model = self._models.get(name)
             if model is not None and model.versions:
+                # A failed reload leaves the old version READY: its reason says what failed.
                 entries.extend(
-                    IndexEntry(name, str(number), version.state, version.reason)
+                    IndexEntry(name, str(number), version.state,
+                               version.reason or (model.error if version.state == State.READY
+                                                  else ""))
                     for number, version in sorted(model.versions.items())
                 )
             elif model is not None and model.error:
@@ -178,6 +193,71 @@ class ControlActor(Actor):
         if not self._settings.strict_readiness:
             return HealthStatus(True)
         return HealthStatus(all(self._model(name).ready() for name in self._required))
+
+    # ------------------------------------------------------------------ POLL mode
+
+    async def on_poll_request(self, request: PollRequest, envelope: Envelope) -> Ack:
+        """Poll now. The folders must still hold still, for a short settle interval instead
+        of a whole poll period: the caller says it has finished copying."""
+        if self._settings.model_control_mode != "poll":
+            raise Unavailable("repository poll is only available with --model-control-mode=poll")
+        async with self._poll_lock:
+            self._seen = await self._fingerprints()
+            await anyio.sleep(min(POLL_SETTLE_SECS, self._settings.repository_poll_secs))
+            await self._poll_once()
+        return Ack()
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await anyio.sleep(self._settings.repository_poll_secs)
+            async with self._poll_lock:
+                try:
+                    await self._poll_once()
+                except InferdError as error:
+                    log.error("repository poll failed: %s", error.message)
+
+    async def _fingerprints(self) -> dict[str, str]:
+        reply = await self.router.ask(REPOSITORY, FingerprintModels())
+        assert isinstance(reply, Fingerprints)
+        return dict(reply.fingerprints)
+
+    async def _poll_once(self) -> None:
+        """Act on every folder that changed before the last poll and not since (SPEC 2.2):
+        load what is new, reload what changed, unload what is gone."""
+        previous, current = self._seen, await self._fingerprints()
+        self._seen = current
+        changed = [
+            name for name, fingerprint in current.items()
+            if previous.get(name) == fingerprint and self._acted_on.get(name) != fingerprint
+        ]
+        removed = [name for name in self._acted_on if name not in current and name not in previous]
+        for name in changed:
+            self._acted_on[name] = current[name]
+        for name in removed:
+            del self._acted_on[name]
+        if changed or removed:
+            log.info("poll: loading %s; unloading %s", ", ".join(changed) or "nothing",
+                     ", ".join(removed) or "nothing")
+        async with anyio.create_task_group() as tasks:
+            for name in changed:
+                tasks.start_soon(self._poll_load, name)
+            for name in removed:
+                tasks.start_soon(self._poll_unload, name)
+
+    async def _poll_load(self, name: str) -> None:
+        try:
+            await self._load(name)
+        except InferdError as error:
+            log.error("poll: %s", error.message)
+        else:
+            self._required.add(name)
+
+    async def _poll_unload(self, name: str) -> None:
+        self._required.discard(name)
+        await self._unload(name)
+        model = self._models.get(name)
+        if model is not None and not model.ready() and model.lock.statistics().tasks_waiting == 0:
+            del self._models[name]  # gone from the repository: gone from the index
 
     # ------------------------------------------------------------------ executors
 
@@ -227,11 +307,9 @@ class ControlActor(Actor):
                 raise
             except InferdError as error:
                 remove_override_folder(override_dir)
-                if not model.ready():
-                    model.error = error.message
+                model.error = error.message
                 raise
             assert isinstance(resolved, ResolvedModel)
-            model.error = ""
             failures: dict[int, str] = {}
 
             async def load_version(number: int) -> None:
@@ -248,10 +326,10 @@ class ControlActor(Actor):
             if failures:
                 remove_override_folder(override_dir)
                 number, cause = min(failures.items())
-                raise InvalidArgument(
-                    f"load failed for model '{name}': version {number} is at UNAVAILABLE state:"
-                    f" {cause}"
-                )
+                model.error = (f"load failed for model '{name}': version {number} is at"
+                               f" UNAVAILABLE state: {cause}")
+                raise InvalidArgument(model.error)
+            model.error = ""
             if model.override_dir != override_dir:
                 remove_override_folder(model.override_dir)
             model.override_dir = override_dir

@@ -1,6 +1,6 @@
 """The repository actor: the kernel's window onto the model repository folders.
 
-It answers ``ListModels`` and ``ResolveModel`` by running ``inferd.kernel.repository``'s
+It answers ``ListModels``, ``FingerprintModels`` and ``ResolveModel`` by running ``inferd.kernel.repository``'s
 synchronous reading, parsing and validation in a worker thread, so a slow disk never stalls
 the event loop. It holds no model state; control decides what to do with what it reads.
 """
@@ -13,7 +13,16 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.repository import ModelRepository
 from inferd.kernel.router import Router
-from inferd.protocols.messages import Envelope, ListModels, ModelList, ResolvedModel, ResolveModel
+from inferd.protocols.errors import InferdError
+from inferd.protocols.messages import (
+    Envelope,
+    FingerprintModels,
+    Fingerprints,
+    ListModels,
+    ModelList,
+    ResolvedModel,
+    ResolveModel,
+)
 
 
 class RepositoryActor(Actor):
@@ -28,6 +37,23 @@ class RepositoryActor(Actor):
     async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:
         names, problems = await anyio.to_thread.run_sync(self._repository.list_models)
         return ModelList(names, problems)
+
+    async def on_fingerprint_models(
+        self, message: FingerprintModels, envelope: Envelope
+    ) -> Fingerprints:
+        def fingerprint_all() -> dict[str, str]:
+            names, problems = self._repository.list_models()
+            fingerprints = {}
+            for name in names:
+                if name in problems:
+                    continue
+                try:
+                    fingerprints[name] = self._repository.fingerprint(name)
+                except InferdError:
+                    continue  # removed while we looked: the next poll sees it gone
+            return fingerprints
+
+        return Fingerprints(await anyio.to_thread.run_sync(fingerprint_all))
 
     async def on_resolve_model(self, message: ResolveModel, envelope: Envelope) -> ResolvedModel:
         def resolve() -> ResolvedModel:

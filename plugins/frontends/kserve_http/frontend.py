@@ -39,6 +39,7 @@ from inferd.protocols.messages import (
     ModelMetadata,
     ModelMetadataRequest,
     ModelReadyRequest,
+    PollRequest,
     ServerMetadata,
     ServerMetadataRequest,
     Statistics,
@@ -279,6 +280,11 @@ class KserveHttpApp:
         await self.ask(codec.decode_unload_request(model, request.body))
         return HttpResponse(200)
 
+    async def poll(self, request: HttpRequest) -> HttpResponse:
+        """``POST v2/repository/poll`` (inferd extension): poll the repository now."""
+        await self.ask(PollRequest())
+        return HttpResponse(200)
+
 
 def _model_arguments(request: HttpRequest) -> tuple[str, str]:
     model, version = request.path_arguments[0], request.path_arguments[1]
@@ -305,6 +311,7 @@ _ROUTE_TABLE: tuple[tuple[str, dict[str, Handler]], ...] = (
     (_MODEL + "/stats", {"GET": KserveHttpApp.model_statistics}),
     (_MODEL + "/infer", {"POST": KserveHttpApp.infer}),
     (_REPOSITORY + "/index", {"POST": KserveHttpApp.index}),
+    (_REPOSITORY + "/poll", {"POST": KserveHttpApp.poll}),
     (_REPOSITORY + "/models/([^/]+)/load", {"POST": KserveHttpApp.load}),
     (_REPOSITORY + "/models/([^/]+)/unload", {"POST": KserveHttpApp.unload}),
 )

@@ -36,6 +36,7 @@ from inferd.protocols.messages import (
     ModelConfigRequest,
     ModelMetadataRequest,
     ModelReadyRequest,
+    PollRequest,
     ServerMetadataRequest,
     StatisticsRequest,
     UnloadRequest,
@@ -65,6 +66,7 @@ ACCEPTED_REQUESTS: frozenset[type[Message]] = frozenset(
         LoadRequest,
         UnloadRequest,
         StatisticsRequest,
+        PollRequest,
     }
 )
 
