@@ -1,0 +1,57 @@
+"""Every hook is documented, and the built-in plugins are found through the entry points."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+
+import pluggy
+import pytest
+
+from inferd.kernel import hookspecs
+from inferd.kernel.plugins import Plugins
+
+HOOKS = [
+    value for name, value in vars(hookspecs).items()
+    if name.startswith("inferd_") and callable(value)
+]
+
+
+def test_every_hook_has_a_docstring_and_typed_parameters() -> None:
+    assert {hook.__name__ for hook in HOOKS} == {
+        "inferd_register_backends", "inferd_register_frontends", "inferd_add_options"}
+    for hook in HOOKS:
+        assert hook.__doc__ and len(hook.__doc__.strip()) > 40, hook.__name__
+        parameters = inspect.signature(hook).parameters.values()
+        assert all(p.annotation is not inspect.Parameter.empty for p in parameters), hook.__name__
+
+
+def test_built_ins_are_plugins_like_any_other() -> None:
+    plugins = Plugins.load()
+    assert {"onnxruntime", "testing", "zmq", "kserve_http", "kserve_grpc"} <= set(plugins.loaded)
+    assert {"onnxruntime", "inferd_testing"} <= set(plugins.backends().names())
+    assert {"zmq", "kserve_http", "kserve_grpc"} <= set(plugins.frontends().names())
+
+
+def test_a_misspelled_hook_fails_loudly(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    class Misspelled:
+        @hookspecs.hookimpl
+        def inferd_register_backend(self, registry: object) -> None:  # no trailing "s"
+            pass
+
+    class FakeEntryPoint:
+        name = "misspelled"
+
+        def load(self) -> Misspelled:
+            return Misspelled()
+
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [FakeEntryPoint()] if group == "inferd" else [])
+    with pytest.raises(pluggy.PluginValidationError, match="inferd_register_backend"):
+        Plugins.load()
+
+
+def test_the_allow_and_deny_lists_filter_by_entry_point_name(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("INFERD_PLUGINS", "onnxruntime,zmq,testing")
+    monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "testing")
+    assert sorted(Plugins.load().loaded) == ["onnxruntime", "zmq"]
