@@ -16,27 +16,10 @@ from collections.abc import Sequence
 import anyio
 
 from inferd.kernel.logs import configure_logging
+from inferd.kernel.options import add_boolean
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import StartupFailed, format_table, serve
 from inferd.kernel.settings import Settings
-
-TRUE_WORDS = {"1", "true", "yes", "on"}
-FALSE_WORDS = {"0", "false", "no", "off"}
-
-
-def _boolean(text: str) -> bool:
-    word = text.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _add_flag(group: argparse._ArgumentGroup, name: str, default: bool, help: str) -> None:
-    group.add_argument(name, type=_boolean, nargs="?", const=True, default=default,
-                       metavar="BOOL", help=f"{help} (default {str(default).lower()})")
-
 
 def _serve_parser(subparsers: argparse._SubParsersAction, plugins: Plugins) -> None:
     defaults = Settings()
@@ -52,11 +35,11 @@ def _serve_parser(subparsers: argparse._SubParsersAction, plugins: Plugins) -> N
     models.add_argument("--repository-poll-secs", type=float, default=defaults.repository_poll_secs)
     models.add_argument("--model-load-timeout-secs", type=float,
                         default=defaults.model_load_timeout_secs)
-    _add_flag(models, "--exit-on-error", defaults.exit_on_error,
+    add_boolean(models, "--exit-on-error", defaults.exit_on_error,
               "exit if a start-up model fails to load")
-    _add_flag(models, "--strict-readiness", defaults.strict_readiness,
+    add_boolean(models, "--strict-readiness", defaults.strict_readiness,
               "ready only when every model meant to be served is READY")
-    _add_flag(models, "--disable-auto-complete-config", False,
+    add_boolean(models, "--disable-auto-complete-config", False,
               "do not fill missing config fields from the model file")
     network = parser.add_argument_group("network")
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002), ("zmq", 8003)):
@@ -65,7 +48,7 @@ def _serve_parser(subparsers: argparse._SubParsersAction, plugins: Plugins) -> N
     execution = parser.add_argument_group("execution")
     execution.add_argument("--cpu-executors", type=int, default=defaults.cpu_executors,
                            help="number of CPU executor processes")
-    _add_flag(execution, "--executor-inline", False,
+    add_boolean(execution, "--executor-inline", False,
               "run the executor inside the main process (tiny CPU models)")
     execution.add_argument("--intra-op-threads", type=int, default=defaults.intra_op_threads,
                            help="framework threads per model instance")

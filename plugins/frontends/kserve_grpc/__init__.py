@@ -12,18 +12,7 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-
-_TRUE_WORDS = {"1", "true", "yes", "on"}
-_FALSE_WORDS = {"0", "false", "no", "off"}
-
-
-def _boolean(text: str) -> bool:
-    word = text.strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+from inferd.kernel.options import add_boolean
 
 
 @hookimpl
@@ -39,7 +28,4 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--allow-grpc", dest="allow_grpc", type=_boolean, nargs="?", const=True, default=True,
-        metavar="BOOL", help="serve the KServe v2 gRPC API on --grpc-port (default true)",
-    )
+    add_boolean(parser, "--allow-grpc", True, "serve the KServe v2 gRPC API on --grpc-port")

@@ -10,19 +10,9 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.options import add_boolean
 
 DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
-_TRUE_WORDS = {"1", "true", "yes", "on"}
-_FALSE_WORDS = {"0", "false", "no", "off"}
-
-
-def _boolean(text: str) -> bool:
-    word = text.strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _byte_count(text: str) -> int:
@@ -49,10 +39,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("KServe HTTP frontend")
-    group.add_argument(
-        "--allow-http", type=_boolean, nargs="?", const=True, default=True, metavar="BOOL",
-        help="serve the KServe v2 HTTP/REST API on --http-port (default true)",
-    )
+    add_boolean(group, "--allow-http", True, "serve the KServe v2 HTTP/REST API on --http-port")
     group.add_argument(
         "--http-max-input-size", type=_byte_count, default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES",
