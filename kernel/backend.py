@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,10 @@ class ModelContext:
     config: ModelConfig
     auto_complete: bool = True
     options: dict[str, Any] = field(default_factory=dict)
+    infer: Callable[[InferRequest, float | None], InferResponse] | None = None
+    """Send a request to any model of this server and wait for its response (the timeout in
+    seconds, or ``None``), from an instance thread; raises ``InferdError``. ``None`` when
+    the model is loaded outside a server."""
 
     @property
     def version_dir(self) -> Path:
@@ -101,6 +105,11 @@ class ModelContext:
 class Instance(abc.ABC):
     """One execution slot of a model. ``execute`` is never called concurrently on one
     instance, so an instance may keep per-call state (a session, a CUDA stream)."""
+
+    runs_on_event_loop: bool = True
+    """Whether the executor may run a short ``execute`` on its event loop rather than the
+    instance's thread. An instance whose ``execute`` can wait on the server (a python model
+    calling another model through ``ModelContext.infer``) sets it False."""
 
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:

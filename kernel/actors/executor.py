@@ -37,6 +37,7 @@ from inferd.protocols.messages import (
     Envelope,
     Failure,
     InferBatch,
+    InferRequest,
     InferResponse,
     LoadVersion,
     Shutdown,
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INLINE_BELOW_NS = 150_000
+SCHEDULER_ADDRESS = "scheduler"
 
 
 @dataclass(slots=True)
@@ -67,7 +69,8 @@ class _LoadedInstance:
             self.queued -= 1
 
     def runs_inline(self) -> bool:
-        return (self.queued == 0 and self.typical_ns is not None
+        return (self.instance.runs_on_event_loop and self.queued == 0
+                and self.typical_ns is not None
                 and self.typical_ns < INLINE_BELOW_NS)
 
     def observe(self, duration_ns: int) -> None:
@@ -143,6 +146,7 @@ class ExecutorActor(Actor):
             config=config,
             auto_complete=message.auto_complete,
             options={**self._options, **message.options},
+            infer=self._infer_function(asyncio.get_running_loop()),
         )
 
         def load() -> tuple[Model, list[Instance]]:
@@ -166,6 +170,32 @@ class ExecutorActor(Actor):
             self._instances[instance_id] = _LoadedInstance(instance, thread, message.load_id)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
         return VersionLoaded(model.config.SerializeToString(), ids, self.address)
+
+    def _infer_function(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[InferRequest, float | None], InferResponse]:
+        """``ModelContext.infer``: a request from an instance thread, sent to the scheduler
+        (in the main process; from an executor process, through the uplink) on ``loop``."""
+
+        def infer(request: InferRequest, timeout: float | None = None) -> InferResponse:
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:  # it would wait forever on the loop it blocks
+                raise Internal("a request to the server cannot be sent from the executor's loop")
+            ask = self.router.ask(SCHEDULER_ADDRESS, request, timeout=timeout)
+            try:
+                future = asyncio.run_coroutine_threadsafe(ask, loop)
+            except RuntimeError as error:  # the loop is closed: the executor is going
+                ask.close()
+                raise Unavailable(f"the executor is shutting down: {error}") from None
+            reply = future.result()
+            if not isinstance(reply, InferResponse):
+                raise Internal(f"the scheduler answered {type(reply).__name__} to a request")
+            return reply
+
+        return infer
 
     async def on_unload_version(self, message: UnloadVersion, envelope: Envelope) -> Ack:
         await self._unload(message.load_id)

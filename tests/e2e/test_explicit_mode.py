@@ -155,8 +155,12 @@ def test_a_failed_reload_keeps_the_old_version_serving(client: Client, repositor
         config_path.write_text(good_config)
 
     assert error.value.message == BAD_CONFIG_ERROR.replace("misspelt", "simple")
-    assert index_entry(client, "simple") == [IndexEntry("simple", "1", "READY", "")]
+    # Still READY, with what the reload failed on next to it (SPEC 2.2, better than Triton).
+    assert index_entry(client, "simple") == [
+        IndexEntry("simple", "1", "READY", BAD_CONFIG_ERROR.replace("misspelt", "simple"))]
     assert_simple_serves(client)
+    client.load("simple")  # the good config again: the reason goes away
+    assert index_entry(client, "simple") == [IndexEntry("simple", "1", "READY", "")]
 
 
 def test_loading_an_unknown_model_is_not_found(client: Client) -> None:

@@ -1,0 +1,23 @@
+"""The python backend plugin's hook module: registers the backend that runs Triton python-backend
+``model.py`` files.
+
+It registers the backend by import path only and imports nothing heavy: the backend, and the
+``triton_python_backend_utils`` module it gives user code, are imported inside the executor
+when a python model is loaded.
+"""
+
+from __future__ import annotations
+
+from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.hookspecs import hookimpl
+
+PYTHON_BACKEND = BackendSpec(
+    name="python",
+    entry="inferd.plugins.backends.python.backend:PythonBackend",
+    default_filename="model.py",
+)
+
+
+@hookimpl
+def inferd_register_backends(registry: BackendRegistry) -> None:
+    registry.add(PYTHON_BACKEND)

@@ -1,0 +1,352 @@
+"""The python backend: runs Triton python-backend ``model.py`` files unchanged.
+
+Owns loading a version's ``model.py`` (a fresh module per instance, as Triton gives each
+instance its own process), running ``TritonPythonModel.auto_complete_config`` at load,
+``initialize`` with Triton's ``args`` per instance, ``execute`` (plain or ``async def``, the
+latter on an event loop private to the instance's thread) and ``finalize`` at close; and turning
+inferd requests into ``pb_utils`` requests and the returned responses back, with Triton's rules:
+one response per request, a response's error fails only its request, an exception from
+``execute`` fails every request of the call. Its instances never run on the executor's event
+loop, because a BLS call waits on that loop. The utility module itself is
+``triton_python_backend_utils``; which instance a thread serves is ``scope``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import itertools
+import json
+import logging
+import re
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.modelconfig import config_to_json
+from inferd.plugins.backends.python import scope
+from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
+from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unsupported
+from inferd.protocols.messages import InferRequest, InferResponse, Tensor
+from inferd.protocols.tensors import config_type_to_datatype
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FILENAME = "model.py"
+UTILS_MODULE_NAME = "triton_python_backend_utils"
+MODEL_CLASS_NAME = "TritonPythonModel"
+InstanceGroup = model_config_pb2.ModelInstanceGroup
+# TRITONSERVER_InstanceGroupKindString, which Triton passes as args["model_instance_kind"].
+_KIND_NAMES = {
+    InstanceGroup.KIND_AUTO: "AUTO",
+    InstanceGroup.KIND_CPU: "CPU",
+    InstanceGroup.KIND_GPU: "GPU",
+    InstanceGroup.KIND_MODEL: "MODEL",
+}
+
+_module_numbers = itertools.count(1)
+_sys_path_lock = threading.Lock()
+
+
+def install_utils_module() -> None:
+    """Make ``import triton_python_backend_utils`` give model code inferd's module."""
+    sys.modules.setdefault(UTILS_MODULE_NAME, pb_utils)
+
+
+def load_module(model: str, path: Path) -> ModuleType:
+    """Import ``path`` as a new module. Like Triton, the version folder and the model folder
+    are put on ``sys.path`` so ``model.py`` can import files next to it."""
+    install_utils_module()
+    with _sys_path_lock:
+        for folder in (str(path.parent), str(path.parent.parent)):
+            if folder not in sys.path:
+                sys.path.append(folder)
+    safe_name = re.sub(r"\W", "_", model)
+    module_name = f"inferd_python_model_{next(_module_numbers)}_{safe_name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise InvalidArgument(f"model '{model}': {path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickle look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        sys.modules.pop(module_name, None)
+        raise InvalidArgument(
+            f"model '{model}': importing {path} failed: {type(error).__name__}: {error}"
+        ) from error
+    if not isinstance(getattr(module, MODEL_CLASS_NAME, None), type):
+        sys.modules.pop(module_name, None)
+        raise InvalidArgument(f"model '{model}': {path} defines no class {MODEL_CLASS_NAME}")
+    return module
+
+
+def forget_module(module: ModuleType) -> None:
+    sys.modules.pop(module.__name__, None)
+
+
+def auto_complete(model_class: type, config: ModelConfig, model: str) -> ModelConfig:
+    """Run the class's ``auto_complete_config`` (when it has one) on the config."""
+    complete = getattr(model_class, "auto_complete_config", None)
+    if complete is None:
+        return _copy(config)
+    given = pb_utils.ModelConfig(json.dumps(config_to_json(config)))
+    try:
+        returned = complete(given)
+    except Exception as error:
+        raise InvalidArgument(
+            f"model '{model}': auto_complete_config failed: {type(error).__name__}: {error}"
+        ) from error
+    if not isinstance(returned, pb_utils.ModelConfig):
+        raise InvalidArgument(
+            f"auto_complete_config function in model '{model}' must return a valid "
+            "pb.ModelConfig object."
+        )
+    completed = model_config_pb2.ModelConfig()
+    try:
+        json_format.ParseDict(returned.as_dict(), completed)
+    except (json_format.ParseError, TypeError, ValueError) as error:
+        problem = str(error).split("\n", 1)[0]
+        raise InvalidArgument(
+            f"model '{model}': auto_complete_config produced an invalid config: {problem}"
+        ) from None
+    return completed
+
+
+def _copy(config: ModelConfig) -> ModelConfig:
+    copied = model_config_pb2.ModelConfig()
+    copied.CopyFrom(config)
+    return copied
+
+
+def instance_args(config: ModelConfig, context: ModelContext, index: int) -> dict[str, str]:
+    """Triton's ``initialize`` arguments for instance ``index`` (counted across the groups)."""
+    kind, name, device = "CPU", f"{context.name}_0_{index}", 0
+    position = index
+    for group_number, group in enumerate(config.instance_group):
+        count = max(group.count, 1)
+        if position < count:
+            kind = _KIND_NAMES.get(group.kind, "CPU")
+            name = f"{group.name or f'{context.name}_{group_number}'}_{position}"
+            if group.kind == InstanceGroup.KIND_GPU and group.gpus:
+                device = group.gpus[position % len(group.gpus)]
+            break
+        position -= count
+    return {
+        "model_config": json.dumps(config_to_json(config)),
+        "model_instance_kind": kind,
+        "model_instance_name": name,
+        "model_instance_device_id": str(device),
+        "model_repository": str(context.model_dir),
+        "model_version": str(context.version),
+        "model_name": context.name,
+    }
+
+
+class PythonBackend(Backend):
+    name = "python"
+
+    def load_model(self, context: ModelContext) -> Model:
+        path = context.model_file(DEFAULT_FILENAME)
+        if not path.is_file():
+            raise InvalidArgument(
+                f"model '{context.name}': Python model file not found in '{path}'"
+            )
+        module = load_module(context.name, path)
+        try:
+            model_class = getattr(module, MODEL_CLASS_NAME)
+            config = (
+                auto_complete(model_class, context.config, context.name)
+                if context.auto_complete else _copy(context.config)
+            )
+            if not config.name:
+                config.name = context.name
+            if config.model_transaction_policy.decoupled:
+                raise Unsupported(
+                    f"model '{context.name}' is decoupled, which inferd's python backend does "
+                    "not support"
+                )
+        except BaseException:
+            forget_module(module)
+            raise
+        return PythonModel(context, path, config, module)
+
+
+class PythonModel(Model):
+    """One loaded version: its config and the module its first instance will use."""
+
+    def __init__(
+        self, context: ModelContext, path: Path, config: ModelConfig, module: ModuleType
+    ) -> None:
+        self.config = config
+        self.context = context
+        self.path = path
+        self.version = str(context.version)
+        self.output_names = tuple(output.name for output in config.output)
+        self.output_datatypes = {
+            output.name: config_type_to_datatype(
+                model_config_pb2.DataType.Name(output.data_type)
+            )
+            for output in config.output
+            if output.data_type != model_config_pb2.TYPE_INVALID  # control refuses those
+        }
+        # The module imported at load serves the first instance: one import fewer.
+        self._spare_module: ModuleType | None = module
+
+    def create_instance(self, index: int) -> Instance:
+        module, self._spare_module = self._spare_module, None
+        if module is None:
+            module = load_module(self.context.name, self.path)
+        instance_scope = scope.InstanceScope(self.context.infer, str(self.path.parent))
+        if instance_scope.infer is not None:
+            scope.set_process_default(instance_scope)
+        try:
+            triton_model = getattr(module, MODEL_CLASS_NAME)()
+            initialize = getattr(triton_model, "initialize", None)
+            if initialize is not None:
+                with scope.bound(instance_scope):
+                    initialize(instance_args(self.config, self.context, index))
+        except Exception as error:
+            forget_module(module)
+            raise InvalidArgument(
+                f"model '{self.context.name}': initialize failed: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        return PythonInstance(self, triton_model, module, instance_scope)
+
+    def unload(self) -> None:
+        if self._spare_module is not None:
+            forget_module(self._spare_module)
+            self._spare_module = None
+
+    # ------------------------------------------------------------------ responses
+
+    def failure(self, problem: str) -> Internal:
+        return Internal(
+            f"Failed to process the request(s) for model '{self.context.name}', "
+            f"message: {problem}"
+        )
+
+    def results(
+        self, requests: Sequence[InferRequest], returned: Any
+    ) -> list[InferResponse | InferdError]:
+        """One response or error per request from what ``execute`` returned."""
+        count = len(requests)
+        if not isinstance(returned, (list, tuple)):
+            failure = self.failure(
+                f"Expected a list in the execute return, found type '{type(returned)}'."
+            )
+            return [failure] * count
+        if len(returned) != count:
+            failure = self.failure(
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{count}, and "
+                f"InferenceResponse(s) size is:{len(returned)}"
+            )
+            return [failure] * count
+        for response in returned:
+            if response is not None and not isinstance(response, pb_utils.InferenceResponse):
+                failure = self.failure(
+                    "Expected an 'InferenceResponse' object in the execute function return "
+                    f"list, found type '{type(response)}'."
+                )
+                return [failure] * count
+        return [
+            self._result(request, response)
+            for request, response in zip(requests, returned, strict=True)
+        ]
+
+    def _result(
+        self, request: InferRequest, response: pb_utils.InferenceResponse | None
+    ) -> InferResponse | InferdError:
+        if response is None:
+            return self.failure("execute returned None for a request instead of its response")
+        error = response.error()
+        if error is not None:
+            return error.to_inferd()
+        produced = {tensor.name(): tensor for tensor in response.output_tensors()}
+        outputs: list[Tensor] = []
+        try:
+            for name in request.outputs or self.output_names:
+                tensor = produced.get(name)
+                if tensor is not None:
+                    outputs.append(tensor.to_inferd(self.output_datatypes.get(name)))
+        except InferdError as problem:
+            return self.failure(problem.message)
+        return InferResponse(
+            model=self.context.name,
+            version=self.version,
+            outputs=tuple(outputs),
+            id=request.id,
+            parameters=response.parameters_dict(),
+        )
+
+
+class PythonInstance(Instance):
+    """One ``TritonPythonModel`` object, run by its executor thread."""
+
+    runs_on_event_loop = False  # a BLS call inside execute waits on the executor's loop
+
+    def __init__(
+        self,
+        model: PythonModel,
+        triton_model: Any,
+        module: ModuleType,
+        instance_scope: scope.InstanceScope,
+    ) -> None:
+        self._model = model
+        self._triton_model = triton_model
+        self._module = module
+        self._scope = instance_scope
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        model = self._model
+        try:
+            pb_requests = [
+                pb_utils.InferenceRequest.from_inferd(request, model.output_names)
+                for request in requests
+            ]
+            with scope.bound(self._scope):
+                returned = self._triton_model.execute(pb_requests)
+                if inspect.isawaitable(returned):
+                    returned = self._event_loop().run_until_complete(returned)
+        except Exception as error:  # noqa: BLE001 - Triton fails the whole call
+            log.error("model '%s' failed to execute %d request(s)", model.context.name,
+                      len(requests), exc_info=error)
+            failure = model.failure(f"{type(error).__name__}: {error}")
+            return [failure] * len(requests)
+        return model.results(requests, returned)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        # ``async def execute`` runs on a loop of this instance's own: the executor thread
+        # that runs it never runs another instance.
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    def close(self) -> None:
+        finalize = getattr(self._triton_model, "finalize", None)
+        try:
+            if finalize is not None:
+                with scope.bound(self._scope):
+                    finalize()
+        except Exception:  # noqa: BLE001 - an unload always completes
+            log.exception("model '%s': finalize failed", self._model.context.name)
+        finally:
+            if self._loop is not None:
+                self._loop.run_until_complete(self._loop.shutdown_default_executor())
+                self._loop.close()
+                self._loop = None
+            forget_module(self._module)

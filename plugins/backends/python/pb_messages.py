@@ -1,0 +1,238 @@
+"""``pb_utils.InferenceRequest`` and ``pb_utils.InferenceResponse``, BLS calls included.
+
+A request is either one ``execute`` receives (built from an inferd request, its tensors
+wrapped without copying) or one a model builds to call another model (BLS): ``exec()`` sends
+it through the server call the backend bound to the thread (``scope``) and returns the
+response, a failure included as a response whose ``has_error()`` is True; ``async_exec()`` does
+the same in a worker thread of the running event loop. Owns nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from inferd.plugins.backends.python import scope
+from inferd.plugins.backends.python.pb_errors import TritonError, TritonModelException
+from inferd.plugins.backends.python.pb_tensor import Tensor
+from inferd.protocols.errors import InferdError
+from inferd.protocols.messages import InferRequest, InferResponse
+
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+
+
+class InferenceResponse:
+    """One response: ``InferenceResponse(output_tensors=[...])``, or
+    ``InferenceResponse(error=TritonError("why"))``."""
+
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException(
+                f"InferenceResponse error must be a TritonError, not {type(error).__name__}"
+            )
+        tensors = list(output_tensors or [])
+        for tensor in tensors:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    f"InferenceResponse output_tensors must be Tensor objects, found "
+                    f"{type(tensor).__name__}"
+                )
+        self._output_tensors = tensors
+        self._error = error
+        self._parameters = _checked_parameters(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._output_tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        """The response parameters as a JSON string."""
+        return json.dumps(self._parameters)
+
+    def parameters_dict(self) -> dict[str, Any]:
+        return dict(self._parameters)
+
+    @classmethod
+    def from_inferd(cls, response: InferResponse) -> InferenceResponse:
+        received = cls([Tensor.from_inferd(tensor) for tensor in response.outputs])
+        received._parameters = dict(response.parameters)
+        return received
+
+
+def _checked_parameters(parameters: Any) -> dict[str, Any]:
+    if parameters is None:
+        return {}
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters) if parameters else {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException("parameters must be a dict of str to bool, int or str")
+    for key, value in parameters.items():
+        if not isinstance(key, str) or not isinstance(value, (bool, int, float, str)):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str and values to have type bool, int "
+                f"or str, found {key!r}: {type(value).__name__}"
+            )
+    return dict(parameters)
+
+
+class _Trace:
+    def get_context(self) -> str | None:
+        return None
+
+
+class InferenceRequest:
+    """A request: the ones ``execute`` receives, or a BLS request a model builds with
+    ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])`` and
+    sends with ``exec()`` or ``await async_exec()``. ``timeout`` is in microseconds (0: none);
+    ``model_version`` -1 is the highest ready version."""
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: Sequence[Tensor] | None = None,
+        requested_output_names: Iterable[str] | None = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: Any = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        if inputs is None or requested_output_names is None or model_name is None:
+            raise TypeError(
+                "InferenceRequest needs inputs, requested_output_names and model_name"
+            )
+        if not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._request_id = str(request_id)
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._requested_output_names = list(requested_output_names)
+        self._model_name = str(model_name)
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
+        self._parameters = _checked_parameters(parameters)
+
+    @classmethod
+    def from_inferd(cls, request: InferRequest, output_names: Sequence[str]) -> InferenceRequest:
+        """The request ``execute`` sees; ``output_names`` are the outputs to produce (Triton
+        lists every output when the client names none)."""
+        version = int(request.version) if request.version.isdigit() else -1
+        sequence_id = request.parameters.get("sequence_id", 0)
+        received = cls(
+            request_id=request.id,
+            correlation_id=sequence_id if isinstance(sequence_id, (int, str)) else 0,
+            inputs=[Tensor.from_inferd(tensor) for tensor in request.inputs],
+            requested_output_names=request.outputs or output_names,
+            model_name=request.model,
+            model_version=version,
+            timeout=request.timeout_us,
+        )
+        received._parameters = dict(request.parameters)  # what the client sent, unchecked
+        return received
+
+    def to_inferd(self) -> InferRequest:
+        """This request as inferd sends it to the scheduler (a BLS call)."""
+        return InferRequest(
+            model=self._model_name,
+            inputs=tuple(tensor.to_inferd() for tensor in self._inputs),
+            version="" if self._model_version < 0 else str(self._model_version),
+            id=self._request_id,
+            outputs=tuple(self._requested_output_names),
+            parameters=dict(self._parameters),
+            timeout_us=max(0, self._timeout),
+        )
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested_output_names
+
+    def parameters(self) -> str:
+        """The request parameters as a JSON string."""
+        return json.dumps(self._parameters)
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = int(flags)
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def trace(self) -> _Trace:
+        return _Trace()
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def get_response_sender(self) -> Any:
+        raise TritonModelException(
+            "inferd's python backend does not support decoupled models (response senders)"
+        )
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException(
+                "inferd's python backend does not support rescheduling requests"
+            )
+
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on its model through the server's scheduler and return its
+        ``InferenceResponse``; a failure comes back as a response whose ``has_error()`` is
+        True. With ``decoupled`` an iterator over the one response is returned."""
+        response = _execute(_server_infer(), self)
+        return iter([response]) if decoupled else response
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        """``exec`` as an awaitable, for ``async def execute``: several can run at once."""
+        infer = _server_infer()
+        future = asyncio.get_running_loop().run_in_executor(None, _execute, infer, self)
+        if not decoupled:
+            return future
+
+        async def iterate() -> Iterator[InferenceResponse]:
+            return iter([await future])
+
+        return iterate()
+
+
+def _server_infer() -> scope.ServerInfer:
+    current = scope.current()
+    if current is None or current.infer is None:
+        raise TritonModelException(
+            "BLS requests need a running inferd server; this model instance has none"
+        )
+    return current.infer
+
+
+def _execute(infer: scope.ServerInfer, request: InferenceRequest) -> InferenceResponse:
+    try:
+        return InferenceResponse.from_inferd(infer(request.to_inferd(), None))
+    except InferdError as error:
+        return InferenceResponse(error=TritonError.from_inferd(error))
+    except Exception as error:  # noqa: BLE001 - Triton reports BLS failures in the response
+        return InferenceResponse(error=TritonError(f"{type(error).__name__}: {error}"))
