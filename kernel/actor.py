@@ -64,7 +64,9 @@ class Actor:
                 self._handlers[kind] = handler
         return handler
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Register with the router, start, serve messages until cancelled, then stop."""
         self.router.register(self.address, self.accept)
         try:

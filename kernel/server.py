@@ -143,6 +143,8 @@ def _failure_text(failures: dict[str, str]) -> str:
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """A plain-text table, columns padded to their widest cell."""
     widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in (header, *rows)]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
     return "\n".join(lines)

@@ -57,7 +57,8 @@ class VersionStatistics:
         self.execution_count += 1
         self.inference_count += batch_size
         by_size = self.batches.setdefault(batch_size, BatchSizeStatistics())
-        for phase, ns in zip(("compute_input", "compute_infer", "compute_output"), compute_ns):
+        phases = ("compute_input", "compute_infer", "compute_output")
+        for phase, ns in zip(phases, compute_ns, strict=True):
             getattr(self, phase).add(ns * requests, requests)
             getattr(by_size, phase).add(ns)
 

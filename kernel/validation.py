@@ -59,7 +59,9 @@ class ModelSignature:
 
 
 def _shape_matches(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
-    return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got))
+    if len(expected) != len(got):
+        return False
+    return all(e == -1 or e == g for e, g in zip(expected, got, strict=True))
 
 
 def _listing(names: list[str]) -> str:

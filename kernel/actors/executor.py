@@ -165,7 +165,7 @@ class ExecutorActor(Actor):
         except Exception as error:  # a backend exception is the load's reason, verbatim
             raise Internal(f"{type(error).__name__}: {error}") from error
         ids = tuple(next(self._instance_ids) for _ in instances)
-        for instance_id, instance in zip(ids, instances):
+        for instance_id, instance in zip(ids, instances, strict=True):
             thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
             self._instances[instance_id] = _LoadedInstance(instance, thread, message.load_id)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)

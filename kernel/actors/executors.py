@@ -79,11 +79,15 @@ class ExecutorPoolActor(Actor):
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(super().run)
             if self._settings.executor_inline:
-                inline = ExecutorActor(self.router, "executor/inline", self._backends, self._options)
+                inline = ExecutorActor(
+                    self.router, "executor/inline", self._backends, self._options
+                )
                 await tasks.start(inline.run)
             else:
                 names = [f"executor/cpu{i}" for i in range(max(1, self._settings.cpu_executors))]
@@ -161,7 +165,8 @@ class ExecutorPoolActor(Actor):
         self._load_counts[executor.name] = 0
         self.router.tell(CONTROL_ADDRESS, ExecutorLost(executor.name, reason))
         executor.crashes += 1
-        await anyio.sleep(RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1])
+        backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
+        await anyio.sleep(backoff)
         await self._spawn(executor)
 
     async def on_executor_hello(self, hello: ExecutorHello, envelope: Envelope) -> None:

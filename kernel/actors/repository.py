@@ -1,8 +1,9 @@
 """The repository actor: the kernel's window onto the model repository folders.
 
-It answers ``ListModels``, ``FingerprintModels`` and ``ResolveModel`` by running ``inferd.kernel.repository``'s
-synchronous reading, parsing and validation in a worker thread, so a slow disk never stalls
-the event loop. It holds no model state; control decides what to do with what it reads.
+It answers ``ListModels``, ``FingerprintModels`` and ``ResolveModel`` by running
+``inferd.kernel.repository``'s synchronous reading, parsing and validation in a worker
+thread, so a slow disk never stalls the event loop. It holds no model state; control decides
+what to do with what it reads.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ class RepositoryActor(Actor):
     address = "repository"
 
     def __init__(
-        self, router: Router, roots: tuple[str, ...], backends: BackendRegistry, *, auto_complete: bool
+        self,
+        router: Router,
+        roots: tuple[str, ...],
+        backends: BackendRegistry,
+        *,
+        auto_complete: bool,
     ) -> None:
         super().__init__(router)
         self._repository = ModelRepository(roots, backends, auto_complete=auto_complete)
