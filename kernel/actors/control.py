@@ -20,6 +20,8 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
+from inferd.kernel.actors.control_ensembles import EnsembleControl
+from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.router import Router
@@ -95,7 +97,7 @@ class _Model:
         return any(v.state == State.READY for v in self.versions.values())
 
 
-class ControlActor(Actor):
+class ControlActor(EnsembleControl, Actor):
     address = "control"
 
     def __init__(self, router: Router, settings: Settings) -> None:
@@ -110,6 +112,7 @@ class ControlActor(Actor):
         self._seen: dict[str, str] = {}
         self._acted_on: dict[str, str] = {}
         self._poll_lock = anyio.Lock()
+        self._dependencies = EnsembleDependencies()  # ensembles and their composing models
 
     def _model(self, name: str) -> _Model:
         return self._models.setdefault(name, _Model())
@@ -137,6 +140,7 @@ class ControlActor(Actor):
                 failures[name] = error.message
 
         self._required.update(names)
+        self._dependencies.mark_requested(*names)
         async with anyio.create_task_group() as tasks:
             for name in names:
                 tasks.start_soon(load, name)
@@ -151,6 +155,7 @@ class ControlActor(Actor):
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
         await self._load(request.model, request.config, request.files)
+        self._dependencies.mark_requested(request.model)
         self._required.add(request.model)
         return Ack()
 
@@ -158,7 +163,7 @@ class ControlActor(Actor):
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
         self._required.discard(request.model)
-        await self._unload(request.model)
+        await self._unload_with_dependents(request.model, request.unload_dependents)
         return Ack()
 
     async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:
@@ -271,6 +276,7 @@ class ControlActor(Actor):
                     lost.add(name)
                     self.spawn(self._retire, name, number)
         self._orphans.setdefault(message.name, set()).update(lost)
+        self._refresh_dependents(*lost)
 
     async def on_executor_hello(self, message: ExecutorHello, envelope: Envelope) -> None:
         for name in sorted(self._orphans.pop(message.name, set())):
@@ -310,6 +316,7 @@ class ControlActor(Actor):
                 model.error = error.message
                 raise
             assert isinstance(resolved, ResolvedModel)
+            await self._prepare_if_ensemble(name, model, resolved, override_dir)
             failures: dict[int, str] = {}
 
             async def load_version(number: int) -> None:
@@ -337,6 +344,9 @@ class ControlActor(Actor):
     async def _load_version(
         self, name: str, model: _Model, resolved: ResolvedModel, number: int
     ) -> None:
+        if not resolved.backend:  # an ensemble: served by the scheduler, no executor
+            await self._serve_ensemble_version(name, model, number, resolved)
+            return
         previous = model.versions.get(number)
         serving = previous if previous is not None and previous.state == State.READY else None
         current = serving or _Version(State.LOADING)
@@ -375,6 +385,7 @@ class ControlActor(Actor):
         await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances))
         old_load = serving.load_id if serving is not None else 0
         model.versions[number] = _Version(State.READY, "", load_id, loaded.executor)
+        self._refresh_dependents(name)
         if old_load:
             await self.router.ask(EXECUTORS, UnloadVersion(old_load))
 
@@ -407,13 +418,14 @@ class ControlActor(Actor):
         version = model.versions.get(number)
         if version is None or version.state not in (State.READY, State.UNAVAILABLE):
             return
-        was_ready = version.state == State.READY
+        was_ready = version.state == State.READY or self._dependencies.is_served(name, number)
         version.state = State.UNLOADING
         if was_ready:
             await self.router.ask(SCHEDULER, RetireVersion(name, number))
         if version.load_id:
             await self.router.ask(EXECUTORS, UnloadVersion(version.load_id))
         model.versions[number] = _Version(State.UNAVAILABLE, reason)
+        self._version_unloaded(name, number)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""

@@ -6,7 +6,10 @@ statistics. A request is resolved to a version (highest served one when none is 
 checked against the version's signature, queued, and sent in a batch to a free instance; the
 batch's results are handed back per request. Control tells it which versions to serve
 (``ServeVersion``, which also swaps instances on reload) and which to retire (``RetireVersion``,
-answered once in-flight work is done). It never loads models and never touches the repository.
+answered once in-flight work is done). A request to an ensemble is handed to the
+``EnsembleRunner``, which runs each step as a request through the composing model's own queue
+here, so ensemble steps batch with other traffic. It never loads models and never touches the
+repository.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.batcher import DynamicBatcher
+from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.modelconfig import config_to_json_text
 from inferd.kernel.router import Router
 from inferd.kernel.statistics import VersionStatistics
@@ -69,6 +73,7 @@ class _Queued:
     done: anyio.Event = field(default_factory=anyio.Event)
     result: InferResponse | InferdError | None = None
     started_ns: int = 0
+    compute_ns: tuple[int, int, int] = (0, 0, 0)
 
 
 @dataclass(eq=False, slots=True)
@@ -85,6 +90,8 @@ class _Version:
     retired: bool = False
     statistics: VersionStatistics = field(default_factory=VersionStatistics)
     wake_pending: bool = False
+    pinned: int = 0  # ensemble requests that fixed this version and still need it
+    ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
 
 
 def _batcher(config: ModelConfig) -> DynamicBatcher:
@@ -105,6 +112,7 @@ class SchedulerActor(Actor):
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
         self._closed = False
+        self._ensembles = EnsembleRunner(self._resolve, self._infer_on)
 
     # ------------------------------------------------------------------ routing table
 
@@ -114,6 +122,7 @@ class SchedulerActor(Actor):
         slots = [_Slot(executor, instance) for executor, instance in message.instances]
         versions = self._served.setdefault(message.model, {})
         current = versions.get(message.version)
+        ensemble = EnsembleState.for_config(config, current.ensemble if current else None)
         replaced: list[_Slot] = []
         if current is not None and not current.retired:
             replaced, current.slots = current.slots, slots
@@ -125,6 +134,7 @@ class SchedulerActor(Actor):
                 _batcher(config), int(config.dynamic_batching.default_queue_policy.max_queue_size),
                 slots,
             )
+        current.ensemble = ensemble
         self._ever_served.setdefault(message.model, set()).add(message.version)
         self._pump(current)
         while any(slot.busy for slot in replaced):
@@ -136,7 +146,7 @@ class SchedulerActor(Actor):
         if version is None:
             return Ack()
         version.retired = True
-        while version.queue or version.running:
+        while version.queue or version.running or version.pinned:
             await anyio.sleep(IDLE_POLL_SECS)
         versions = self._served[message.model]
         if versions.get(message.version) is version:
@@ -147,7 +157,8 @@ class SchedulerActor(Actor):
         """Shutdown: wait (bounded) for the queues to empty, then refuse what is left and
         everything new, so no request is sent to an executor about to unload its models."""
         with anyio.move_on_after(message.timeout):
-            while any(v.queue or v.running for vs in self._served.values() for v in vs.values()):
+            while any(v.queue or v.running or v.pinned
+                      for vs in self._served.values() for v in vs.values()):
                 await anyio.sleep(IDLE_POLL_SECS)
         self._closed = True
         for versions in self._served.values():
@@ -185,7 +196,9 @@ class SchedulerActor(Actor):
 
     async def on_model_ready_request(self, message: ModelReadyRequest, envelope: Envelope) -> HealthStatus:
         try:
-            self._resolve(message.model, message.version)
+            version = self._resolve(message.model, message.version)
+            if version.ensemble is not None:
+                self._ensembles.check_ready(version)
         except InferdError:
             return HealthStatus(False)
         return HealthStatus(True)
@@ -229,7 +242,7 @@ class SchedulerActor(Actor):
             else:
                 chosen = list(versions.values())
         chosen.sort(key=lambda v: (v.model, v.version))
-        return Statistics(tuple(v.statistics.as_dict(v.model, str(v.version)) for v in chosen))
+        return Statistics(tuple(statistics_dict(v) for v in chosen))
 
     # ------------------------------------------------------------------ inference
 
@@ -238,6 +251,15 @@ class SchedulerActor(Actor):
         if self._closed:
             raise Unavailable(SHUTTING_DOWN)
         version = self._resolve(request.model, request.version)
+        if version.ensemble is not None:
+            return await self._ensembles.infer(version, request, arrived_ns)
+        queued = await self._infer_on(version, request, arrived_ns)
+        assert isinstance(queued.result, InferResponse)
+        return queued.result
+
+    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int) -> _Queued:
+        """Queue ``request`` on ``version`` and wait for its answer (the path of every
+        request, ensemble steps included); raises the error it got."""
         batch_size = check_request(request, version.signature)
         if version.max_queue_size and len(version.queue) >= version.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
@@ -268,7 +290,7 @@ class SchedulerActor(Actor):
         if isinstance(result, InferdError):
             raise result
         assert result is not None
-        return result
+        return queued
 
     def _pump(
         self, version: _Version, caller: _Queued | None = None
@@ -324,6 +346,8 @@ class SchedulerActor(Actor):
             version.statistics.record_batch(
                 sum(q.batch_size for q in batch), len(batch), reply.compute_ns
             )
+            for queued in batch:
+                queued.compute_ns = reply.compute_ns
         except InferdError as error:
             results = [error] * len(batch)
         except Exception as error:  # noqa: BLE001 - never leave a request waiting

@@ -155,3 +155,31 @@ def test_echo_needs_one_output_per_input() -> None:
 
     with pytest.raises(InvalidArgument, match="as many outputs as inputs"):
         TestingBackend().load_model(context({"mode": "echo"}, io))
+
+
+TIMED_IO = ECHO_IO.replace(
+    '{ name: "OUT1" data_type: TYPE_STRING dims: [1] }]',
+    '{ name: "OUT1" data_type: TYPE_STRING dims: [1] },\n'
+    '        { name: "TIMES" data_type: TYPE_INT64 dims: [2] }]',
+)
+
+
+def test_times_output_holds_when_the_batch_started_and_ended() -> None:
+    parameters = {"mode": "slow", "delay_ms": "20", "times_output": "TIMES"}
+    instance = TestingBackend().load_model(context(parameters, TIMED_IO)).create_instance(0)
+
+    before = time.time_ns()
+    full, only_times = instance.execute([request("a"), request("b", outputs=("TIMES",))])
+    after = time.time_ns()
+
+    assert isinstance(full, InferResponse) and isinstance(only_times, InferResponse)
+    assert [tensor.name for tensor in full.outputs] == ["OUT0", "OUT1", "TIMES"]
+    (times,) = only_times.outputs
+    assert (times.datatype, times.shape) == ("INT64", (1, 2))  # one row per batch element
+    started, ended = times.data[0].tolist()
+    assert before <= started and started + 20_000_000 <= ended <= after
+
+
+def test_times_output_must_be_declared() -> None:
+    with pytest.raises(InvalidArgument, match="times_output names output 'WHEN'"):
+        TestingBackend().load_model(context({"times_output": "WHEN"}))

@@ -11,7 +11,10 @@ Modes: ``echo`` (the default: output i returns input i), ``fail`` (every request
 ``slow`` (sleeps ``delay_ms`` per batch, then echoes), ``fail_load`` (loading raises
 ``message``), ``slow_load`` (loading sleeps ``load_delay_ms``, then echoes) and ``crash``
 (the executor process exits with status 17 on the first batch). The config must declare its
-inputs and outputs; nothing is auto-completed. Owns no framework and no I/O beyond sleeping.
+inputs and outputs; nothing is auto-completed. Parameter ``times_output`` names one more
+output, ``TYPE_INT64`` with dims ``[2]``, that echoes nothing: it holds ``time.time_ns()`` when
+the batch started and when it ended, so a test can tell whether two models ran at the same
+time. Owns no framework and no I/O beyond sleeping.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
@@ -83,7 +87,14 @@ class TestingModel(Model):
         self.delay_seconds = delay_ms / 1000
         self._name = context.name
         self._version = str(context.version)
-        inputs, outputs = self.config.input, self.config.output
+        self.times_output = _parameters(self.config).get("times_output", "")
+        inputs = list(self.config.input)
+        outputs = [o for o in self.config.output if o.name != self.times_output]
+        if self.times_output and len(outputs) == len(self.config.output):
+            raise InvalidArgument(
+                f"model '{context.name}': parameter times_output names output "
+                f"'{self.times_output}', which the config does not declare"
+            )
         if mode not in ("fail", "crash") and len(inputs) != len(outputs):
             raise InvalidArgument(
                 f"model '{context.name}': the testing backend echoes input i as output i, so "
@@ -107,13 +118,21 @@ class TestingModel(Model):
     def create_instance(self, index: int) -> Instance:
         return TestingInstance(self)
 
-    def respond(self, request: InferRequest) -> InferResponse | InferdError:
-        """The one request's response (or error) in this model's mode."""
+    def respond(
+        self, request: InferRequest, times_ns: tuple[int, int] = (0, 0)
+    ) -> InferResponse | InferdError:
+        """The one request's response (or error) in this model's mode; ``times_ns`` is when
+        its batch started and ended (for the ``times_output``)."""
         if self.mode == "fail":
             return InvalidArgument(FAILURE_MESSAGE)
         given = {tensor.name: tensor for tensor in request.inputs}
         outputs = []
-        for name in request.outputs or tuple(self._echoes):
+        timed = (self.times_output,) if self.times_output else ()
+        names = request.outputs or (*self._echoes, *timed)
+        for name in names:
+            if self.times_output and name == self.times_output:
+                outputs.append(self._times(request, times_ns))
+                continue
             if name not in self._echoes:
                 return InvalidArgument(
                     f"unexpected inference output '{name}' for model '{self._name}'"
@@ -126,6 +145,12 @@ class TestingModel(Model):
             model=self._name, version=self._version, id=request.id, outputs=tuple(outputs)
         )
 
+    def _times(self, request: InferRequest, times_ns: tuple[int, int]) -> Tensor:
+        times = np.array(times_ns, dtype=np.int64)
+        if self.config.max_batch_size > 0 and request.inputs:
+            times = np.tile(times, (request.inputs[0].shape[0], 1))
+        return Tensor(self.times_output, "INT64", times.shape, times)
+
 
 class TestingInstance(Instance):
     __test__ = False  # its name starts with Test, so pytest would try to collect it
@@ -136,6 +161,8 @@ class TestingInstance(Instance):
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         if self._model.mode == "crash":
             os._exit(CRASH_EXIT_STATUS)
+        started_ns = time.time_ns()
         if self._model.delay_seconds:
             time.sleep(self._model.delay_seconds)
-        return [self._model.respond(request) for request in requests]
+        times_ns = (started_ns, time.time_ns())
+        return [self._model.respond(request, times_ns) for request in requests]

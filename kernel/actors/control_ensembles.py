@@ -1,0 +1,217 @@
+"""Control's part in ensembles (SPEC 4.2), mixed into ``ControlActor``.
+
+Owns what loading, serving and unloading mean for an ensemble: its graph is checked against
+the models known (in the repository or loaded) and cycles through nested ensembles are
+refused; in EXPLICIT mode its composing models are loaded first (recursively), and the ones
+it loaded are remembered so ``unload_dependents`` can take them down again; an ensemble
+version is served by the scheduler without any executor; its state follows its composing
+models (READY only while each has a READY version, else UNAVAILABLE with a reason naming
+the one missing), refreshed whenever a model's versions change. The bookkeeping itself is
+``inferd.kernel.dependencies`` (pure); ``ControlActor`` calls the hooks below from its load
+and unload paths and owns everything else.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.kernel.dependencies import EnsembleDependencies, Requirement
+from inferd.kernel.ensemble import EnsemblePlan
+from inferd.kernel.modelconfig_validation import validate_ensemble
+from inferd.kernel.overrides import remove_override_folder
+from inferd.protocols.errors import InferdError, InvalidArgument
+from inferd.protocols.messages import ListModels, ModelList, ResolvedModel, ServeVersion
+
+if TYPE_CHECKING:
+    from inferd.kernel.actors.control import _Model
+    from inferd.kernel.router import Router
+    from inferd.kernel.settings import Settings
+
+REPOSITORY = "repository"
+SCHEDULER = "scheduler"
+
+
+class EnsembleControl:
+    """The ensemble hooks of ``ControlActor`` (it provides what is declared below)."""
+
+    if TYPE_CHECKING:
+        router: Router
+        _settings: Settings
+        _models: dict[str, _Model]
+        _required: set[str]
+
+        async def _load(
+            self, name: str, config_override: str = "", files: dict[str, bytes] | None = None
+        ) -> None: ...
+
+        async def _unload(self, name: str) -> None: ...
+
+    _dependencies: EnsembleDependencies
+
+    # ------------------------------------------------------------------ hooks of _load
+
+    async def _prepare_if_ensemble(
+        self, name: str, model: _Model, resolved: ResolvedModel, override_dir: str
+    ) -> None:
+        """Before an ensemble's versions load: check its graph, refuse a cycle, and make its
+        composing models READY (EXPLICIT mode loads them; the other modes load every model
+        themselves, so this only waits for loads under way). A failure is the load's error."""
+        if resolved.backend:
+            return
+        config = ModelConfig.FromString(resolved.config)
+        try:
+            plan = EnsemblePlan.from_config(config)
+            known = await self._known_models()
+            validate_ensemble(config, known.__contains__)
+            needed = [Requirement(step.model, step.version) for step in plan.steps]
+            previous = self._dependencies.begin_load(name, needed)
+            try:
+                await self._make_composing_ready(name, plan.composing_models())
+                if self._settings.model_control_mode == "explicit":
+                    self._check_composing_ready(name)
+            except BaseException:
+                self._dependencies.abandon_load(name, previous)
+                raise
+        except InferdError as error:
+            remove_override_folder(override_dir)
+            model.error = error.message
+            raise
+
+    async def _known_models(self) -> set[str]:
+        listing = await self.router.ask(REPOSITORY, ListModels())
+        assert isinstance(listing, ModelList)
+        return set(listing.names) | {name for name, m in self._models.items() if m.versions}
+
+    async def _make_composing_ready(self, ensemble: str, composing: tuple[str, ...]) -> None:
+        failures: dict[str, str] = {}
+
+        async def make_ready(name: str) -> None:
+            try:
+                await self._make_ready(ensemble, name)
+            except InferdError as error:
+                failures[name] = error.message
+
+        async with anyio.create_task_group() as tasks:
+            for name in composing:
+                tasks.start_soon(make_ready, name)
+        if failures:
+            name, cause = min(failures.items())
+            raise InvalidArgument(
+                f"ensemble '{ensemble}': composing model '{name}' failed to load: {cause}"
+            )
+
+    async def _make_ready(self, ensemble: str, name: str) -> None:
+        model = self._models.get(name)
+        if model is not None and model.lock.locked():
+            async with model.lock:  # a load or unload of it is under way: see how it ends
+                pass
+        model = self._models.get(name)
+        if model is not None and model.ready():
+            return
+        if self._settings.model_control_mode != "explicit":
+            return  # it loads (or failed) on its own; the ensemble follows its state
+        await self._load(name)
+        self._dependencies.mark_loaded_for(name, ensemble)
+
+    def _check_composing_ready(self, ensemble: str) -> None:
+        """After EXPLICIT mode loaded the composing models: a step naming a version that is
+        not READY (not under its model's version policy, say) fails the load."""
+        _, reason = self._ensemble_state(ensemble)
+        if reason:
+            raise InvalidArgument(f"ensemble '{ensemble}': {reason}")
+
+    async def _serve_ensemble_version(
+        self, name: str, model: _Model, number: int, resolved: ResolvedModel
+    ) -> None:
+        """An ensemble version has nothing to load: the scheduler serves it as soon as it
+        knows its config (a reload swaps the config while the old one keeps serving)."""
+        from inferd.kernel.actors.control import State, _Version  # (a cycle at import time)
+
+        previous = model.versions.get(number)
+        if previous is None or previous.state != State.READY:
+            model.versions[number] = _Version(State.LOADING)
+        try:
+            await self.router.ask(SCHEDULER, ServeVersion(name, number, resolved.config, ()))
+        except InferdError as error:
+            model.versions[number] = previous or _Version(State.UNAVAILABLE, error.message)
+            self._dependencies.abandon_load(name, None)
+            raise
+        self._dependencies.serve(name, number)
+        state, reason = self._ensemble_state(name)
+        model.versions[number] = _Version(state, reason)
+        self._refresh_dependents(name)
+
+    # ------------------------------------------------------------------ states
+
+    def _ensemble_state(self, ensemble: str) -> tuple[str, str]:
+        """(state, reason) of a served ensemble version: READY while every composing model
+        has a READY version (the step's version, when it names one)."""
+        from inferd.kernel.actors.control import State  # (a cycle at import time)
+
+        missing = self._dependencies.blocker(ensemble, self._is_ready)
+        if missing is None:
+            return State.READY, ""
+        which = f"composing model '{missing.model}'"
+        if missing.version >= 0:
+            which += f" version {missing.version}"
+        return State.UNAVAILABLE, f"{which} is not ready: {self._why_not_ready(missing)}"
+
+    def _is_ready(self, name: str, version: int) -> bool:
+        from inferd.kernel.actors.control import State  # (a cycle at import time)
+
+        model = self._models.get(name)
+        if model is None:
+            return False
+        if version < 0:
+            return model.ready()
+        found = model.versions.get(version)
+        return found is not None and found.state == State.READY
+
+    def _why_not_ready(self, missing: Requirement) -> str:
+        model = self._models.get(missing.model)
+        if model is None:
+            return "not loaded"
+        versions = model.versions
+        if missing.version >= 0:
+            chosen = [versions[missing.version]] if missing.version in versions else []
+        else:
+            chosen = [versions[number] for number in sorted(versions, reverse=True)]
+        if chosen:
+            return chosen[0].reason or chosen[0].state.lower()
+        return model.error or "not loaded"
+
+    def _refresh_dependents(self, *names: str) -> None:
+        """``names`` changed state: bring the state of every ensemble using them (nested
+        ones first) in line. Versions being loaded or unloaded are left alone."""
+        from inferd.kernel.actors.control import State  # (a cycle at import time)
+
+        for ensemble in self._dependencies.dependents(*names):
+            model = self._models.get(ensemble)
+            if model is None:
+                continue
+            state, reason = self._ensemble_state(ensemble)
+            for number in self._dependencies.served_versions(ensemble):
+                version = model.versions.get(number)
+                if version is not None and version.state in (State.READY, State.UNAVAILABLE):
+                    version.state, version.reason = state, reason
+
+    def _version_unloaded(self, name: str, number: int) -> None:
+        """Hook: a version of ``name`` was unloaded (the scheduler no longer serves it)."""
+        self._dependencies.retire(name, number)
+        self._refresh_dependents(name)
+
+    # ------------------------------------------------------------------ unload API
+
+    async def _unload_with_dependents(self, name: str, unload_dependents: bool) -> None:
+        """Unload ``name``; with ``unload_dependents``, then also the composing models its
+        load brought in that no other loaded ensemble uses (nested ensembles first)."""
+        candidates = self._dependencies.unload_candidates(name) if unload_dependents else []
+        self._dependencies.forget_model(name)
+        await self._unload(name)
+        for composing in candidates:
+            self._required.discard(composing)
+            self._dependencies.forget_model(composing)
+            await self._unload(composing)
