@@ -1,7 +1,9 @@
 """Writes the example models of inferd's default model repository into this folder.
 
-Owns the three example models (``simple``, ``mlp``, ``identity_fp32``): their ONNX graphs,
-built with the ``onnx`` helper API, and their ``config.pbtxt``. Deterministic and idempotent:
+Owns the example ONNX models (``simple``, ``mlp``, ``identity_fp32``, and the OCR pipeline's
+detector ``craft`` and refiner ``refinenet``): their graphs, built with the ``onnx`` helper
+API, and their ``config.pbtxt``. The OCR pipeline's python steps and its ensemble are plain
+files in their folders. Deterministic and idempotent:
 a file whose content is already right is not rewritten, so its modification time, which the
 POLL control mode watches, does not change. Run it with ``python model_repository/generate.py``.
 It needs ``numpy`` and ``onnx``, never onnxruntime or inferd.
@@ -149,10 +151,86 @@ def identity_fp32_model() -> onnx.ModelProto:
     return _model(graph)
 
 
+CRAFT_CONFIG = """\
+name: "craft"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ { name: "images" data_type: TYPE_FP32 dims: [ -1, 1, 32, 32 ] } ]
+output [
+  { name: "score" data_type: TYPE_FP32 dims: [ -1, 1, 16, 16 ] },
+  { name: "features" data_type: TYPE_FP32 dims: [ -1, 4, 16, 16 ] }
+]
+"""
+
+REFINENET_CONFIG = """\
+name: "refinenet"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [
+  { name: "score" data_type: TYPE_FP32 dims: [ -1, 1, 16, 16 ] },
+  { name: "features" data_type: TYPE_FP32 dims: [ -1, 4, 16, 16 ] }
+]
+output [ { name: "refined" data_type: TYPE_FP32 dims: [ -1, 1, 16, 16 ] } ]
+"""
+
+
+def _weights(name: str, shape: tuple[int, ...], seed: int) -> onnx.TensorProto:
+    fan_in = int(np.prod(shape[1:]))
+    values = np.random.default_rng(seed).standard_normal(shape) / np.sqrt(fan_in)
+    return numpy_helper.from_array(values.astype(np.float32), name)
+
+
+def craft_model() -> onnx.ModelProto:
+    """A tiny text detector in CRAFT's shape: images [n,1,32,32] -> a stride-2 convolution ->
+    features [n,4,16,16] and a per-cell text score [n,1,16,16] in (0, 1)."""
+
+    def image(name: str, channels: int, side: int) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", channels, side, side])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["images", "w_features"], ["convolved"], strides=[2, 2],
+                             pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+            helper.make_node("Relu", ["convolved"], ["features"]),
+            helper.make_node("Conv", ["features", "w_score"], ["logits"], kernel_shape=[1, 1]),
+            helper.make_node("Sigmoid", ["logits"], ["score"]),
+        ],
+        "craft",
+        [image("images", 1, 32)],
+        [image("score", 1, 16), image("features", 4, 16)],
+        initializer=[_weights("w_features", (4, 1, 3, 3), 1), _weights("w_score", (1, 4, 1, 1), 2)],
+    )
+    return _model(graph)
+
+
+def refinenet_model() -> onnx.ModelProto:
+    """A tiny refiner: the detector's score and features, concatenated, through a 3x3
+    convolution -> refined score [n,1,16,16] in (0, 1)."""
+
+    def image(name: str, channels: int) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", channels, 16, 16])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Concat", ["score", "features"], ["stacked"], axis=1),
+            helper.make_node("Conv", ["stacked", "w_refine"], ["logits"], pads=[1, 1, 1, 1],
+                             kernel_shape=[3, 3]),
+            helper.make_node("Sigmoid", ["logits"], ["refined"]),
+        ],
+        "refinenet",
+        [image("score", 1), image("features", 4)],
+        [image("refined", 1)],
+        initializer=[_weights("w_refine", (1, 5, 3, 3), 3)],
+    )
+    return _model(graph)
+
+
 MODELS: dict[str, tuple[str, Callable[[], onnx.ModelProto]]] = {
     "simple": (SIMPLE_CONFIG, simple_model),
     "mlp": (MLP_CONFIG, mlp_model),
     "identity_fp32": (IDENTITY_FP32_CONFIG, identity_fp32_model),
+    "craft": (CRAFT_CONFIG, craft_model),
+    "refinenet": (REFINENET_CONFIG, refinenet_model),
 }
 
 
