@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from inferd.kernel.settings import Settings
 
 logger = logging.getLogger(__name__)
+# Responses smaller than this are written in one piece; larger ones part by part, so tensor
+# buffers are never copied into one big bytes object.
+JOIN_BODY_BELOW = 256 * 1024
 
 # Bodies (or outputs) above this are decoded, encoded and compressed in a worker thread, so a
 # large request never stalls the event loop that every other request shares.
@@ -205,6 +208,8 @@ class KserveHttpApp:
         headers.append((b"content-length", str(response.length).encode("ascii")))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         parts = [part for part in response.parts if len(part)] or [b""]
+        if len(parts) > 1 and response.length <= JOIN_BODY_BELOW:
+            parts = [b"".join(parts)]  # one write (one syscall) instead of one per part
         for index, part in enumerate(parts):
             more = index < len(parts) - 1
             await send({"type": "http.response.body", "body": part, "more_body": more})
