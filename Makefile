@@ -31,6 +31,9 @@ test: setup
 bench: setup
 	$(PY) bench/bench_wire.py
 
+bench-kserve: setup
+	$(PY) bench/bench_kserve.py
+
 models: setup
 	$(PY) model_repository/generate.py
 
