@@ -54,6 +54,11 @@ from inferd.protocols.messages import (
 log = logging.getLogger(__name__)
 
 IDLE_POLL_SECS = 0.01
+# An instance gets its next batch while it still runs one: the executor queues it behind the
+# running one (never running both at once), so the instance is not idle for the round trip
+# between the processes. Deeper would only make queued requests wait in the executor instead
+# of here, where they can still join a larger batch.
+BATCHES_IN_FLIGHT_PER_INSTANCE = 2
 SHUTTING_DOWN = "server is shutting down"
 
 
@@ -61,7 +66,7 @@ SHUTTING_DOWN = "server is shutting down"
 class _Slot:
     executor: str
     instance: int
-    busy: bool = False
+    in_flight: int = 0  # batches sent to the instance and not answered yet
 
 
 @dataclass(eq=False, slots=True)
@@ -92,6 +97,10 @@ class _Version:
     wake_pending: bool = False
     pinned: int = 0  # ensemble requests that fixed this version and still need it
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
+
+
+def _load_of(slot: _Slot) -> int:
+    return slot.in_flight
 
 
 def _batcher(config: ModelConfig) -> DynamicBatcher:
@@ -137,7 +146,7 @@ class SchedulerActor(Actor):
         current.ensemble = ensemble
         self._ever_served.setdefault(message.model, set()).add(message.version)
         self._pump(current)
-        while any(slot.busy for slot in replaced):
+        while any(slot.in_flight for slot in replaced):
             await anyio.sleep(IDLE_POLL_SECS)
         return Ack()
 
@@ -299,15 +308,15 @@ class SchedulerActor(Actor):
         holding ``caller`` is returned for the caller's task to run; the others get tasks."""
         own_batch = None
         while version.queue:
-            slot = next((s for s in version.slots if not s.busy), None)
-            if slot is None:
+            slot = min(version.slots, key=_load_of, default=None)
+            if slot is None or slot.in_flight >= BATCHES_IN_FLIGHT_PER_INSTANCE:
                 break
             count = version.batcher.take(version.queue, time.perf_counter_ns())
             if count == 0:
                 self._wake_later(version)
                 break
             batch = [version.queue.popleft() for _ in range(count)]
-            slot.busy = True
+            slot.in_flight += 1
             version.running += 1
             if caller is not None and own_batch is None and caller in batch:
                 own_batch = (slot, batch)
@@ -354,7 +363,7 @@ class SchedulerActor(Actor):
             log.exception("batch for %s failed", version.model)
             results = [Internal(f"{type(error).__name__}: {error}")] * len(batch)
         finally:
-            slot.busy = False
+            slot.in_flight -= 1
             version.running -= 1
         for queued, result in zip(batch, results):
             queued.result = result
