@@ -65,13 +65,15 @@ def write_big_model(folder: Path, weights_mb: float) -> None:
     (folder / "big" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
 
 
-def start_server(repository: Path, grpc_port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_server(
+    repository: Path, grpc_port: int, log: Path, extra: list[str]
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "inferd.kernel.cli", "serve", "--model-repository",
                str(repository), "--model-control-mode", "explicit", "--load-model", "simple",
                f"--grpc-port={grpc_port}", f"--http-port={free_port()}",
                f"--zmq-port={free_port()}", f"--metrics-port={free_port()}",
                "--grpc-address=127.0.0.1", "--http-address=127.0.0.1",
-               "--zmq-address=127.0.0.1", "--log-verbose", "-1"]
+               "--zmq-address=127.0.0.1", "--log-verbose", "-1", *extra]
     with log.open("wb") as output:
         return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -136,6 +138,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--weights-mb", type=float, default=48.0)
+    parser.add_argument("--server-args", default="",
+                        help="extra `inferd serve` flags, e.g. '--cpu-executors 2'")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
     repository = work / "repository"
@@ -143,7 +147,7 @@ def main() -> None:
     print(f"generating a {args.weights_mb:g} MB model to load in a loop...", file=sys.stderr)
     write_big_model(repository, args.weights_mb)
     grpc_port, log = free_port(), work / "inferd.log"
-    server = start_server(repository, grpc_port, log)
+    server = start_server(repository, grpc_port, log, args.server_args.split())
     url = f"127.0.0.1:{grpc_port}"
     try:
         wait_ready(url, server, log)

@@ -28,6 +28,7 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
+from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
 from inferd.kernel.router import Router
 from inferd.protocols.errors import InferdError, Internal, NotFound, Unavailable
@@ -99,6 +100,7 @@ class ExecutorActor(Actor):
         self._instance_ids = itertools.count(1)
         self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
         self.stopped = anyio.Event()
+        self._background = BackgroundWorker()  # loads yield the CPU to inference
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
@@ -111,6 +113,7 @@ class ExecutorActor(Actor):
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+        self._background.close()
 
     # ------------------------------------------------------------------ loading
 
@@ -159,7 +162,7 @@ class ExecutorActor(Actor):
             return model, instances
 
         try:
-            model, instances = await anyio.to_thread.run_sync(load, abandon_on_cancel=True)
+            model, instances = await self._background.run(load)
         except InferdError:
             raise
         except Exception as error:  # a backend exception is the load's reason, verbatim
