@@ -3,6 +3,7 @@ nothing, failed reloads that leave the old version serving, and loads that time 
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -46,13 +47,28 @@ def sender(module: Any, url: str, stop: threading.Event, outcomes: list[str]) ->
     return run
 
 
+def readiness_watcher(url: str, stop: threading.Event, unready: list[float]) -> Callable[[], None]:
+    """Asks ``v2/health/ready`` until ``stop``, recording when the server said not ready."""
+
+    def run() -> None:
+        client = httpclient.InferenceServerClient(url)
+        while not stop.is_set():
+            if not client.is_server_ready():
+                unready.append(time.monotonic())
+            time.sleep(0.02)
+
+    return run
+
+
 def test_reloads_under_load_fail_no_request(inferd: Any) -> None:
     server = inferd.start(inferd.repository("simple"), "--model-control-mode", "explicit",
                           "--load-model", "simple")
     stop = threading.Event()
     outcomes: list[str] = []
+    unready: list[float] = []
     targets = [(httpclient, server.http_url), (grpcclient, server.grpc_url)] * (CLIENTS // 2)
     threads = [threading.Thread(target=sender(module, url, stop, outcomes)) for module, url in targets]
+    threads.append(threading.Thread(target=readiness_watcher(server.http_url, stop, unready)))
     for thread in threads:
         thread.start()
     try:
@@ -69,6 +85,7 @@ def test_reloads_under_load_fail_no_request(inferd: Any) -> None:
     failures = [outcome for outcome in outcomes if outcome != "ok"]
     assert not failures, f"{len(failures)} of {len(outcomes)} requests failed: {failures[:5]}"
     assert len(outcomes) > 4 * RELOADS, "the clients hardly sent anything during the reloads"
+    assert not unready, "a reload made the server unready (SPEC 6.2)"
     with server.client() as client:
         assert [(e.version, e.state) for e in client.index() if e.name == "simple"] == [("1", "READY")]
 
@@ -106,3 +123,52 @@ def test_a_load_that_outlives_the_load_timeout_is_unavailable(inferd: Any) -> No
     assert "--model-load-timeout-secs" in sleepy_entry["reason"]
     result = grpc.infer("simple", simple_inputs(grpcclient, 1))
     assert result.as_numpy("OUTPUT0")[0].tolist() == [2] * 16
+
+
+def test_readiness_survives_unloads_and_failed_loads_of_models_not_serving(inferd: Any) -> None:
+    broken = 'name: "broken"\nbackend: "onnxruntime"\nmax_bach_size: 1\n'
+    server = inferd.start(inferd.repository("simple", "mlp", configs={"broken": broken}),
+                          "--model-control-mode", "explicit", "--load-model", "simple",
+                          "--load-model", "mlp")
+    http = httpclient.InferenceServerClient(server.http_url)
+    assert http.is_server_ready()
+    with pytest.raises(InferenceServerException):
+        http.load_model("broken")
+    assert http.is_server_ready(), "a failed load of a model that was not serving"
+    http.unload_model("mlp")
+    assert http.is_server_ready(), "an unload on request"
+    assert http.is_model_ready("simple") and not http.is_model_ready("mlp")
+
+
+VERSIONED = """
+name: "versioned"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+version_policy: {policy}
+"""
+
+
+@pytest.mark.parametrize(
+    ("policy", "ready"),
+    [("{ all { } }", ["1", "2", "3"]),
+     ("{ latest { num_versions: 2 } }", ["2", "3"]),
+     ("{ specific { versions: [ 1, 3 ] } }", ["1", "3"])],
+    ids=["all", "latest-2", "specific"],
+)
+def test_version_policies(inferd: Any, policy: str, ready: list[str]) -> None:
+    repository = inferd.repository("simple")
+    folder = repository / "simple"
+    (folder / "config.pbtxt").write_text(
+        VERSIONED.format(policy=policy).replace("versioned", "simple"))
+    for version in ("2", "3"):
+        shutil.copytree(folder / "1", folder / version)
+    server = inferd.start(repository)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    index = grpc.get_model_repository_index(as_json=True)["models"]
+    assert sorted(e["version"] for e in index if e.get("state") == "READY") == ready
+    assert grpc.get_model_metadata("simple", as_json=True)["versions"] == ready
+    # Without a version, the highest READY one answers.
+    assert grpc.infer("simple", simple_inputs(grpcclient, 1)).get_response().model_version == ready[-1]
+    for version in ready:
+        result = grpc.infer("simple", simple_inputs(grpcclient, 1), model_version=version)
+        assert result.get_response().model_version == version
