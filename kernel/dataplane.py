@@ -16,6 +16,8 @@ from inferd.protocols.messages import (
     InferRequest,
     LoadRequest,
     Message,
+    Metrics,
+    MetricsRequest,
     ModelConfigRequest,
     ModelMetadataRequest,
     ModelReadyRequest,
@@ -51,7 +53,18 @@ class DataPlane:
     async def handle(self, request: Message) -> Message:
         if isinstance(request, ServerMetadataRequest):
             return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
+        if isinstance(request, MetricsRequest):
+            return await self._metrics()
         owner = _OWNER.get(type(request))
         if owner is None:
             raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
         return await self._router.ask(owner, request)
+
+    async def _metrics(self) -> Metrics:
+        """Inference metrics come from the scheduler, load metrics from control."""
+        samples: list[tuple[str, dict[str, str], float]] = []
+        for owner in ("scheduler", "control"):
+            reply = await self._router.ask(owner, MetricsRequest())
+            assert isinstance(reply, Metrics)
+            samples += reply.samples
+        return Metrics(tuple(samples))

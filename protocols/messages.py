@@ -232,6 +232,18 @@ class Statistics(Message):
     model_stats: tuple[dict[str, Any], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsRequest(Message):
+    """Ask an actor for its Prometheus samples."""
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics(Message):
+    """Prometheus samples: (metric name, labels, value) triples."""
+
+    samples: tuple[tuple[str, dict[str, str], float], ...]
+
+
 # ----------------------------------------------------------------------- kernel-internal
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from dataclasses import dataclass, field
 
 import anyio
@@ -49,6 +50,8 @@ from inferd.protocols.messages import (
     LoadRequest,
     LoadStartupModels,
     LoadVersion,
+    Metrics,
+    MetricsRequest,
     ModelList,
     PollRequest,
     ResolvedModel,
@@ -84,6 +87,7 @@ class _Version:
     reason: str = ""
     load_id: int = 0
     executor: str = ""
+    load_secs: float = 0.0
 
 
 @dataclass(slots=True)
@@ -264,6 +268,15 @@ class ControlActor(EnsembleControl, Actor):
         if model is not None and not model.ready() and model.lock.statistics().tasks_waiting == 0:
             del self._models[name]  # gone from the repository: gone from the index
 
+    async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
+        return Metrics(tuple(
+            ("nv_model_load_duration_secs", {"model": name, "version": str(number)},
+             round(version.load_secs, 6))
+            for name, model in sorted(self._models.items())
+            for number, version in sorted(model.versions.items())
+            if version.state == State.READY
+        ))
+
     # ------------------------------------------------------------------ executors
 
     async def on_executor_lost(self, message: ExecutorLost, envelope: Envelope) -> None:
@@ -362,6 +375,7 @@ class ControlActor(EnsembleControl, Actor):
             auto_complete=not self._settings.disable_auto_complete_config,
         )
         timeout = self._settings.model_load_timeout_secs
+        started = time.monotonic()
         try:
             loaded = await self.router.ask(EXECUTORS, load, timeout=timeout)
             assert isinstance(loaded, VersionLoaded)
@@ -384,7 +398,8 @@ class ControlActor(EnsembleControl, Actor):
         instances = tuple((loaded.executor, i) for i in loaded.instance_ids)
         await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances))
         old_load = serving.load_id if serving is not None else 0
-        model.versions[number] = _Version(State.READY, "", load_id, loaded.executor)
+        model.versions[number] = _Version(State.READY, "", load_id, loaded.executor,
+                                          time.monotonic() - started)
         self._refresh_dependents(name)
         if old_load:
             await self.router.ask(EXECUTORS, UnloadVersion(old_load))

@@ -46,6 +46,8 @@ from inferd.protocols.messages import (
     ModelMetadataRequest,
     ModelReadyRequest,
     RetireVersion,
+    Metrics,
+    MetricsRequest,
     ServeVersion,
     Statistics,
     StatisticsRequest,
@@ -91,7 +93,8 @@ class _Version:
     max_queue_size: int
     slots: list[_Slot]
     queue: deque[_Queued] = field(default_factory=deque)
-    running: int = 0
+    running: int = 0  # batches sent to instances and not answered
+    in_service: int = 0  # requests in those batches
     retired: bool = False
     statistics: VersionStatistics = field(default_factory=VersionStatistics)
     wake_pending: bool = False
@@ -253,6 +256,31 @@ class SchedulerActor(Actor):
         chosen.sort(key=lambda v: (v.model, v.version))
         return Statistics(tuple(statistics_dict(v) for v in chosen))
 
+    async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
+        samples: list[tuple[str, dict[str, str], float]] = []
+        for versions in self._served.values():
+            for version in versions.values():
+                labels = {"model": version.model, "version": str(version.version)}
+                stats = version.statistics
+                samples += [
+                    ("nv_inference_request_success", labels, stats.success.count),
+                    ("nv_inference_request_failure", labels, stats.fail.count),
+                    ("nv_inference_count", labels, stats.inference_count),
+                    ("nv_inference_exec_count", labels, stats.execution_count),
+                    ("nv_inference_request_duration_us", labels,
+                     (stats.success.ns + stats.fail.ns) // 1000),
+                    ("nv_inference_queue_duration_us", labels, stats.queue.ns // 1000),
+                    ("nv_inference_compute_input_duration_us", labels,
+                     stats.compute_input.ns // 1000),
+                    ("nv_inference_compute_infer_duration_us", labels,
+                     stats.compute_infer.ns // 1000),
+                    ("nv_inference_compute_output_duration_us", labels,
+                     stats.compute_output.ns // 1000),
+                    ("nv_inference_pending_request_count", labels,
+                     len(version.queue) + version.in_service),
+                ]
+        return Metrics(tuple(samples))
+
     # ------------------------------------------------------------------ inference
 
     async def on_infer_request(self, request: InferRequest, envelope: Envelope) -> InferResponse:
@@ -318,6 +346,7 @@ class SchedulerActor(Actor):
             batch = [version.queue.popleft() for _ in range(count)]
             slot.in_flight += 1
             version.running += 1
+            version.in_service += len(batch)
             if caller is not None and own_batch is None and caller in batch:
                 own_batch = (slot, batch)
             else:
@@ -365,6 +394,7 @@ class SchedulerActor(Actor):
         finally:
             slot.in_flight -= 1
             version.running -= 1
+            version.in_service -= len(batch)
         for queued, result in zip(batch, results):
             queued.result = result
             queued.done.set()

@@ -1,0 +1,103 @@
+"""The Prometheus metrics frontend: ``GET /metrics`` on ``--metrics-address:--metrics-port``.
+
+A deliberately small HTTP/1.1 responder (a scraper sends one GET per connection or keeps it
+alive between scrapes): it reads a request head (bounded in size and time), answers
+``/metrics`` with the text ``inferd.protocols.prometheus`` renders from the data plane's
+samples, 404 for other paths and 405 for other methods. It runs in the main event loop beside
+the other frontends and owns no metric itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from inferd.kernel.frontend import Frontend
+from inferd.protocols import prometheus
+from inferd.protocols.messages import Metrics, MetricsRequest
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 16 * 1024
+READ_TIMEOUT_SECS = 10.0
+
+
+class MetricsFrontend(Frontend):
+    name = "metrics"
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        address, port = self.settings.metrics_address, self.settings.metrics_port
+        try:
+            server = await asyncio.start_server(self._connection, address, port,
+                                                reuse_address=True)
+        except OSError as error:
+            raise OSError(error.errno,
+                          f"metrics frontend cannot bind {address}:{port}: {error.strerror}"
+                          ) from error
+        bound = server.sockets[0].getsockname()
+        try:
+            task_status.started(f"http://{bound[0]}:{bound[1]}/metrics")
+            await anyio.sleep_forever()
+        finally:
+            server.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
+                                                  READ_TIMEOUT_SECS)
+                except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+                    return
+                except asyncio.LimitOverrunError:
+                    await self._reply(writer, 431, b"request head too large\n", close=True)
+                    return
+                if len(head) > MAX_HEAD_BYTES:
+                    await self._reply(writer, 431, b"request head too large\n", close=True)
+                    return
+                request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+                close = b"connection: close" in head.lower()
+                if len(request_line) != 3:
+                    await self._reply(writer, 400, b"malformed request line\n", close=True)
+                    return
+                method, target, _ = request_line
+                path = target.split("?", 1)[0]
+                if path != "/metrics":
+                    await self._reply(writer, 404, b"Not Found\n", close)
+                elif method not in ("GET", "HEAD"):
+                    await self._reply(writer, 405, b"Method Not Allowed\n", close)
+                else:
+                    body = await self._render()
+                    await self._reply(writer, 200, body, close, head_only=method == "HEAD",
+                                      content_type=prometheus.CONTENT_TYPE)
+                if close:
+                    return
+        except Exception:  # a scrape must never take anything down
+            log.exception("metrics request failed")
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _render(self) -> bytes:
+        reply = await self.dataplane.handle(MetricsRequest())
+        assert isinstance(reply, Metrics)
+        return prometheus.render(reply.samples).encode()
+
+    @staticmethod
+    async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool,
+                     *, head_only: bool = False,
+                     content_type: str = "text/plain; charset=utf-8") -> None:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                  431: "Request Header Fields Too Large"}[status]
+        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n"
+                f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
+        writer.write(head if head_only else head + body)
+        await writer.drain()
