@@ -106,6 +106,11 @@ class Instance(abc.ABC):
     """One execution slot of a model. ``execute`` is never called concurrently on one
     instance, so an instance may keep per-call state (a session, a CUDA stream)."""
 
+    phase_ns: tuple[int, int, int] | None = None
+    """Set by ``execute`` when the backend can tell its phases apart: the nanoseconds the
+    last call spent preparing inputs, running the model and producing outputs. They become
+    the compute_input/infer/output statistics; left ``None``, the whole call is infer."""
+
     runs_on_event_loop: bool = True
     """Whether the executor may run a short ``execute`` on its event loop rather than the
     instance's thread. An instance whose ``execute`` can wait on the server (a python model

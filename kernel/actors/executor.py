@@ -222,14 +222,16 @@ class ExecutorActor(Actor):
         if slot is None:
             raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
 
-        def execute() -> tuple[list[InferResponse | InferdError], int]:
+        def execute() -> tuple[list[InferResponse | InferdError], tuple[int, int, int]]:
             started = time.perf_counter_ns()
+            slot.instance.phase_ns = None
             results = slot.instance.execute(batch.requests)
-            return results, time.perf_counter_ns() - started
+            total = time.perf_counter_ns() - started
+            return results, slot.instance.phase_ns or (0, total, 0)
 
         try:
-            results, infer_ns = execute() if slot.runs_inline() else await slot.run(execute)
-            slot.observe(infer_ns)
+            results, compute_ns = execute() if slot.runs_inline() else await slot.run(execute)
+            slot.observe(sum(compute_ns))
         except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
             log.exception("instance %d of %s failed", batch.instance, batch.model)
             failure = Failure("INTERNAL", f"{type(error).__name__}: {error}")
@@ -240,7 +242,7 @@ class ExecutorActor(Actor):
                 f"backend returned {len(results)} responses for {len(batch.requests)} requests",
             )
             return BatchResult(tuple(failure for _ in batch.requests))
-        return BatchResult(tuple(_as_reply(result) for result in results), (0, infer_ns, 0))
+        return BatchResult(tuple(_as_reply(result) for result in results), compute_ns)
 
 
 def _as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:

@@ -9,6 +9,7 @@ out of ``execute``: every failure becomes that request's error.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,10 @@ from inferd.protocols.tensors import config_type_to_datatype, from_numpy
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+
+
+# Indexes into an instance's phase clock (index 0 holds when the current phase began).
+INPUT_PHASE, INFER_PHASE, OUTPUT_PHASE = 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +87,10 @@ class OnnxRuntimeInstance(Instance):
     def __init__(self, session: Any, plan: ExecutionPlan) -> None:
         self._session = session
         self._plan = plan
+        self._clock = [0, 0, 0, 0]
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        self._clock = [time.perf_counter_ns(), 0, 0, 0]
         results: list[InferResponse | InferdError | None] = [None] * len(requests)
         groups: dict[Hashable, list[_Prepared]] = {}
         for index, request in enumerate(requests):
@@ -102,7 +109,16 @@ class OnnxRuntimeInstance(Instance):
         for group in groups.values():
             for prepared, result in zip(group, self._run(group), strict=True):
                 results[prepared.index] = result
+        self._lap(OUTPUT_PHASE)
+        self.phase_ns = (self._clock[INPUT_PHASE], self._clock[INFER_PHASE],
+                         self._clock[OUTPUT_PHASE])
         return [result for result in results if result is not None]
+
+    def _lap(self, phase: int) -> None:
+        """Charge the time since the last lap to ``phase``."""
+        now = time.perf_counter_ns()
+        self._clock[phase] += now - self._clock[0]
+        self._clock[0] = now
 
     def close(self) -> None:
         self._session = None
@@ -163,10 +179,13 @@ class OnnxRuntimeInstance(Instance):
                 name: np.concatenate([prepared.feeds[name] for prepared in group], axis=0)
                 for name in feeds
             }
+        self._lap(INPUT_PHASE)
         try:
             arrays = self._session.run([output.name for output in output_plans], feeds)
         except Exception as error:
             return [_failure_from_onnxruntime(error) for _ in group]
+        finally:
+            self._lap(INFER_PHASE)
         sizes = [prepared.batch_size for prepared in group]
         try:
             pieces = {
