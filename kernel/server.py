@@ -43,6 +43,7 @@ log = logging.getLogger("inferd")
 EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
+    "schedule_policy",
     "statistics",
     "model_configuration",
     "model_repository",

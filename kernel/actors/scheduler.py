@@ -81,6 +81,7 @@ class _Queued:
     result: InferResponse | InferdError | None = None
     started_ns: int = 0
     compute_ns: tuple[int, int, int] = (0, 0, 0)
+    level: int = 0  # priority level: lower goes first
 
 
 @dataclass(eq=False, slots=True)
@@ -100,6 +101,26 @@ class _Version:
     wake_pending: bool = False
     pinned: int = 0  # ensemble requests that fixed this version and still need it
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
+
+
+def _priority_level(priority: int, config: ModelConfig) -> int:
+    """The queue level of a request (SPEC 5.2): with ``priority_levels`` configured, 1 is the
+    highest; 0 or a value out of range takes ``default_priority_level``, as in Triton. Without
+    priority levels every request is on one level."""
+    levels = int(config.dynamic_batching.priority_levels)
+    if not levels:
+        return 0
+    if 1 <= priority <= levels:
+        return priority
+    return int(config.dynamic_batching.default_priority_level) or levels
+
+
+def _enqueue(queue: deque[_Queued], queued: _Queued) -> None:
+    """Behind every request of its level or a higher one, ahead of lower levels."""
+    index = len(queue)
+    while index and queue[index - 1].level > queued.level:
+        index -= 1
+    queue.insert(index, queued)
 
 
 def _load_of(slot: _Slot) -> int:
@@ -301,8 +322,9 @@ class SchedulerActor(Actor):
         if version.max_queue_size and len(version.queue) >= version.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
-        queued = _Queued(request, batch_size, shape_key, arrived_ns)
-        version.queue.append(queued)
+        queued = _Queued(request, batch_size, shape_key, arrived_ns,
+                         level=_priority_level(request.priority, version.config))
+        _enqueue(version.queue, queued)
         own_batch = self._pump(version, queued)
         if own_batch is not None:
             # This request's own task runs the batch it is in: no hand-off to another task.

@@ -172,3 +172,39 @@ def test_version_policies(inferd: Any, policy: str, ready: list[str]) -> None:
     for version in ready:
         result = grpc.infer("simple", simple_inputs(grpcclient, 1), model_version=version)
         assert result.get_response().model_version == version
+
+
+PRIORITIZED = """
+name: "prioritized"
+backend: "inferd_testing"
+max_batch_size: 0
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+dynamic_batching { priority_levels: 2 default_priority_level: 2 }
+parameters { key: "mode" value { string_value: "slow" } }
+parameters { key: "delay_ms" value { string_value: "300" } }
+"""
+
+
+def test_higher_priority_requests_leave_the_queue_first(inferd: Any) -> None:
+    server = inferd.start(inferd.repository(configs={"prioritized": PRIORITIZED}))
+    finished: dict[str, float] = {}
+
+    def send(name: str, priority: int) -> None:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.zeros(4, dtype=np.float32))
+        client.infer("prioritized", [tensor], priority=priority, request_id=name)
+        finished[name] = time.monotonic()
+
+    # Two requests occupy the instance (one running, one sent behind it); then a low- and a
+    # high-priority request queue up, the low one first.
+    threads = []
+    for name, priority in (("first", 2), ("second", 2), ("low", 2), ("high", 1)):
+        threads.append(threading.Thread(target=send, args=(name, priority)))
+        threads[-1].start()
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join(timeout=30)
+    assert set(finished) == {"first", "second", "low", "high"}
+    assert finished["high"] < finished["low"], finished
