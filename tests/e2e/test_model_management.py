@@ -208,3 +208,43 @@ def test_higher_priority_requests_leave_the_queue_first(inferd: Any) -> None:
         thread.join(timeout=30)
     assert set(finished) == {"first", "second", "low", "high"}
     assert finished["high"] < finished["low"], finished
+
+
+QUEUE_LIMITED = """
+name: "limited"
+backend: "inferd_testing"
+max_batch_size: 0
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+dynamic_batching { default_queue_policy { max_queue_size: 1 } }
+parameters { key: "mode" value { string_value: "slow" } }
+parameters { key: "delay_ms" value { string_value: "400" } }
+"""
+
+
+def test_queue_size_and_request_timeouts_refuse_with_triton_messages(inferd: Any) -> None:
+    server = inferd.start(inferd.repository(configs={"limited": QUEUE_LIMITED}))
+    outcomes: dict[str, str] = {}
+
+    def send(name: str, timeout_us: int) -> None:
+        client = httpclient.InferenceServerClient(server.http_url)
+        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.zeros(4, dtype=np.float32))
+        try:
+            client.infer("limited", [tensor], timeout=timeout_us or None)
+            outcomes[name] = "ok"
+        except InferenceServerException as error:
+            outcomes[name] = f"{error.status()} {error.message()}"
+
+    # Two requests fill the instance (one running, one sent behind it), the third waits in
+    # the queue of one with a 100 ms timeout, the fourth finds the queue full.
+    threads = []
+    for name, timeout_us in (("running", 0), ("next", 0), ("queued", 100_000), ("full", 0)):
+        threads.append(threading.Thread(target=send, args=(name, timeout_us)))
+        threads[-1].start()
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join(timeout=30)
+    assert outcomes["running"] == outcomes["next"] == "ok"
+    assert outcomes["full"] == "503 Exceeds maximum queue size"
+    assert outcomes["queued"] == "503 Request timeout expired"
