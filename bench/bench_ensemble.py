@@ -23,11 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -37,42 +33,12 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+import serving
+
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ("preprocess", "craft", "refinenet", "postprocess_0", "ocr")
 TEXTS = 4  # strings per request
 TEXT_BYTES = 1024
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def start_server(repository: Path, grpc_port: int, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "inferd.kernel.cli", "serve", "--model-repository",
-               str(repository), f"--grpc-port={grpc_port}", f"--http-port={free_port()}",
-               f"--zmq-port={free_port()}", f"--metrics-port={free_port()}",
-               "--grpc-address=127.0.0.1", "--http-address=127.0.0.1",
-               "--zmq-address=127.0.0.1", "--log-verbose", "-1"]
-    with log.open("wb") as output:
-        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    client = grpcclient.InferenceServerClient(url)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"inferd exited during start-up:\n{log.read_text()[-3000:]}")
-        try:
-            if client.is_model_ready("ocr"):
-                return
-        except Exception:  # noqa: BLE001 - not listening yet
-            pass
-        time.sleep(0.2)
-    sys.exit("inferd was not ready within 120 s")
 
 
 def texts() -> np.ndarray:
@@ -152,28 +118,22 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
-    repository = work / "repository"
-    for name in PIPELINE:
-        shutil.copytree(ROOT / "model_repository" / name, repository / name)
-    grpc_port, log = free_port(), work / "inferd.log"
-    server = start_server(repository, grpc_port, log)
-    url = f"127.0.0.1:{grpc_port}"
     rows = []
-    try:
-        wait_ready(url, server, log)
-        for concurrency in concurrencies:
-            for name, request in (("ensemble", ensemble_request), ("client", client_request)):
-                print(f"{name} at concurrency {concurrency}: {args.seconds:g} s...", file=sys.stderr)
-                measure(url, request, concurrency, 1.0)  # warm-up
-                rows.append((name, concurrency, *measure(url, request, concurrency, args.seconds)))
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(work, ignore_errors=True)
+    with serving.temporary_folder("inferd-bench-") as work:
+        repository = work / "repository"
+        for name in PIPELINE:
+            shutil.copytree(ROOT / "model_repository" / name, repository / name)
+        with serving.running(repository, "--log-verbose", "-1", log=work / "inferd.log",
+                             model="ocr", via="grpc") as server:
+            url = server.address("grpc")
+            for concurrency in concurrencies:
+                for name, request in (("ensemble", ensemble_request),
+                                      ("client", client_request)):
+                    print(f"{name} at concurrency {concurrency}: {args.seconds:g} s...",
+                          file=sys.stderr)
+                    measure(url, request, concurrency, 1.0)  # warm-up
+                    rows.append((name, concurrency,
+                                 *measure(url, request, concurrency, args.seconds)))
     print(f"\nOCR pipeline, {TEXTS} strings of {TEXT_BYTES} B per request, tritonclient gRPC,"
           f" {args.seconds:g} s per cell, load average {os.getloadavg()[0]:.2f}")
     print(f"{'path':<9} {'conc':>4} {'req/s':>8} {'p50 µs':>9} {'p99 µs':>9} {'wire B/req':>11}")

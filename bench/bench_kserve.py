@@ -37,15 +37,10 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -53,6 +48,8 @@ from types import FrameType
 
 import numpy as np
 import onnxruntime
+
+import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 REPOSITORY = ROOT / "model_repository"
@@ -103,14 +100,6 @@ class Measurement:
 class Baseline:
     calls_per_s: float
     p50_us: float
-
-
-@dataclass(frozen=True)
-class Server:
-    process: subprocess.Popen[bytes]
-    http_port: int
-    grpc_port: int
-    log: Path
 
 
 # ------------------------------------------------------------------------------ setup
@@ -255,81 +244,6 @@ def measure_baseline(model_path: Path, seconds: float) -> Baseline:
     return Baseline(len(durations) / elapsed, median(durations) / 1e3)
 
 
-# ------------------------------------------------------------------------------ server
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def server_command(http_port: int, grpc_port: int, extra: Sequence[str]) -> list[str]:
-    script = Path(sys.executable).parent / "inferd"
-    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli"]
-    addresses = [f"--{name}-address=127.0.0.1" for name in ("http", "grpc", "metrics", "zmq")]
-    return [
-        *launcher, "serve", "--model-repository", str(REPOSITORY),
-        "--model-control-mode", "explicit", "--load-model", MODEL,
-        f"--http-port={http_port}", f"--grpc-port={grpc_port}",
-        f"--metrics-port={free_port()}", f"--zmq-port={free_port()}", *addresses, *extra,
-    ]
-
-
-def is_ready(http_port: int) -> bool:
-    url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/ready"
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
-def wait_until_ready(server: Server) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECS
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"inferd serve exited with code {server.process.returncode}:\n"
-                               f"{log_tail(server.log)}")
-        if is_ready(server.http_port):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"inferd serve was not ready within {START_TIMEOUT_SECS:g} s:\n"
-                       f"{log_tail(server.log)}")
-
-
-def log_tail(log: Path, characters: int = 3000) -> str:
-    return log.read_text(errors="replace")[-characters:]
-
-
-def stop_process(process: subprocess.Popen[bytes], *, grace: float) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-
-
-@contextmanager
-def running_server(folder: Path, extra: Sequence[str]) -> Iterator[Server]:
-    http_port, grpc_port = free_port(), free_port()
-    log = folder / "server.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(server_command(http_port, grpc_port, extra), cwd=ROOT,
-                                   stdin=subprocess.DEVNULL, stdout=output,
-                                   stderr=subprocess.STDOUT)
-    server = Server(process, http_port, grpc_port, log)
-    try:
-        wait_until_ready(server)
-        yield server
-    finally:
-        stop_process(process, grace=STOP_TIMEOUT_SECS)
-
-
 # ------------------------------------------------------------------------------ perf_analyzer
 
 
@@ -375,7 +289,7 @@ def parse_csv(csv_path: Path) -> tuple[float, float, float]:
 
 
 def measure(
-    tool: PerfAnalyzer, server: Server, protocol: str, concurrency: int,
+    tool: PerfAnalyzer, server: serving.Server, protocol: str, concurrency: int,
     args: argparse.Namespace, folder: Path,
 ) -> Measurement:
     """One perf_analyzer run; when its windows never agree, again with windows twice as long,
@@ -393,13 +307,12 @@ def measure(
 
 
 def run_perf_analyzer(
-    tool: PerfAnalyzer, server: Server, protocol: str, concurrency: int, window_ms: int,
-    args: argparse.Namespace, folder: Path,
+    tool: PerfAnalyzer, server: serving.Server, protocol: str, concurrency: int,
+    window_ms: int, args: argparse.Namespace, folder: Path,
 ) -> Measurement:
-    port = server.http_port if protocol == "http" else server.grpc_port
     csv_path = folder / f"{protocol}-c{concurrency}-{window_ms}ms.csv"
-    command = perf_analyzer_command(tool, f"127.0.0.1:{port}", protocol, concurrency, window_ms,
-                                    args, csv_path)
+    command = perf_analyzer_command(tool, server.address(protocol), protocol, concurrency,
+                                    window_ms, args, csv_path)
     print(f"\n$ perf_analyzer {' '.join(command[1:])}", flush=True)
     limit = window_ms / 1000 * args.max_trials + PERF_ANALYZER_SLACK_SECS
     try:
@@ -550,27 +463,20 @@ def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-@contextmanager
-def temporary_folder() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="bench-kserve-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def measure_all(
     tool: PerfAnalyzer, args: argparse.Namespace, folder: Path
 ) -> list[Measurement]:
     measurements = []
-    with running_server(folder, args.server_args) as server:
-        print(f"inferd serve ready: HTTP 127.0.0.1:{server.http_port}, "
-              f"gRPC 127.0.0.1:{server.grpc_port}", flush=True)
+    flags = ["--model-control-mode", "explicit", "--load-model", MODEL, *args.server_args]
+    with serving.running(REPOSITORY, *flags, log=folder / "server.log", model=MODEL, via="http",
+                         cwd=ROOT, timeout=START_TIMEOUT_SECS, grace=STOP_TIMEOUT_SECS) as server:
+        print(f"inferd serve ready: HTTP {server.address('http')}, "
+              f"gRPC {server.address('grpc')}", flush=True)
         for protocol in args.protocols:
             for concurrency in args.concurrency:
                 measurements.append(measure(tool, server, protocol, concurrency, args, folder))
         if server.process.poll() is not None:
-            print(f"inferd serve died during the run:\n{log_tail(server.log)}", flush=True)
+            print(f"inferd serve died during the run:\n{server.log_tail()}", flush=True)
     return measurements
 
 
@@ -587,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     args.baseline_seconds)
         print(f"onnxruntime in-process, batch 1, 1 thread: {baseline.calls_per_s:,.0f} calls/s, "
               f"p50 {baseline.p50_us:,.1f} µs", flush=True)
-        with temporary_folder() as folder:
+        with serving.temporary_folder("bench-kserve-") as folder:
             measurements = measure_all(tool, args, folder)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -21,11 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,14 +31,10 @@ import onnx
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper, numpy_helper
 
+import serving
+
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_big_model(folder: Path, weights_mb: float) -> None:
@@ -63,35 +55,6 @@ def write_big_model(folder: Path, weights_mb: float) -> None:
     (folder / "big" / "1").mkdir(parents=True)
     onnx.save(model, folder / "big" / "1" / "model.onnx")
     (folder / "big" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
-
-
-def start_server(
-    repository: Path, grpc_port: int, log: Path, extra: list[str]
-) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "inferd.kernel.cli", "serve", "--model-repository",
-               str(repository), "--model-control-mode", "explicit", "--load-model", "simple",
-               f"--grpc-port={grpc_port}", f"--http-port={free_port()}",
-               f"--zmq-port={free_port()}", f"--metrics-port={free_port()}",
-               "--grpc-address=127.0.0.1", "--http-address=127.0.0.1",
-               "--zmq-address=127.0.0.1", "--log-verbose", "-1", *extra]
-    with log.open("wb") as output:
-        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    client = grpcclient.InferenceServerClient(url)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"inferd exited during start-up:\n{log.read_text()[-3000:]}")
-        try:
-            if client.is_model_ready("simple"):
-                return
-        except Exception:  # noqa: BLE001 - not listening yet
-            pass
-        time.sleep(0.2)
-    sys.exit("inferd was not ready within 120 s")
 
 
 def simple_inputs() -> list[grpcclient.InferInput]:
@@ -141,30 +104,23 @@ def main() -> None:
     parser.add_argument("--server-args", default="",
                         help="extra `inferd serve` flags, e.g. '--cpu-executors 2'")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
-    repository = work / "repository"
-    shutil.copytree(ROOT / "model_repository" / "simple", repository / "simple")
-    print(f"generating a {args.weights_mb:g} MB model to load in a loop...", file=sys.stderr)
-    write_big_model(repository, args.weights_mb)
-    grpc_port, log = free_port(), work / "inferd.log"
-    server = start_server(repository, grpc_port, log, args.server_args.split())
-    url = f"127.0.0.1:{grpc_port}"
-    try:
-        wait_ready(url, server, log)
-        print(f"load average {os.getloadavg()[0]:.2f}; warming up...", file=sys.stderr)
-        run_phase(url, 1.0, with_loads=False)
-        rows = []
-        for name, with_loads in (("quiet", False), ("loading", True)):
-            print(f"phase {name}: {args.seconds:g} s...", file=sys.stderr)
-            latencies, loads = run_phase(url, args.seconds, with_loads)
-            rows.append((name, len(latencies), loads, *np.percentile(latencies, [50, 99])))
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(work, ignore_errors=True)
+    with serving.temporary_folder("inferd-bench-") as work:
+        repository = work / "repository"
+        shutil.copytree(ROOT / "model_repository" / "simple", repository / "simple")
+        print(f"generating a {args.weights_mb:g} MB model to load in a loop...", file=sys.stderr)
+        write_big_model(repository, args.weights_mb)
+        flags = ["--model-control-mode", "explicit", "--load-model", "simple",
+                 "--log-verbose", "-1", *args.server_args.split()]
+        with serving.running(repository, *flags, log=work / "inferd.log", model="simple",
+                             via="grpc") as server:
+            url = server.address("grpc")
+            print(f"load average {os.getloadavg()[0]:.2f}; warming up...", file=sys.stderr)
+            run_phase(url, 1.0, with_loads=False)
+            rows = []
+            for name, with_loads in (("quiet", False), ("loading", True)):
+                print(f"phase {name}: {args.seconds:g} s...", file=sys.stderr)
+                latencies, loads = run_phase(url, args.seconds, with_loads)
+                rows.append((name, len(latencies), loads, *np.percentile(latencies, [50, 99])))
     print(f"\nsimple at concurrency {CLIENTS} (tritonclient gRPC), {args.seconds:g} s per phase,"
           f" load average {os.getloadavg()[0]:.2f}")
     print(f"{'phase':<8} {'requests':>9} {'loads':>6} {'p50 µs':>9} {'p99 µs':>9}")

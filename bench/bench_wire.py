@@ -41,15 +41,10 @@ import importlib.metadata
 import os
 import platform
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -66,7 +61,6 @@ from inferd.kernel.repository import ModelRepository
 from inferd.kernel.router import ProcessLink, Router
 from inferd.protocols import wire
 from inferd.protocols.client import AsyncClient, Client
-from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import (
     BatchResult,
     Envelope,
@@ -82,6 +76,8 @@ from inferd.protocols.messages import (
     VersionLoaded,
 )
 from inferd.protocols.tensors import from_numpy
+
+import serving
 
 MODEL = "identity_fp32"
 INPUT = "INPUT0"
@@ -250,37 +246,10 @@ def progress(path: str, size: int, cell: Cell, concurrency: int) -> None:
 # server stays in the terminal's process group: it has no such watch, and stops on SIGINT.
 
 
-def stop_process(process: subprocess.Popen[bytes], *, grace: float) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-
-
-@contextmanager
-def temporary_folder() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="bench-wire-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def tune(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 # ------------------------------------------------------------------------------ floor
@@ -341,7 +310,7 @@ def floor_cell(dealer: zmq.Socket[Any], size: int, seconds: float, concurrency: 
 
 
 def measure_floor(sizes: Sequence[int], seconds: float, concurrency: int) -> dict[int, Cell]:
-    with temporary_folder() as folder:
+    with serving.temporary_folder("bench-wire-") as folder:
         endpoint = f"ipc://{folder}/echo"
         command = [sys.executable, __file__, "--echo", endpoint, "--parent-pid", str(os.getpid())]
         echo = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -358,7 +327,7 @@ def measure_floor(sizes: Sequence[int], seconds: float, concurrency: int) -> dic
         finally:
             dealer.close(linger=0)
             context.term()
-            stop_process(echo, grace=5)
+            serving.stop_process(echo, grace=5)
 
 
 # ------------------------------------------------------------------------------ kernel hop
@@ -468,7 +437,7 @@ async def kernel_session(
 def measure_kernel(
     repository: Path, sizes: Sequence[int], seconds: float, concurrency: int
 ) -> dict[int, Cell]:
-    with temporary_folder() as folder:
+    with serving.temporary_folder("bench-wire-") as folder:
         hub = f"ipc://{folder}/hub"
         process = start_executor(hub)
         try:
@@ -476,38 +445,10 @@ def measure_kernel(
         finally:
             # The executor ignores SIGTERM by design: after Shutdown it has exited already,
             # otherwise it is killed once the grace period is over.
-            stop_process(process, grace=3)
+            serving.stop_process(process, grace=3)
 
 
 # ------------------------------------------------------------------------------ full server
-
-
-def server_command(repository: Path, zmq_port: int) -> list[str]:
-    script = Path(sys.executable).parent / "inferd"
-    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli"]
-    ports = [f"--{name}-port={free_port()}" for name in ("http", "grpc", "metrics")]
-    addresses = [f"--{name}-address=127.0.0.1" for name in ("http", "grpc", "metrics", "zmq")]
-    return [
-        *launcher, "serve", "--model-repository", str(repository),
-        "--model-control-mode", "explicit", "--load-model", MODEL,
-        f"--zmq-port={zmq_port}", *ports, *addresses, "--log-verbose", "-1",
-    ]
-
-
-def wait_until_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECS
-    with Client(url, timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                tail = log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"inferd serve exited with code {process.returncode}:\n{tail}")
-            try:
-                if client.is_model_ready(MODEL):
-                    return
-            except InferdError:
-                pass  # not listening yet: the request timed out
-            time.sleep(0.1)
-    raise TimeoutError(f"inferd serve was not ready within {START_TIMEOUT_SECS:g} s")
 
 
 async def server_concurrent(url: str, tensor: Tensor, seconds: float, concurrency: int) -> float:
@@ -537,24 +478,17 @@ def server_cell(
 def measure_server(
     repository: Path, sizes: Sequence[int], seconds: float, concurrency: int
 ) -> dict[int, Cell]:
-    zmq_port = free_port()
-    url = f"tcp://127.0.0.1:{zmq_port}"
-    with temporary_folder() as folder:
-        log = folder / "server.log"
-        with log.open("wb") as output:
-            server = subprocess.Popen(server_command(repository, zmq_port),
-                                      stdin=subprocess.DEVNULL, stdout=output,
-                                      stderr=subprocess.STDOUT)
-        try:
-            wait_until_ready(url, server, log)
-            results = {}
-            with Client(url, timeout=REPLY_TIMEOUT_SECS) as client:
-                for size in sizes:
-                    results[size] = server_cell(client, url, size, seconds, concurrency)
-                    progress("server", size, results[size], concurrency)
-            return results
-        finally:
-            stop_process(server, grace=STOP_TIMEOUT_SECS)
+    flags = ["--model-control-mode", "explicit", "--load-model", MODEL, "--log-verbose", "-1"]
+    with serving.temporary_folder("bench-wire-") as folder, serving.running(
+        repository, *flags, log=folder / "server.log", model=MODEL, via="zmq",
+        timeout=START_TIMEOUT_SECS, grace=STOP_TIMEOUT_SECS,
+    ) as server:
+        results = {}
+        with Client(server.zmq_url, timeout=REPLY_TIMEOUT_SECS) as client:
+            for size in sizes:
+                results[size] = server_cell(client, server.zmq_url, size, seconds, concurrency)
+                progress("server", size, results[size], concurrency)
+        return results
 
 
 # ------------------------------------------------------------------------------ report

@@ -1,5 +1,6 @@
 """Fixtures for end-to-end tests: real ``inferd serve`` processes on free ports, and model
-repositories built under a temporary folder from copies of the example one.
+repositories built under a temporary folder from copies of the example one (and of other
+model folders, such as the python models in tests/plugins/python_models).
 
 Tests get an ``InferdHarness`` from the ``inferd`` fixture (one test) or ``module_inferd``
 (shared by a module's tests, for a server several tests can use). ``harness.start`` launches
@@ -153,10 +154,16 @@ def make_repository(root: Path, *examples: str, configs: dict[str, str] | None =
     """A repository at ``root`` holding copies of the ``examples`` models and, for each
     ``configs`` entry, a model folder with that ``config.pbtxt`` and an empty version 1."""
     root.mkdir(parents=True, exist_ok=True)
-    for name in examples:
-        shutil.copytree(EXAMPLE_REPOSITORY / name, root / name)
+    copy_models(root, EXAMPLE_REPOSITORY, *examples)
     for name, text in (configs or {}).items():
         add_model(root, name, text)
+    return root
+
+
+def copy_models(root: Path, source: Path, *names: str) -> Path:
+    """Copies, in the repository at ``root``, of the ``names`` model folders of ``source``."""
+    for name in names:
+        shutil.copytree(source / name, root / name)
     return root
 
 
@@ -212,6 +219,7 @@ class InferdHarness:
         return make_repository(root, *examples, configs=configs)
 
     testing_config = staticmethod(testing_config)
+    copy_models = staticmethod(copy_models)
 
     def stop_all(self) -> None:
         problems = []

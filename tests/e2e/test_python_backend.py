@@ -1,18 +1,18 @@
 """The python backend end to end: Triton-style ``model.py`` files served by a real ``inferd serve``
 and called through tritonclient's HTTP and gRPC clients.
 
-The repository holds the example ``simple`` ONNX model and python models that each import
-``triton_python_backend_utils as pb_utils`` at module level, unchanged from how they would run
-in Triton: ``add_sub`` (Triton's example), ``strings`` (BYTES pre-processing, with a helper
-module next to its model.py), ``bls_sync`` and ``bls_async`` (BLS calls to ``simple`` through the
-server's scheduler, with ``exec()`` and ``await async_exec()``), ``checker`` (a TritonError in
-one response) and ``raiser`` (an exception out of ``execute``). One server (model instances in
-an executor process) serves the module; a second one runs the BLS models with inline executors.
+The repository holds the example ``simple`` ONNX model and python models (copied from
+tests/plugins/python_models) that each import ``triton_python_backend_utils as pb_utils`` at
+module level, unchanged from how they would run in Triton: ``add_sub`` (Triton's example),
+``strings`` (BYTES pre-processing, with a helper module next to its model.py), ``bls_sync`` and
+``bls_async`` (BLS calls to ``simple`` through the server's scheduler, with ``exec()`` and
+``await async_exec()``), ``checker`` (a TritonError in one response) and ``raiser`` (an
+exception out of ``execute``). One server (model instances in an executor process) serves
+the module; a second one runs the BLS models with inline executors.
 """
 
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,198 +30,9 @@ InferdHarness = Any
 ServerHandle = Any
 LIVE_TIMEOUT_SECS = 30.0
 PROTOCOLS = ("http", "grpc")
-
-ADD_SUB_CONFIG = """
-name: "add_sub"
-backend: "python"
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-input [ { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-instance_group [ { kind: KIND_CPU } ]
-"""
-
-ADD_SUB_MODEL = """
-import json
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.model_config = model_config = json.loads(args["model_config"])
-        output0_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT0")
-        output1_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT1")
-        self.output0_dtype = pb_utils.triton_string_to_numpy(output0_config["data_type"])
-        self.output1_dtype = pb_utils.triton_string_to_numpy(output1_config["data_type"])
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
-            out_0 = in_0.as_numpy() + in_1.as_numpy()
-            out_1 = in_0.as_numpy() - in_1.as_numpy()
-            out_tensor_0 = pb_utils.Tensor("OUTPUT0", out_0.astype(self.output0_dtype))
-            out_tensor_1 = pb_utils.Tensor("OUTPUT1", out_1.astype(self.output1_dtype))
-            inference_response = pb_utils.InferenceResponse(
-                output_tensors=[out_tensor_0, out_tensor_1]
-            )
-            responses.append(inference_response)
-        return responses
-
-    def finalize(self):
-        print("Cleaning up...")
-"""
-
-STRINGS_CONFIG = """
-name: "strings"
-backend: "python"
-max_batch_size: 0
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] } ]
-"""
-
-STRINGS_HELPER = """
-def shout(text):
-    return text.upper()
-"""
-
-# ``text_helpers`` sits next to model.py: Triton puts the version folder on sys.path.
-STRINGS_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-from text_helpers import shout
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            texts = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            lengths = np.array([len(item) for item in texts], dtype=np.int64)
-            upper = np.array([shout(item.decode("utf-8")) for item in texts], dtype=object)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("LENGTH", lengths), pb_utils.Tensor("UPPER", upper),
-            ]))
-        return responses
-"""
-
-SIMPLE_LIKE_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-input [ {{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-output [ {{ name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-"""
-
-# Sends its inputs to ``simple`` (model name from the request parameter "target", as Triton's
-# BLS example takes it) and returns simple's outputs as its own; simple's error is passed on.
-BLS_SYNC_MODEL = """
-import json
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            target = json.loads(request.parameters()).get("target", "simple")
-            bls_request = pb_utils.InferenceRequest(
-                model_name=target,
-                inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0"),
-                        pb_utils.get_input_tensor_by_name(request, "INPUT1")],
-                requested_output_names=["OUTPUT0", "OUTPUT1"],
-            )
-            bls_response = bls_request.exec()
-            if bls_response.has_error():
-                responses.append(pb_utils.InferenceResponse(error=bls_response.error()))
-                continue
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.get_output_tensor_by_name(bls_response, "OUTPUT0"),
-                pb_utils.get_output_tensor_by_name(bls_response, "OUTPUT1"),
-            ]))
-        return responses
-"""
-
-# Two calls to ``simple`` in flight at once: (a, b) for OUTPUT0 = a + b and (b, a) for
-# OUTPUT1 = b - a.
-BLS_ASYNC_MODEL = """
-import asyncio
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1")
-            pending = []
-            for first, second in ((a, b), (b, a)):
-                swapped = [pb_utils.Tensor("INPUT0", first.as_numpy()),
-                           pb_utils.Tensor("INPUT1", second.as_numpy())]
-                bls_request = pb_utils.InferenceRequest(
-                    model_name="simple", inputs=swapped,
-                    requested_output_names=["OUTPUT0", "OUTPUT1"])
-                pending.append(bls_request.async_exec())
-            forward, backward = await asyncio.gather(*pending)
-            for bls_response in (forward, backward):
-                if bls_response.has_error():
-                    raise pb_utils.TritonModelException(bls_response.error().message())
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.get_output_tensor_by_name(forward, "OUTPUT0"),
-                pb_utils.Tensor("OUTPUT1", pb_utils.get_output_tensor_by_name(
-                    backward, "OUTPUT1").as_numpy()),
-            ]))
-        return responses
-"""
-
-ONE_IO_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-dynamic_batching {{ max_queue_delay_microseconds: 200000 }}
-input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 2 ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] }} ]
-"""
-
-CHECKER_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            if (values < 0).any():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    "negative input", pb_utils.TritonError.INVALID_ARG)))
-            else:
-                responses.append(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", values * 2)]))
-        return responses
-"""
-
-RAISER_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            if (pb_utils.get_input_tensor_by_name(request, "IN").as_numpy() < 0).any():
-                raise ValueError("cannot handle negative numbers")
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-                    "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-                for r in requests]
-"""
+# The models, as a Triton user writes them; tests/plugins/test_python_backend.py runs some too.
+PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
+PYTHON_MODEL_NAMES = ("add_sub", "strings", "bls_sync", "bls_async", "checker", "raiser")
 
 RAISER_MESSAGE = (
     "Failed to process the request(s) for model 'raiser', message: "
@@ -229,26 +40,9 @@ RAISER_MESSAGE = (
 )
 
 
-def add_python_model(root: Path, name: str, config: str, model: str,
-                     extra: dict[str, str] | None = None) -> None:
-    folder = root / name
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text(textwrap.dedent(config))
-    (folder / "1" / "model.py").write_text(textwrap.dedent(model))
-    for filename, text in (extra or {}).items():
-        (folder / "1" / filename).write_text(textwrap.dedent(text))
-
-
 def python_repository(harness: InferdHarness) -> Path:
     root: Path = harness.repository("simple")
-    add_python_model(root, "add_sub", ADD_SUB_CONFIG, ADD_SUB_MODEL)
-    add_python_model(root, "strings", STRINGS_CONFIG, STRINGS_MODEL,
-                     {"text_helpers.py": STRINGS_HELPER})
-    add_python_model(root, "bls_sync", SIMPLE_LIKE_CONFIG.format(name="bls_sync"), BLS_SYNC_MODEL)
-    add_python_model(root, "bls_async", SIMPLE_LIKE_CONFIG.format(name="bls_async"),
-                     BLS_ASYNC_MODEL)
-    add_python_model(root, "checker", ONE_IO_CONFIG.format(name="checker"), CHECKER_MODEL)
-    add_python_model(root, "raiser", ONE_IO_CONFIG.format(name="raiser"), RAISER_MODEL)
+    harness.copy_models(root, PYTHON_MODELS, *PYTHON_MODEL_NAMES)
     return root
 
 

@@ -5,6 +5,7 @@ loaded from a temporary repository, executed, auto-completed and closed, and the
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,79 +25,8 @@ from inferd.protocols.errors import ErrorCode, InferdError, InvalidArgument, Not
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import from_numpy
 
-ADD_SUB_CONFIG = """
-name: "add_sub"
-backend: "python"
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-input [ { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-instance_group [ { kind: KIND_CPU } ]
-"""
-
-# Written as Triton's python_backend add_sub example is: dtypes read from the config in
-# initialize, one response per request.
-ADD_SUB_MODEL = """
-import json
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.model_config = model_config = json.loads(args["model_config"])
-        output0_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT0")
-        output1_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT1")
-        self.output0_dtype = pb_utils.triton_string_to_numpy(output0_config["data_type"])
-        self.output1_dtype = pb_utils.triton_string_to_numpy(output1_config["data_type"])
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
-            out_0 = in_0.as_numpy() + in_1.as_numpy()
-            out_1 = in_0.as_numpy() - in_1.as_numpy()
-            out_tensor_0 = pb_utils.Tensor("OUTPUT0", out_0.astype(self.output0_dtype))
-            out_tensor_1 = pb_utils.Tensor("OUTPUT1", out_1.astype(self.output1_dtype))
-            inference_response = pb_utils.InferenceResponse(
-                output_tensors=[out_tensor_0, out_tensor_1]
-            )
-            responses.append(inference_response)
-        return responses
-
-    def finalize(self):
-        pass
-"""
-
-STRINGS_CONFIG = """
-name: "strings"
-backend: "python"
-max_batch_size: 0
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] } ]
-"""
-
-# Lengths come out as int64 (numpy's default) and are cast to the configured INT32; the
-# uppercased strings come out as str objects and are sent as UTF-8.
-STRINGS_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            texts = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            lengths = np.array([len(item) for item in texts], dtype=np.int64)
-            upper = np.array([item.decode("utf-8").upper() for item in texts], dtype=object)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("LENGTH", lengths), pb_utils.Tensor("UPPER", upper),
-            ]))
-        return responses
-"""
+# Models shared with tests/e2e/test_python_backend.py, as a Triton user writes them.
+PYTHON_MODELS = Path(__file__).parent / "python_models"
 
 ONE_IO_CONFIG = """
 name: "{name}"
@@ -311,7 +241,15 @@ def context_for(
 def load(
     root: Path, name: str, config_text: str, model_text: str, **options: Any
 ) -> tuple[Model, Instance]:
-    folder = write_model(root, name, config_text, model_text)
+    return load_folder(write_model(root, name, config_text, model_text), **options)
+
+
+def load_shared(root: Path, name: str, **options: Any) -> tuple[Model, Instance]:
+    """The ``name`` model of ``python_models``, loaded from a copy under ``root``."""
+    return load_folder(Path(shutil.copytree(PYTHON_MODELS / name, root / name)), **options)
+
+
+def load_folder(folder: Path, **options: Any) -> tuple[Model, Instance]:
     model = PythonBackend().load_model(context_for(folder, **options))
     return model, model.create_instance(0)
 
@@ -335,7 +273,7 @@ def response(result: InferResponse | InferdError) -> dict[str, np.ndarray]:
 
 
 def test_add_sub_example_runs_unchanged(tmp_path: Path) -> None:
-    model, instance = load(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_MODEL)
+    model, instance = load_shared(tmp_path, "add_sub")
     first = request("add_sub", fp32("INPUT0", [1, 2, 3, 4]), fp32("INPUT1", [4, 3, 2, 1]),
                     request_id="a")
     second = request("add_sub", fp32("INPUT0", [0.5] * 4), fp32("INPUT1", [0.25] * 4))
@@ -354,7 +292,7 @@ def test_add_sub_example_runs_unchanged(tmp_path: Path) -> None:
 
 
 def test_only_requested_outputs_are_returned(tmp_path: Path) -> None:
-    _, instance = load(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_MODEL)
+    _, instance = load_shared(tmp_path, "add_sub")
     only = request("add_sub", fp32("INPUT0", [1] * 4), fp32("INPUT1", [2] * 4),
                    outputs=("OUTPUT1",))
     (result,) = instance.execute([only])
@@ -364,7 +302,7 @@ def test_only_requested_outputs_are_returned(tmp_path: Path) -> None:
 
 
 def test_bytes_model_gets_bytes_and_returns_strings(tmp_path: Path) -> None:
-    _, instance = load(tmp_path, "strings", STRINGS_CONFIG, STRINGS_MODEL)
+    _, instance = load_shared(tmp_path, "strings")
     texts = from_numpy("TEXT", np.array([b"hello", b"w\xc3\xb6rld", b""], dtype=object), "BYTES")
     (result,) = instance.execute([request("strings", texts)])
     assert isinstance(result, InferResponse)
@@ -426,7 +364,7 @@ def test_async_execute_runs_on_the_instance_loop(tmp_path: Path) -> None:
 
 
 def test_python_instances_never_run_on_the_event_loop(tmp_path: Path) -> None:
-    _, instance = load(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_MODEL)
+    _, instance = load_shared(tmp_path, "add_sub")
     assert instance.runs_on_event_loop is False
     instance.close()
 
