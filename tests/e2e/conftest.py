@@ -39,6 +39,7 @@ INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
 START_TIMEOUT_SECS = 60.0
 STOP_TIMEOUT_SECS = 30.0
 POLL_SECS = 0.05
+SERVING_LINE = "inferd is serving ("  # kernel/server.py logs it once every frontend listens
 
 
 def free_port() -> int:
@@ -130,7 +131,9 @@ def launch(
 def start_server(
     repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
 ) -> ServerHandle:
-    """Launch the server and return once the client reports it live."""
+    """Launch the server and return once every frontend listens: the native client reports
+    it live and the server has logged that all its frontends started (they bind one after
+    another, so zmq answering does not mean HTTP and gRPC do yet)."""
     server = launch(repository, *flags, log_dir=log_dir, env=env)
     deadline = time.monotonic() + START_TIMEOUT_SECS
     with Client(server.url, timeout=1.0) as client:
@@ -141,7 +144,7 @@ def start_server(
                 server.kill()
                 pytest.fail(f"inferd exited with code {code} during start-up; its log:\n{log}")
             with contextlib.suppress(InferdError):
-                if client.is_live():
+                if client.is_live() and SERVING_LINE in server.log():
                     return server
             if time.monotonic() > deadline:
                 log = server.log()
