@@ -166,8 +166,8 @@ class ModelRepository:
     def _only_folder(self, name: str) -> Path:
         folders = self._folders(name)
         if not folders:
-            searched = ", ".join(str(root) for root in self.roots) or "no roots"
-            raise NotFound(f"model '{name}' is not in the model repository (searched {searched})")
+            # Clients see this message: it names the model, not the server's folders.
+            raise NotFound(f"model '{name}' is not in the model repository")
         if len(folders) > 1:
             where = ", ".join(str(folder) for folder in folders)
             raise InvalidArgument(f"model '{name}' cannot be loaded: {TWO_ROOTS_PROBLEM} ({where})")
