@@ -3,8 +3,8 @@
 Loading a model (reading files, optimizing a graph, creating sessions) can take a whole core
 for a while; on a small machine that core is taken from the requests of the models already
 serving. A load runs on a ``BackgroundWorker`` thread whose CPU priority is lowered (Linux
-thread niceness), so when the cores are busy the scheduler serves inference first and the
-load takes longer, instead of the other way round. Threads a framework starts during the load
+``SCHED_IDLE`` and the highest niceness), so when the cores are busy the kernel's scheduler
+serves inference first and the load takes longer, instead of the other way round. Threads a framework starts during the load
 inherit the low priority; ``restore_priority`` lifts them back where the process may do so.
 Owns thread priorities only.
 """
@@ -30,6 +30,8 @@ BACKGROUND_NICENESS = 19
 def _lower_priority() -> None:
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def restore_priority(except_thread: int) -> None:
@@ -48,6 +50,8 @@ def restore_priority(except_thread: int) -> None:
         try:
             if os.getpriority(os.PRIO_PROCESS, thread) == BACKGROUND_NICENESS:
                 os.setpriority(os.PRIO_PROCESS, thread, 0)
+                if os.sched_getscheduler(thread) == os.SCHED_IDLE:
+                    os.sched_setscheduler(thread, os.SCHED_OTHER, os.sched_param(0))
         except PermissionError:
             if not getattr(restore_priority, "warned", False):
                 log.warning("threads started during a model load keep a low CPU priority:"

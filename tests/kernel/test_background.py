@@ -34,6 +34,7 @@ async def test_work_runs_niced_and_threads_it_starts_are_restored() -> None:
 
     def load() -> int:
         seen["worker_niceness"] = niceness_of(threading.get_native_id())
+        seen["worker_policy"] = os.sched_getscheduler(0)
         threading.Thread(target=framework_thread, daemon=True).start()
         started.wait(10)
         seen["helper_niceness_during"] = niceness_of(seen["helper"])
@@ -42,9 +43,11 @@ async def test_work_runs_niced_and_threads_it_starts_are_restored() -> None:
     try:
         assert await worker.run(load) == 42
         assert seen["worker_niceness"] == BACKGROUND_NICENESS
+        assert seen["worker_policy"] == os.SCHED_IDLE
         assert seen["helper_niceness_during"] == BACKGROUND_NICENESS
         if os.geteuid() == 0:  # raising a priority needs the privilege
             assert niceness_of(seen["helper"]) == 0
+            assert os.sched_getscheduler(seen["helper"]) == os.SCHED_OTHER
     finally:
         release.set()
         worker.close()
