@@ -4,8 +4,9 @@ Loading a model (reading files, optimizing a graph, creating sessions) can take 
 for a while; on a small machine that core is taken from the requests of the models already
 serving. A load runs on a ``BackgroundWorker`` thread whose CPU priority is lowered (Linux
 ``SCHED_IDLE`` and the highest niceness), so when the cores are busy the kernel's scheduler
-serves inference first and the load takes longer, instead of the other way round. Threads a framework starts during the load
-inherit the low priority; ``restore_priority`` lifts them back where the process may do so.
+serves inference first and the load takes longer, instead of the other way round. Threads a
+framework starts during the load inherit the low priority; ``restore_priority`` lifts them back
+where the process may do so.
 Owns thread priorities only.
 """
 
@@ -54,8 +55,10 @@ def restore_priority(except_thread: int) -> None:
                     os.sched_setscheduler(thread, os.SCHED_OTHER, os.sched_param(0))
         except PermissionError:
             if not getattr(restore_priority, "warned", False):
-                log.warning("threads started during a model load keep a low CPU priority:"
-                            " this process may not raise thread priorities")
+                log.warning(
+                    "threads started during a model load keep a low CPU priority:"
+                    " this process may not raise thread priorities"
+                )
                 restore_priority.warned = True  # type: ignore[attr-defined]
             return
         except OSError:
@@ -66,8 +69,9 @@ class BackgroundWorker:
     """Runs blocking functions on low-priority threads."""
 
     def __init__(self, threads: int = 2) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="background",
-                                        initializer=_lower_priority)
+        self._pool = ThreadPoolExecutor(
+            threads, thread_name_prefix="background", initializer=_lower_priority
+        )
 
     async def run(self, function: Callable[[], T]) -> T:
         def call() -> T:

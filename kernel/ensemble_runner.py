@@ -57,7 +57,7 @@ class StepStatistics:
             return
         self.success.add(total_ns)
         self.queue.add(queue_ns)
-        for phase, ns in zip(_PHASES, compute_ns):
+        for phase, ns in zip(_PHASES, compute_ns, strict=True):
             getattr(self, phase).add(ns)
 
 
@@ -195,8 +195,7 @@ class EnsembleRunner(Generic[V]):
                 step = plan.steps[index]
                 if step.model in visiting:
                     raise InvalidArgument(
-                        f"in ensemble '{plan.name}', {step.label} uses an ensemble that "
-                        "contains it"
+                        f"in ensemble '{plan.name}', {step.label} uses an ensemble that contains it"
                     )
                 target = self._resolve(step.model, "" if step.version < 0 else str(step.version))
                 if target.ensemble is not None:

@@ -316,7 +316,7 @@ class AsyncClient:
             async with self._send_lock:
                 await socket.send_multipart([b"", *frames], copy=False)
             return await asyncio.wait_for(reply, max(0.0, deadline - time.time()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise DeadlineExceeded(
                 f"no reply from {self.url} within {self.timeout} s to a {body.kind()}"
             ) from None

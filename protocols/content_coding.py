@@ -115,9 +115,7 @@ class BodyDecoder:
         if self.coding == IDENTITY:
             return b""
         if self._decompressor is None:
-            raise InvalidArgument(
-                f"the request body is too short to be {self.coding} data"
-            )
+            raise InvalidArgument(f"the request body is too short to be {self.coding} data")
         if not self._decompressor.eof:
             raise InvalidArgument(f"the {self.coding} request body is truncated")
         rest = self._decompressor.flush()
@@ -139,7 +137,9 @@ class BodyDecoder:
             return data
         if self.coding == GZIP and not data.strip(b"\x00"):
             return b""  # zero padding after the last member, as gzip(1) tolerates
-        raise InvalidArgument(f"the request body has data after the end of its {self.coding} stream")
+        raise InvalidArgument(
+            f"the request body has data after the end of its {self.coding} stream"
+        )
 
     def _count(self, size: int) -> None:
         self._produced += size
@@ -148,5 +148,6 @@ class BodyDecoder:
                 f"the request body decompresses to more than the maximum input size of "
                 f"{self._limit} bytes"
                 if self.coding != IDENTITY
-                else f"the request body is larger than the maximum input size of {self._limit} bytes"
+                else "the request body is larger than the maximum input size of "
+                f"{self._limit} bytes"
             )

@@ -163,7 +163,9 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
         return None
     text = value.strip()
     if not text.isdigit():
-        raise InvalidArgument(f"{HEADER_LENGTH_HEADER} must be a non-negative integer, got {value!r}")
+        raise InvalidArgument(
+            f"{HEADER_LENGTH_HEADER} must be a non-negative integer, got {value!r}"
+        )
     length = int(text)
     if length > body_length:
         raise InvalidArgument(
@@ -200,8 +202,14 @@ def decode_infer_request(
     inputs = _inputs(document.get("inputs"), binary, max_input_size)
     outputs, binary_outputs = _outputs(document.get("outputs", []))
     request = InferRequest(
-        model=model, inputs=inputs, version=version, id=request_id, outputs=outputs,
-        parameters=parameters, priority=priority, timeout_us=timeout_us,
+        model=model,
+        inputs=inputs,
+        version=version,
+        id=request_id,
+        outputs=outputs,
+        parameters=parameters,
+        priority=priority,
+        timeout_us=timeout_us,
     )
     return request, OutputEncoding(binary_outputs, default_binary)
 
@@ -314,7 +322,9 @@ def _tensor_from_json(
     try:
         parsed = np.array(data)
     except ValueError as error:
-        raise InvalidArgument(f"{what} 'data' is not a rectangular array of values: {error}") from None
+        raise InvalidArgument(
+            f"{what} 'data' is not a rectangular array of values: {error}"
+        ) from None
     if parsed.size != count:
         raise InvalidArgument(_count_mismatch(what, parsed.size, dims, count))
     if parsed.dtype.kind in "fO" and datatype in ("UINT64", "INT64"):
@@ -386,7 +396,9 @@ def _flatten(data: list[Any], what: str) -> list[Any]:
             stack.pop()
         elif isinstance(item, list):
             if len(stack) >= MAX_JSON_DEPTH:
-                raise InvalidArgument(f"{what} 'data' is nested deeper than {MAX_JSON_DEPTH} levels")
+                raise InvalidArgument(
+                    f"{what} 'data' is nested deeper than {MAX_JSON_DEPTH} levels"
+                )
             stack.append(iter(item))
         else:
             leaves.append(item)
@@ -415,7 +427,9 @@ def _outputs(value: Any) -> tuple[tuple[str, ...], dict[str, bool]]:
             raise InvalidArgument(f"{what}: the classification extension is not supported")
         shared = sorted(_SHARED_MEMORY_PARAMETERS & set(parameters))
         if shared:
-            raise InvalidArgument(f"{what}: shared memory outputs are not supported ('{shared[0]}')")
+            raise InvalidArgument(
+                f"{what}: shared memory outputs are not supported ('{shared[0]}')"
+            )
         _no_unknown_fields(parameters, frozenset({"binary_data"}), f"the 'parameters' of {what}")
         names.append(name)
         binary[name] = _boolean(parameters.get("binary_data", False), f"'binary_data' of {what}")
@@ -506,7 +520,9 @@ def decode_load_request(model: str, body: bytes | memoryview) -> LoadRequest:
     if isinstance(config, dict):
         config = json.dumps(config)
     if not isinstance(config, str):
-        raise InvalidArgument(f"load parameter 'config' must be a JSON string, not {_json_type(config)}")
+        raise InvalidArgument(
+            f"load parameter 'config' must be a JSON string, not {_json_type(config)}"
+        )
     files: dict[str, bytes] = {}
     for key, value in parameters.items():
         if not key.startswith("file:"):
@@ -550,7 +566,11 @@ def _repository_parameters(body: bytes | memoryview, what: str) -> dict[str, Any
 
 def encode_server_metadata(metadata: ServerMetadata) -> bytes:
     return dumps(
-        {"name": metadata.name, "version": metadata.version, "extensions": list(metadata.extensions)}
+        {
+            "name": metadata.name,
+            "version": metadata.version,
+            "extensions": list(metadata.extensions),
+        }
     )
 
 

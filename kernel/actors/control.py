@@ -123,7 +123,9 @@ class ControlActor(EnsembleControl, Actor):
 
     # ------------------------------------------------------------------ start-up
 
-    async def on_load_startup_models(self, message: LoadStartupModels, envelope: Envelope) -> StartupReport:
+    async def on_load_startup_models(
+        self, message: LoadStartupModels, envelope: Envelope
+    ) -> StartupReport:
         mode = self._settings.model_control_mode
         if mode == "explicit" and "*" not in self._settings.load_models:
             names = list(self._settings.load_models)
@@ -179,9 +181,12 @@ class ControlActor(EnsembleControl, Actor):
             if model is not None and model.versions:
                 # A failed reload leaves the old version READY: its reason says what failed.
                 entries.extend(
-                    IndexEntry(name, str(number), version.state,
-                               version.reason or (model.error if version.state == State.READY
-                                                  else ""))
+                    IndexEntry(
+                        name,
+                        str(number),
+                        version.state,
+                        version.reason or (model.error if version.state == State.READY else ""),
+                    )
                     for number, version in sorted(model.versions.items())
                 )
             elif model is not None and model.error:
@@ -236,7 +241,8 @@ class ControlActor(EnsembleControl, Actor):
         previous, current = self._seen, await self._fingerprints()
         self._seen = current
         changed = [
-            name for name, fingerprint in current.items()
+            name
+            for name, fingerprint in current.items()
             if previous.get(name) == fingerprint and self._acted_on.get(name) != fingerprint
         ]
         removed = [name for name in self._acted_on if name not in current and name not in previous]
@@ -245,8 +251,11 @@ class ControlActor(EnsembleControl, Actor):
         for name in removed:
             del self._acted_on[name]
         if changed or removed:
-            log.info("poll: loading %s; unloading %s", ", ".join(changed) or "nothing",
-                     ", ".join(removed) or "nothing")
+            log.info(
+                "poll: loading %s; unloading %s",
+                ", ".join(changed) or "nothing",
+                ", ".join(removed) or "nothing",
+            )
         async with anyio.create_task_group() as tasks:
             for name in changed:
                 tasks.start_soon(self._poll_load, name)
@@ -269,13 +278,18 @@ class ControlActor(EnsembleControl, Actor):
             del self._models[name]  # gone from the repository: gone from the index
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
-        return Metrics(tuple(
-            ("nv_model_load_duration_secs", {"model": name, "version": str(number)},
-             round(version.load_secs, 6))
-            for name, model in sorted(self._models.items())
-            for number, version in sorted(model.versions.items())
-            if version.state == State.READY
-        ))
+        return Metrics(
+            tuple(
+                (
+                    "nv_model_load_duration_secs",
+                    {"model": name, "version": str(number)},
+                    round(version.load_secs, 6),
+                )
+                for name, model in sorted(self._models.items())
+                for number, version in sorted(model.versions.items())
+                if version.state == State.READY
+            )
+        )
 
     # ------------------------------------------------------------------ executors
 
@@ -306,7 +320,9 @@ class ControlActor(EnsembleControl, Actor):
 
     # ------------------------------------------------------------------ load and unload
 
-    async def _load(self, name: str, config_override: str = "", files: dict[str, bytes] | None = None) -> None:
+    async def _load(
+        self, name: str, config_override: str = "", files: dict[str, bytes] | None = None
+    ) -> None:
         model = self._model(name)
         async with model.lock:
             override_dir = ""
@@ -346,8 +362,10 @@ class ControlActor(EnsembleControl, Actor):
             if failures:
                 remove_override_folder(override_dir)
                 number, cause = min(failures.items())
-                model.error = (f"load failed for model '{name}': version {number} is at"
-                               f" UNAVAILABLE state: {cause}")
+                model.error = (
+                    f"load failed for model '{name}': version {number} is at"
+                    f" UNAVAILABLE state: {cause}"
+                )
                 raise InvalidArgument(model.error)
             model.error = ""
             if model.override_dir != override_dir:
@@ -368,8 +386,12 @@ class ControlActor(EnsembleControl, Actor):
         config = ModelConfig()
         config.ParseFromString(resolved.config)
         load = LoadVersion(
-            load_id=load_id, model=name, version=number, backend=resolved.backend,
-            config=resolved.config, path=resolved.path,
+            load_id=load_id,
+            model=name,
+            version=number,
+            backend=resolved.backend,
+            config=resolved.config,
+            path=resolved.path,
             instance_count=sum(max(1, g.count) for g in config.instance_group) or 1,
             device=_device(config),
             auto_complete=not self._settings.disable_auto_complete_config,
@@ -398,8 +420,9 @@ class ControlActor(EnsembleControl, Actor):
         instances = tuple((loaded.executor, i) for i in loaded.instance_ids)
         await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances))
         old_load = serving.load_id if serving is not None else 0
-        model.versions[number] = _Version(State.READY, "", load_id, loaded.executor,
-                                          time.monotonic() - started)
+        model.versions[number] = _Version(
+            State.READY, "", load_id, loaded.executor, time.monotonic() - started
+        )
         self._refresh_dependents(name)
         if old_load:
             await self.router.ask(EXECUTORS, UnloadVersion(old_load))
@@ -412,7 +435,9 @@ class ControlActor(EnsembleControl, Actor):
             if self._models.get(name) is model:
                 del self._models[name]
 
-    def _fail_version(self, model: _Model, number: int, serving: _Version | None, reason: str) -> None:
+    def _fail_version(
+        self, model: _Model, number: int, serving: _Version | None, reason: str
+    ) -> None:
         if serving is None:
             model.versions[number] = _Version(State.UNAVAILABLE, reason)
         else:
@@ -455,4 +480,3 @@ def _device(config: ModelConfig) -> str:
         if group.kind == group.KIND_GPU:
             return f"gpu:{group.gpus[0] if group.gpus else 0}"
     return "cpu"
-

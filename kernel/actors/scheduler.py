@@ -163,8 +163,12 @@ class SchedulerActor(Actor):
             current.batcher = _batcher(config)
         else:
             versions[message.version] = current = _Version(
-                message.model, message.version, config, ModelSignature.from_config(config),
-                _batcher(config), int(config.dynamic_batching.default_queue_policy.max_queue_size),
+                message.model,
+                message.version,
+                config,
+                ModelSignature.from_config(config),
+                _batcher(config),
+                int(config.dynamic_batching.default_queue_policy.max_queue_size),
                 slots,
             )
         current.ensemble = ensemble
@@ -190,8 +194,11 @@ class SchedulerActor(Actor):
         """Shutdown: wait (bounded) for the queues to empty, then refuse what is left and
         everything new, so no request is sent to an executor about to unload its models."""
         with anyio.move_on_after(message.timeout):
-            while any(v.queue or v.running or v.pinned
-                      for vs in self._served.values() for v in vs.values()):
+            while any(
+                v.queue or v.running or v.pinned
+                for vs in self._served.values()
+                for v in vs.values()
+            ):
                 await anyio.sleep(IDLE_POLL_SECS)
         self._closed = True
         for versions in self._served.values():
@@ -227,7 +234,9 @@ class SchedulerActor(Actor):
 
     # ------------------------------------------------------------------ model information
 
-    async def on_model_ready_request(self, message: ModelReadyRequest, envelope: Envelope) -> HealthStatus:
+    async def on_model_ready_request(
+        self, message: ModelReadyRequest, envelope: Envelope
+    ) -> HealthStatus:
         try:
             version = self._resolve(message.model, message.version)
             if version.ensemble is not None:
@@ -288,17 +297,32 @@ class SchedulerActor(Actor):
                     ("nv_inference_request_failure", labels, stats.fail.count),
                     ("nv_inference_count", labels, stats.inference_count),
                     ("nv_inference_exec_count", labels, stats.execution_count),
-                    ("nv_inference_request_duration_us", labels,
-                     (stats.success.ns + stats.fail.ns) // 1000),
+                    (
+                        "nv_inference_request_duration_us",
+                        labels,
+                        (stats.success.ns + stats.fail.ns) // 1000,
+                    ),
                     ("nv_inference_queue_duration_us", labels, stats.queue.ns // 1000),
-                    ("nv_inference_compute_input_duration_us", labels,
-                     stats.compute_input.ns // 1000),
-                    ("nv_inference_compute_infer_duration_us", labels,
-                     stats.compute_infer.ns // 1000),
-                    ("nv_inference_compute_output_duration_us", labels,
-                     stats.compute_output.ns // 1000),
-                    ("nv_inference_pending_request_count", labels,
-                     len(version.queue) + version.in_service),
+                    (
+                        "nv_inference_compute_input_duration_us",
+                        labels,
+                        stats.compute_input.ns // 1000,
+                    ),
+                    (
+                        "nv_inference_compute_infer_duration_us",
+                        labels,
+                        stats.compute_infer.ns // 1000,
+                    ),
+                    (
+                        "nv_inference_compute_output_duration_us",
+                        labels,
+                        stats.compute_output.ns // 1000,
+                    ),
+                    (
+                        "nv_inference_pending_request_count",
+                        labels,
+                        len(version.queue) + version.in_service,
+                    ),
                 ]
         return Metrics(tuple(samples))
 
@@ -322,8 +346,13 @@ class SchedulerActor(Actor):
         if version.max_queue_size and len(version.queue) >= version.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
-        queued = _Queued(request, batch_size, shape_key, arrived_ns,
-                         level=_priority_level(request.priority, version.config))
+        queued = _Queued(
+            request,
+            batch_size,
+            shape_key,
+            arrived_ns,
+            level=_priority_level(request.priority, version.config),
+        )
         _enqueue(version.queue, queued)
         own_batch = self._pump(version, queued)
         if own_batch is not None:
@@ -343,7 +372,8 @@ class SchedulerActor(Actor):
         finished_ns = time.perf_counter_ns()
         result = queued.result
         version.statistics.record_request(
-            isinstance(result, InferResponse), finished_ns - arrived_ns,
+            isinstance(result, InferResponse),
+            finished_ns - arrived_ns,
             queued.started_ns - arrived_ns,
         )
         if isinstance(result, InferdError):
@@ -394,11 +424,14 @@ class SchedulerActor(Actor):
         started_ns = time.perf_counter_ns()
         for queued in batch:
             queued.started_ns = started_ns
-        message = InferBatch(version.model, version.version, slot.instance,
-                             tuple(q.request for q in batch))
+        message = InferBatch(
+            version.model, version.version, slot.instance, tuple(q.request for q in batch)
+        )
         try:
             reply = await self.router.ask(slot.executor, message)
-            assert isinstance(reply, BatchResult)
+            if not isinstance(reply, BatchResult) or len(reply.results) != len(batch):
+                raise Internal(f"executor '{slot.executor}' answered a batch of {len(batch)}"
+                               f" with {type(reply).__name__}")
             results: list[InferResponse | InferdError] = [
                 InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
                 for r in reply.results
@@ -417,7 +450,7 @@ class SchedulerActor(Actor):
             slot.in_flight -= 1
             version.running -= 1
             version.in_service -= len(batch)
-        for queued, result in zip(batch, results):
+        for queued, result in zip(batch, results, strict=True):
             queued.result = result
             queued.done.set()
         self._pump(version)

@@ -123,20 +123,6 @@ def echo_config(name: str, datatypes: list[str], mode: str = "echo") -> str:
     )
 
 
-def wait_grpc_live(server: ServerHandle) -> None:
-    """The harness waits for the zmq frontend; the gRPC one may start a moment later."""
-    deadline = time.monotonic() + LIVE_TIMEOUT_SECS
-    with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        while True:
-            try:
-                if client.is_server_live():
-                    return
-            except InferenceServerException:
-                pass
-            if server.process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the gRPC frontend never became live; log:\n{server.log()}")
-            time.sleep(0.05)
-
 
 @pytest.fixture(scope="module")
 def server(module_inferd: InferdHarness) -> ServerHandle:
@@ -154,7 +140,6 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
     )
     (root / "identity_all" / "1" / "model.onnx").write_bytes(identity_all_model())
     server = module_inferd.start(root, "--model-control-mode=explicit", "--load-model=*")
-    wait_grpc_live(server)
     return server
 
 
@@ -765,7 +750,6 @@ def test_bad_loads(client: grpcclient.InferenceServerClient, stub: Any) -> None:
 def test_load_refused_in_none_mode(inferd: InferdHarness) -> None:
     root = inferd.repository(configs={"echo": inferd.testing_config("echo", "echo")})
     server = inferd.start(root)
-    wait_grpc_live(server)
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         for call in (client.load_model, client.unload_model):
             with pytest.raises(InferenceServerException) as error:
@@ -797,7 +781,6 @@ def test_allow_grpc_false(inferd: InferdHarness) -> None:
 def test_shutdown_refuses_new_requests_and_finishes_in_flight(inferd: InferdHarness) -> None:
     slow = inferd.testing_config("slow", "slow", delay_ms="2000")
     server = inferd.start(inferd.repository(configs={"slow": slow}))
-    wait_grpc_live(server)
     outcome: dict[str, Any] = {}
 
     def in_flight() -> None:

@@ -36,7 +36,6 @@ from tritonclient.utils import InferenceServerException
 # The harness types live in tests/e2e/conftest.py, which is not importable as a module.
 InferdHarness = Any
 ServerHandle = Any
-LIVE_TIMEOUT_SECS = 30.0
 SMALL_LIMIT = 64 * 1024
 
 # datatype -> ONNX element type; BF16 is not here: onnxruntime's Python binding has no
@@ -108,23 +107,6 @@ def echo_config(name: str, datatypes: list[str]) -> str:
     )
 
 
-def wait_http_live(server: ServerHandle) -> None:
-    """The harness waits for the zmq frontend; the HTTP one may start a moment later."""
-    deadline = time.monotonic() + LIVE_TIMEOUT_SECS
-    client = httpclient.InferenceServerClient(server.http_url)
-    try:
-        while True:
-            try:
-                if client.is_server_live():
-                    return
-            except (OSError, InferenceServerException):
-                pass  # refused until the frontend binds
-            if server.process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the HTTP frontend never became live; log:\n{server.log()}")
-            time.sleep(0.05)
-    finally:
-        client.close()
-
 
 @pytest.fixture(scope="module")
 def server(module_inferd: InferdHarness) -> ServerHandle:
@@ -142,7 +124,6 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
     server = module_inferd.start(
         root, "--model-control-mode=explicit", *(f"--load-model={name}" for name in loaded)
     )
-    wait_http_live(server)
     return server
 
 
@@ -154,7 +135,6 @@ def small_server(module_inferd: InferdHarness) -> ServerHandle:
         configs={"slow": module_inferd.testing_config("slow", "slow", delay_ms="1500")},
     )
     server = module_inferd.start(root, f"--http-max-input-size={SMALL_LIMIT}")
-    wait_http_live(server)
     return server
 
 

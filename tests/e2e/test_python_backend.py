@@ -14,7 +14,6 @@ the module; a second one runs the BLS models with inline executors.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from tritonclient.utils import InferenceServerException
 # The harness types live in tests/e2e/conftest.py, which is not importable as a module.
 InferdHarness = Any
 ServerHandle = Any
-LIVE_TIMEOUT_SECS = 30.0
 PROTOCOLS = ("http", "grpc")
 # The models, as a Triton user writes them; tests/plugins/test_python_backend.py runs some too.
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
@@ -46,26 +44,10 @@ def python_repository(harness: InferdHarness) -> Path:
     return root
 
 
-def wait_frontends_live(server: ServerHandle) -> None:
-    """The harness waits for the zmq frontend; HTTP and gRPC may bind a moment later."""
-    deadline = time.monotonic() + LIVE_TIMEOUT_SECS
-    for protocol in PROTOCOLS:
-        while True:
-            try:
-                with connect(server, protocol) as client:
-                    if client.is_server_live():
-                        break
-            except (OSError, InferenceServerException):
-                pass  # refused until the frontend binds
-            if server.process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the {protocol} frontend never became live; log:\n{server.log()}")
-            time.sleep(0.05)
-
 
 @pytest.fixture(scope="module")
 def server(module_inferd: InferdHarness) -> ServerHandle:
     handle = module_inferd.start(python_repository(module_inferd))
-    wait_frontends_live(handle)
     return handle
 
 
@@ -241,7 +223,6 @@ def test_bls_with_inline_executors(inferd: InferdHarness) -> None:
     """Inline executors share the main event loop: BLS must still never block it."""
     root = python_repository(inferd)
     server = inferd.start(root, "--executor-inline")
-    wait_frontends_live(server)
     inputs = simple_inputs()
     first, second = inputs["INPUT0"][0], inputs["INPUT1"][0]
     for protocol in PROTOCOLS:

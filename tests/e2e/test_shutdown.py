@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import numpy as np
-import pytest
 
 from inferd.protocols.client import AsyncClient, InferResult
 from inferd.protocols.errors import DeadlineExceeded, Unavailable
