@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -84,9 +84,9 @@ class Actor:
         """Take a message from the router: its handler runs in a task of its own."""
         self.spawn(self._handle, envelope)
 
-    def spawn(self, function: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def spawn(self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run work owned by this actor in its own task (cancelled when the actor stops)."""
-        task = asyncio.get_running_loop().create_task(function(*args))
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(function(*args))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 

@@ -21,7 +21,12 @@ from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import StartupFailed, format_table, serve
 from inferd.kernel.settings import Settings
 
-def _serve_parser(subparsers: argparse._SubParsersAction, plugins: Plugins) -> None:
+Subparsers = argparse._SubParsersAction  # argparse's type for add_subparsers()
+
+
+def _serve_parser(
+    subparsers: Subparsers[argparse.ArgumentParser], plugins: Plugins
+) -> None:
     defaults = Settings()
     parser = subparsers.add_parser("serve", help="run the server")
     models = parser.add_argument_group("models")
@@ -57,7 +62,7 @@ def _serve_parser(subparsers: argparse._SubParsersAction, plugins: Plugins) -> N
     plugins.add_options(parser)
 
 
-def _client_parsers(subparsers: argparse._SubParsersAction) -> None:
+def _client_parsers(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     for name, help_text in (("models", "print the repository index of a running server"),
                             ("load", "load or reload a model"), ("unload", "unload a model")):
         parser = subparsers.add_parser(name, help=help_text)

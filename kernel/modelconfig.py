@@ -187,7 +187,7 @@ def config_to_json(config: ModelConfig) -> dict[str, Any]:
         )
     except TypeError:
         # protobuf < 5.26 names the option differently.
-        document = json_format.MessageToDict(
+        document = json_format.MessageToDict(  # type: ignore[call-arg]
             config, preserving_proto_field_name=True, including_default_value_fields=True
         )
     for path in _INT64_JSON_PATHS:

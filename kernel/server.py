@@ -14,6 +14,7 @@ import logging
 import shutil
 import signal
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -141,7 +142,7 @@ def _failure_text(failures: dict[str, str]) -> str:
     return f"{count} model{'s' if count > 1 else ''} failed to load:\n" + "\n".join(lines)
 
 
-def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def format_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     """A plain-text table, columns padded to their widest cell."""
     widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
     lines = [

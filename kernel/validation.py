@@ -79,9 +79,9 @@ def check_request(request: InferRequest, model: ModelSignature) -> int:
         raise InvalidArgument(f"an input is given twice in the request for model '{model.name}'")
     missing = [n for n, t in model.inputs.items() if not t.optional and n not in given]
     if missing:
-        expected = sum(1 for t in model.inputs.values() if not t.optional)
+        required = sum(1 for t in model.inputs.values() if not t.optional)
         raise InvalidArgument(
-            f"expected {expected} inputs but got {len(given)} inputs for model '{model.name}'."
+            f"expected {required} inputs but got {len(given)} inputs for model '{model.name}'."
             f" Got input(s) {_listing(given)}, but missing required input(s) {_listing(missing)}."
             " Please provide all required input(s)."
         )
@@ -94,7 +94,7 @@ def check_request(request: InferRequest, model: ModelSignature) -> int:
                 f" '{model.name}' expects '{signature.datatype}'"
             )
         shape = tuple(tensor.shape)
-        expected = signature.dims
+        expected: tuple[int, ...] = signature.dims
         if model.max_batch_size > 0:
             expected = (-1, *expected)
         if not _shape_matches(expected, shape):
