@@ -24,7 +24,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.ensemble import Dataflow, EnsemblePlan, EnsembleStep
 from inferd.kernel.modelconfig_validation import ENSEMBLE_PLATFORM
-from inferd.kernel.statistics import Duration, VersionStatistics
+from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
@@ -32,8 +32,6 @@ from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 STEPS_KEY = "ensemble_steps"
 """The key of the per-step breakdown in an ensemble's statistics (an inferd extension:
 tritonclient's gRPC conversion drops it, JSON readers ignore it)."""
-
-_PHASES = ("compute_input", "compute_infer", "compute_output")
 
 
 @dataclass(slots=True)
@@ -57,7 +55,7 @@ class StepStatistics:
             return
         self.success.add(total_ns)
         self.queue.add(queue_ns)
-        for phase, ns in zip(_PHASES, compute_ns, strict=True):
+        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
             getattr(self, phase).add(ns)
 
 
@@ -96,7 +94,7 @@ class EnsembleState:
                 "success": stats.success.as_dict(),
                 "fail": stats.fail.as_dict(),
                 "queue": stats.queue.as_dict(),
-                **{phase: getattr(stats, phase).as_dict() for phase in _PHASES},
+                **{phase: getattr(stats, phase).as_dict() for phase in COMPUTE_PHASES},
             }
             for (index, model, version), stats in sorted(self.steps.items())
         ]

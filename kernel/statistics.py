@@ -33,6 +33,10 @@ class BatchSizeStatistics:
     compute_output: Duration = field(default_factory=Duration)
 
 
+# The compute phases a backend reports, in the order of ``BatchResult.compute_ns``.
+COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
 @dataclass(slots=True)
 class VersionStatistics:
     last_inference_ms: int = 0
@@ -57,8 +61,7 @@ class VersionStatistics:
         self.execution_count += 1
         self.inference_count += batch_size
         by_size = self.batches.setdefault(batch_size, BatchSizeStatistics())
-        phases = ("compute_input", "compute_infer", "compute_output")
-        for phase, ns in zip(phases, compute_ns, strict=True):
+        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
             getattr(self, phase).add(ns * requests, requests)
             getattr(by_size, phase).add(ns)
 
