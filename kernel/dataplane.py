@@ -2,14 +2,17 @@
 
 It maps each request kind to the actor that owns the answer (inference and model information
 to the scheduler, the repository API and readiness to control) and asks it; server metadata it
-answers itself. Frontends stay thin: decode, ``await dataplane.handle(request)``, encode.
-Errors arrive as ``InferdError`` with the code that decides the status.
+answers itself. A model name that breaks the rule of ``inferd.protocols.names`` is refused here,
+before any actor (and so any disk, index or log line) sees it. Frontends stay thin: decode,
+``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
+that decides the status.
 """
 
 from __future__ import annotations
 
 from inferd.kernel.router import Router
 from inferd.protocols.errors import Unsupported
+from inferd.protocols.names import check_model_name
 from inferd.protocols.messages import (
     HealthRequest,
     IndexRequest,
@@ -44,6 +47,12 @@ _OWNER: dict[type[Message], str] = {
     PollRequest: "control",
 }
 
+# Requests whose model name may not be empty (statistics without a name mean every model).
+_NAMES_A_MODEL = (
+    InferRequest, ModelMetadataRequest, ModelReadyRequest, ModelConfigRequest, LoadRequest,
+    UnloadRequest,
+)
+
 
 class DataPlane:
     def __init__(self, router: Router, extensions: tuple[str, ...] = ()) -> None:
@@ -58,6 +67,10 @@ class DataPlane:
         owner = _OWNER.get(type(request))
         if owner is None:
             raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
+        model = getattr(request, "model", "")
+        if model or isinstance(request, _NAMES_A_MODEL):
+            # Before any actor sees it: a bad name never reaches the disk, the index or a log.
+            check_model_name(model)
         return await self._router.ask(owner, request)
 
     async def _metrics(self) -> Metrics:

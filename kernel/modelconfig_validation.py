@@ -17,6 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.protocols.errors import InvalidArgument
+from inferd.protocols.names import model_name_problem, quoted
 
 ENSEMBLE_PLATFORM = "ensemble"
 PLATFORM_BACKENDS: dict[str, str] = {
@@ -44,6 +45,7 @@ def validate(config: ModelConfig, *, folder_name: str, complete: bool) -> None:
     _check_sequence_batching(config, model)
     _check_instance_groups(config, model)
     _check_version_policy(config, model)
+    _check_model_file_names(config, model)
     if config.platform == ENSEMBLE_PLATFORM:
         check_ensemble_graph(config)
 
@@ -74,6 +76,9 @@ def check_ensemble_graph(config: ModelConfig) -> None:
         label = _step_label(index, step)
         if not step.model_name:
             _fail_ensemble(config, f"step {index} must specify 'model_name'")
+        if model_name_problem(step.model_name):
+            _fail_ensemble(config, f"step {index}: {quoted(step.model_name)} is not a valid "
+                           f"model name: {model_name_problem(step.model_name)}")
         if not step.input_map:
             _fail_ensemble(config, f"{label} must specify 'input_map'")
         if not step.output_map:
@@ -269,6 +274,22 @@ def _check_version_policy(config: ModelConfig, model: str) -> None:
 
 def _step_label(index: int, step: Any) -> str:
     return f"step {index} (model '{step.model_name}')"
+
+
+def _check_model_file_names(config: ModelConfig, model: str) -> None:
+    """The model file names a config sets name a file of the version folder, nothing else: a
+    config (an override's above all) must not open another model's file or probe the server's
+    disk."""
+    named = [("default_model_filename", config.default_model_filename)] if (
+        config.default_model_filename
+    ) else []
+    named += [(f"cc_model_filenames['{key}']", value)
+              for key, value in sorted(config.cc_model_filenames.items())]
+    for field_name, filename in named:
+        problem = model_name_problem(filename)
+        if problem:
+            _fail(model, f"'{field_name}' must be a file name inside the version folder, "
+                  f"got {quoted(filename)} ({problem})")
 
 
 def _fail(model: str, detail: str) -> NoReturn:

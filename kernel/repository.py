@@ -30,6 +30,7 @@ from inferd.kernel.modelconfig import (
 )
 from inferd.protocols.errors import InvalidArgument, NotFound
 from inferd.protocols.messages import ResolvedModel
+from inferd.protocols.names import check_model_name, model_name_problem
 
 CONFIG_FILENAME = "config.pbtxt"
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
@@ -65,7 +66,7 @@ class ModelRepository:
 
     def has_model(self, name: str) -> bool:
         """Whether some root holds a folder for ``name`` (for ensemble step checks)."""
-        return _is_plain_name(name) and bool(self._folders(name))
+        return not model_name_problem(name) and bool(self._folders(name))
 
     @staticmethod
     def versions(model_dir: Path) -> list[int]:
@@ -104,8 +105,7 @@ class ModelRepository:
         ``config.pbtxt``; ``path_override`` replaces the model folder (a load with files).
         Raises ``NotFound`` for an unknown model and ``InvalidArgument`` for anything wrong
         with its folder or config."""
-        if not _is_plain_name(name):
-            raise InvalidArgument(f"'{name}' is not a valid model name")
+        check_model_name(name)
         model_dir = Path(path_override) if path_override else self._only_folder(name)
         if not model_dir.is_dir():
             raise InvalidArgument(f"model '{name}': folder {model_dir} does not exist")
@@ -146,7 +146,7 @@ class ModelRepository:
         """A hash of the model folder's entries (relative path, size, mtime), which changes
         when a file or version folder is added, removed or rewritten. Hidden entries (editor
         swap files) are left out. Raises ``NotFound`` when no root holds the model."""
-        folders = self._folders(name) if _is_plain_name(name) else []
+        folders = [] if model_name_problem(name) else self._folders(name)
         if not folders:
             raise NotFound(f"model '{name}' is not in the model repository")
         digest = hashlib.sha256()
@@ -159,8 +159,6 @@ class ModelRepository:
         return digest.hexdigest()
 
     def _folders(self, name: str) -> list[Path]:
-        if name.startswith("."):
-            return []
         return [root / name for root in self.roots if (root / name).is_dir()]
 
     def _only_folder(self, name: str) -> Path:
@@ -224,13 +222,10 @@ def _model_folder_names(root: Path) -> Iterator[str]:
     except OSError:
         return
     for entry in entries:
-        if not entry.name.startswith(".") and entry.is_dir():
+        if entry.is_dir() and not model_name_problem(entry.name):
+            # A folder whose name could not be a model (hidden, a control character in it)
+            # is not one: it never reaches the index or a log line.
             yield entry.name
-
-
-def _is_plain_name(name: str) -> bool:
-    # A model name becomes a path component: nothing that could leave the root.
-    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
 
 
 def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import anyio
 import zmq
@@ -28,6 +26,7 @@ from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
 from inferd.protocols.messages import (
     Drain,
@@ -62,8 +61,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     backends = plugins.backends()
     router = Router("main")
     context = zmq.Context()
-    link_dir = Path(tempfile.mkdtemp(prefix="inferd-"))
-    hub = f"ipc://{link_dir}/hub"
+    run_folder = create_run_folder()
+    hub = f"ipc://{run_folder / HUB_SOCKET}"
     link = None if settings.executor_inline else ProcessLink.hub(router, context, hub)
     repository = RepositoryActor(
         router, settings.model_repositories, backends,
@@ -71,7 +70,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     )
     scheduler = SchedulerActor(router)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
-    control = ControlActor(router, settings)
+    control = ControlActor(router, settings, run_folder / OVERRIDES)
     dataplane = DataPlane(router, EXTENSIONS)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -96,7 +95,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         if link is not None:
             link.close()
         context.term()
-        shutil.rmtree(link_dir, ignore_errors=True)
+        shutil.rmtree(run_folder, ignore_errors=True)
 
 
 async def _start_frontends(

@@ -16,6 +16,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -24,7 +25,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_ensembles import EnsembleControl
 from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import validate
-from inferd.kernel.overrides import remove_override_folder, write_override_files
+from inferd.kernel.overrides import checked_paths, remove_override_folder, write_override_files
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
@@ -64,6 +65,7 @@ from inferd.protocols.messages import (
     UnloadVersion,
     VersionLoaded,
 )
+from inferd.protocols.names import check_model_name
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +106,10 @@ class _Model:
 class ControlActor(EnsembleControl, Actor):
     address = "control"
 
-    def __init__(self, router: Router, settings: Settings) -> None:
+    def __init__(self, router: Router, settings: Settings, override_root: str | Path) -> None:
         super().__init__(router)
         self._settings = settings
+        self._override_root = override_root  # where loads with files write their folders
         self._models: dict[str, _Model] = {}
         self._load_ids = itertools.count(1)
         self._required: set[str] = set()  # what strict readiness waits for
@@ -323,54 +326,65 @@ class ControlActor(EnsembleControl, Actor):
     async def _load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None
     ) -> None:
+        # Everything about the request is checked before the index or the disk is touched.
+        check_model_name(name)
+        if files:
+            if not config_override:
+                raise InvalidArgument(
+                    f"failed to load '{name}': file overrides need a 'config' parameter too"
+                )
+            checked_paths(name, files)
         model = self._model(name)
         async with model.lock:
             override_dir = ""
-            if files:
-                if not config_override:
-                    raise InvalidArgument(
-                        f"failed to load '{name}': file overrides need a 'config' parameter too"
-                    )
-                override_dir = write_override_files(name, files)
             try:
-                resolved = await self.router.ask(
-                    REPOSITORY, ResolveModel(name, config_override, override_dir)
-                )
-            except NotFound:
+                if files:
+                    override_dir = write_override_files(name, files, self._override_root)
+                await self._load_locked(name, model, config_override, override_dir)
+            except BaseException:
                 remove_override_folder(override_dir)
-                self._forget_if_unknown(name, model)
                 raise
-            except InferdError as error:
-                remove_override_folder(override_dir)
-                model.error = error.message
-                raise
-            assert isinstance(resolved, ResolvedModel)
-            await self._prepare_if_ensemble(name, model, resolved, override_dir)
-            failures: dict[int, str] = {}
-
-            async def load_version(number: int) -> None:
-                try:
-                    await self._load_version(name, model, resolved, number)
-                except InferdError as error:
-                    failures[number] = error.message
-
-            async with anyio.create_task_group() as tasks:
-                for number in resolved.versions:
-                    tasks.start_soon(load_version, number)
-            for number in [n for n in model.versions if n not in resolved.versions]:
-                await self._unload_version(name, model, number, reason="unloaded")
-            if failures:
-                remove_override_folder(override_dir)
-                number, cause = min(failures.items())
-                model.error = (
-                    f"load failed for model '{name}': version {number} is at"
-                    f" UNAVAILABLE state: {cause}"
-                )
-                raise InvalidArgument(model.error)
-            model.error = ""
             if model.override_dir != override_dir:
                 remove_override_folder(model.override_dir)
             model.override_dir = override_dir
+
+    async def _load_locked(
+        self, name: str, model: _Model, config_override: str, override_dir: str
+    ) -> None:
+        """Resolve and load every version of ``name``; the caller owns ``override_dir``."""
+        try:
+            resolved = await self.router.ask(
+                REPOSITORY, ResolveModel(name, config_override, override_dir)
+            )
+        except NotFound:
+            self._forget_if_unknown(name, model)
+            raise
+        except InferdError as error:
+            model.error = error.message
+            raise
+        assert isinstance(resolved, ResolvedModel)
+        await self._prepare_if_ensemble(name, model, resolved)
+        failures: dict[int, str] = {}
+
+        async def load_version(number: int) -> None:
+            try:
+                await self._load_version(name, model, resolved, number)
+            except InferdError as error:
+                failures[number] = error.message
+
+        async with anyio.create_task_group() as tasks:
+            for number in resolved.versions:
+                tasks.start_soon(load_version, number)
+        for number in [n for n in model.versions if n not in resolved.versions]:
+            await self._unload_version(name, model, number, reason="unloaded")
+        if failures:
+            number, cause = min(failures.items())
+            model.error = (
+                f"load failed for model '{name}': version {number} is at"
+                f" UNAVAILABLE state: {cause}"
+            )
+            raise InvalidArgument(model.error)
+        model.error = ""
 
     async def _load_version(
         self, name: str, model: _Model, resolved: ResolvedModel, number: int

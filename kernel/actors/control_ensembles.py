@@ -21,7 +21,6 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.dependencies import EnsembleDependencies, Requirement
 from inferd.kernel.ensemble import EnsemblePlan
 from inferd.kernel.modelconfig_validation import validate_ensemble
-from inferd.kernel.overrides import remove_override_folder
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import ListModels, ModelList, ResolvedModel, ServeVersion
 
@@ -54,7 +53,7 @@ class EnsembleControl:
     # ------------------------------------------------------------------ hooks of _load
 
     async def _prepare_if_ensemble(
-        self, name: str, model: _Model, resolved: ResolvedModel, override_dir: str
+        self, name: str, model: _Model, resolved: ResolvedModel
     ) -> None:
         """Before an ensemble's versions load: check its graph, refuse a cycle, and make its
         composing models READY (EXPLICIT mode loads them; the other modes load every model
@@ -76,7 +75,6 @@ class EnsembleControl:
                 self._dependencies.abandon_load(name, previous)
                 raise
         except InferdError as error:
-            remove_override_folder(override_dir)
             model.error = error.message
             raise
 
