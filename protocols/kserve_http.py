@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,11 @@ _SHARED_MEMORY_PARAMETERS = frozenset(
 )
 _INTEGER_KINDS = "iu"
 _FLOAT_DATATYPES = frozenset({"FP16", "BF16", "FP32", "FP64"})
+# JSON has no NaN or infinities. Triton writes them as the bare words NaN, Infinity and
+# -Infinity, which strict parsers refuse; inferd writes these strings instead, which are valid
+# JSON and which tritonclient's ``as_numpy`` (numpy) turns back into the same floats. Both
+# forms are accepted in requests.
+_NON_FINITE_TEXT = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +146,12 @@ def _non_negative_int(value: Any, what: str) -> int:
 
 
 def dumps(document: Any) -> bytes:
-    """Compact JSON; values JSON cannot hold (bytes, numpy scalars) are printed as text."""
-    return json.dumps(document, separators=(",", ":"), default=_printable).encode("utf-8")
+    """Compact JSON; values JSON cannot hold (bytes, numpy scalars) are printed as text. A NaN
+    or infinity here is a bug (tensors spell theirs out first): it raises ``ValueError``
+    rather than send what strict parsers refuse."""
+    return json.dumps(
+        document, separators=(",", ":"), default=_printable, allow_nan=False
+    ).encode("utf-8")
 
 
 def _printable(value: Any) -> Any:
@@ -162,7 +172,8 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if not text.isdigit():
+    # ASCII only: str.isdigit() also accepts digits such as '²' that int() then rejects.
+    if not (text.isascii() and text.isdigit()):
         raise InvalidArgument(
             f"{HEADER_LENGTH_HEADER} must be a non-negative integer, got {value!r}"
         )
@@ -319,12 +330,9 @@ def _tensor_from_json(
         array = np.empty(count, dtype=object)
         array[:] = values
         return Tensor(name, datatype, dims, array.reshape(dims))
-    try:
-        parsed = np.array(data)
-    except ValueError as error:
-        raise InvalidArgument(
-            f"{what} 'data' is not a rectangular array of values: {error}"
-        ) from None
+    parsed = _json_array(what, data)
+    if parsed.dtype.kind in "UO" and datatype in _FLOAT_DATATYPES:
+        parsed = _json_array(what, _spelled_out_floats(data))
     if parsed.size != count:
         raise InvalidArgument(_count_mismatch(what, parsed.size, dims, count))
     if parsed.dtype.kind in "fO" and datatype in ("UINT64", "INT64"):
@@ -335,6 +343,24 @@ def _tensor_from_json(
     if datatype == "BF16":
         return from_numpy(name, flat.astype(np.float32), "BF16")
     return Tensor(name, datatype, dims, flat.astype(numpy_dtype(datatype)))
+
+
+def _json_array(what: str, data: list[Any]) -> np.ndarray:
+    try:
+        return np.array(data)
+    except ValueError as error:
+        raise InvalidArgument(
+            f"{what} 'data' is not a rectangular array of values: {error}"
+        ) from None
+
+
+def _spelled_out_floats(data: list[Any]) -> list[Any]:
+    """``data`` with the strings "NaN", "Infinity" and "-Infinity" (at any depth) as floats."""
+    return [
+        _NON_FINITE_TEXT.get(item, item) if isinstance(item, str)
+        else _spelled_out_floats(item) if isinstance(item, list) else item
+        for item in data
+    ]
 
 
 def _count_mismatch(what: str, got: int, dims: tuple[int, ...], count: int) -> str:
@@ -493,10 +519,19 @@ def _json_values(tensor: Tensor) -> list[Any]:
         return values
     if tensor.datatype == "BF16":
         bits = data.astype("<u2").astype("<u4") << np.uint32(16)
-        return bits.view("<f4").ravel().tolist()
-    if tensor.datatype == "FP16":
-        return data.astype(np.float32).ravel().tolist()
-    return data.ravel().tolist()
+        data = bits.view("<f4")
+    elif tensor.datatype == "FP16":
+        data = data.astype(np.float32)
+    values: list[Any] = data.ravel().tolist()
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        values = [v if math.isfinite(v) else _non_finite_text(v) for v in values]
+    return values
+
+
+def _non_finite_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
 
 
 # --------------------------------------------------------------------------- repository API
