@@ -28,6 +28,8 @@ PLATFORM_BACKENDS: dict[str, str] = {
 """Platforms Triton ties to exactly one backend; other backends take no platform."""
 
 WILDCARD_DIM = -1
+MAX_INSTANCES = 1024
+"""The most instances one model version may have, over all its instance groups."""
 
 
 def validate(config: ModelConfig, *, folder_name: str, complete: bool) -> None:
@@ -248,10 +250,20 @@ def _check_preferred_sizes(sizes: Iterable[int], where: str, maximum: int, model
 
 
 def _check_instance_groups(config: ModelConfig, model: str) -> None:
+    kinds = model_config_pb2.ModelInstanceGroup.Kind.values()
+    total = 0
     for index, group in enumerate(config.instance_group):
         label = f"instance_group '{group.name}'" if group.name else f"instance_group {index}"
         if group.count < 0:
             _fail(model, f"{label} has 'count' {group.count}; it must be >= 1 (0 means 1)")
+        if group.kind not in kinds:
+            _fail(model, f"{label} has an unknown 'kind' {group.kind}")
+        total += max(1, group.count) * max(1, len(group.gpus))
+        if total > MAX_INSTANCES:
+            # Each instance is a session and a thread: a million of them is a denial of
+            # service, not a configuration.
+            _fail(model, f"{label} brings the model's instances to {total}; at most "
+                  f"{MAX_INSTANCES} are allowed")
         if any(gpu < 0 for gpu in group.gpus):
             _fail(model, f"{label} has a negative GPU id in 'gpus' {list(group.gpus)}")
         if group.kind in (model_config_pb2.ModelInstanceGroup.KIND_CPU,

@@ -421,8 +421,11 @@ class ControlActor(EnsembleControl, Actor):
             self._fail_version(model, number, serving, reason)
             raise InvalidArgument(reason) from None
         except InferdError as error:
-            self._fail_version(model, number, serving, error.message)
-            raise
+            # Clients read this (the error, the index): the folder is named as the model, not
+            # by where it lives on the server.
+            reason = error.message.replace(resolved.path, name) if resolved.path else error.message
+            self._fail_version(model, number, serving, reason)
+            raise type(error)(reason) from None
         completed = ModelConfig()
         completed.ParseFromString(loaded.config)
         try:

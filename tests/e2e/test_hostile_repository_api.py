@@ -247,6 +247,10 @@ def test_a_failing_override_load_removes_its_folder(
     status, reply = raw(server, "POST", "/v2/repository/models/broken_override/load", bad_model)
     assert status == 400, reply
     assert override_folders(server, tmpdir_root) == []
+    # The backend's error names the file as the model's, not by the server's folders.
+    assert "broken_override/1/model.onnx" in reply["error"]
+    assert str(tmpdir_root) not in reply["error"] and str(tmpdir_root) not in json.dumps(
+        index(server))
     # A good one keeps its folder while it serves, and loses it at unload.
     good = override_load(identity_config("good_override"),
                          {"1/model.onnx": identity_model()})
@@ -354,3 +358,13 @@ def test_run_folders_of_killed_servers_are_removed_at_start_up(
     assert oct(own.stat().st_mode & 0o777) == "0o700"
     assert second.terminate() == 0
     assert not own.exists()  # a clean exit removes its own
+
+
+def test_a_million_instances_is_refused_at_once(server: ServerHandle) -> None:
+    config = identity_config("simple", instance_group=[{"count": 1_000_000, "kind": "KIND_CPU"}])
+    started = time.monotonic()
+    status, reply = raw(server, "POST", "/v2/repository/models/simple/load",
+                        {"parameters": {"config": json.dumps(config)}})
+    assert status == 400 and "at most 1024 are allowed" in reply["error"]
+    assert time.monotonic() - started < 5
+    assert_serving(server)

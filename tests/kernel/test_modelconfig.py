@@ -20,6 +20,7 @@ from inferd.kernel.modelconfig import (
     validate,
     validate_ensemble,
 )
+from inferd.kernel.modelconfig_validation import MAX_INSTANCES
 from inferd.protocols.errors import InvalidArgument
 
 SIMPLE = """
@@ -409,3 +410,16 @@ def test_validate_ensemble_checks_composing_models_exist() -> None:
     assert caught.value.message == (
         "ensemble 'pipeline': step 1 (model 'net') uses model 'net', which is neither in the "
         "model repository nor loaded")
+
+
+def test_instance_counts_and_kinds_are_bounded() -> None:
+    config = parse_config_text(
+        'name: "m"\nbackend: "onnxruntime"\n'
+        f"instance_group [{{ count: {MAX_INSTANCES + 1} kind: KIND_CPU }}]\n", "m/config.pbtxt"
+    )
+    with pytest.raises(InvalidArgument, match=f"at most {MAX_INSTANCES}"):
+        validate(config, folder_name="m", complete=False)
+    config = parse_config_json('{"name": "m", "backend": "onnxruntime", '
+                               '"instance_group": [{"kind": 7}]}')
+    with pytest.raises(InvalidArgument, match="unknown 'kind' 7"):
+        validate(config, folder_name="m", complete=False)
