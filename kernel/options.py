@@ -1,13 +1,18 @@
 """Command-line option helpers shared by ``inferd serve`` and plugins' ``inferd_add_options``.
 
 tritonserver's booleans read ``--flag=false``, ``--flag false`` or a bare ``--flag`` (true);
-``add_boolean`` gives a plugin's flags the same form. No state, no parsing of its own.
+``add_boolean`` gives a plugin's flags the same form; ``byte_count`` reads the size limits
+(``--http-max-input-size`` and its kin). No state, no parsing of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
+
+DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
+"""The default of every frontend's largest request (``--<protocol>-max-input-size``)."""
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -26,3 +31,16 @@ def add_boolean(parser: Any, name: str, default: bool, help: str) -> None:
     """Add ``name`` (e.g. ``--allow-http``) to a parser or argument group."""
     parser.add_argument(name, type=parse_boolean, nargs="?", const=True, default=default,
                         metavar="BOOL", help=f"{help} (default {str(default).lower()})")
+
+
+def byte_count(largest: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a positive number of bytes, at most ``largest`` if given."""
+
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().isascii() and text.strip().isdigit() else 0
+        if value <= 0 or (largest is not None and value > largest):
+            bound = f" from 1 to {largest}" if largest is not None else " above 0"
+            raise argparse.ArgumentTypeError(f"expected a number of bytes{bound}, got {text!r}")
+        return value
+
+    return parse

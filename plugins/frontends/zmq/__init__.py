@@ -1,4 +1,5 @@
-"""Hook module of the native ZeroMQ frontend: registers it and imports nothing else.
+"""Hook module of the native ZeroMQ frontend: registers it and its ``--zmq-max-input-size``
+option, and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no pyzmq
 import; ``inferd.plugins.frontends.zmq.frontend`` holds the protocol itself.
@@ -6,12 +7,27 @@ import; ``inferd.plugins.frontends.zmq.frontend`` holds the protocol itself.
 
 from __future__ import annotations
 
+import argparse
+
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE, byte_count
 
 
 @hookimpl
 def inferd_register_frontends(registry: FrontendRegistry) -> None:
     registry.add(
         FrontendSpec(name="zmq", entry="inferd.plugins.frontends.zmq.frontend:ZmqFrontend")
+    )
+
+
+@hookimpl
+def inferd_add_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("native zmq frontend")
+    group.add_argument(
+        "--zmq-max-input-size", type=byte_count(), default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="BYTES",
+        help="largest frame (a request's header, or one of its tensors) a client may send; "
+        "a client that sends a larger one is disconnected before it is buffered "
+        f"(default {DEFAULT_MAX_INPUT_SIZE})",
     )

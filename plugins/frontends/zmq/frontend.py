@@ -22,6 +22,7 @@ import anyio.abc
 import zmq
 
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols import wire
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.zmqio import LoopSocket
@@ -89,7 +90,8 @@ class ZmqFrontend(Frontend):
         socket = zmq.Context.instance().socket(zmq.ROUTER)
         loop_socket = LoopSocket(socket, self._accept)
         try:
-            self._configure(socket)
+            self._configure(socket, int(self.settings.options.get(
+                "zmq_max_input_size", DEFAULT_MAX_INPUT_SIZE)))
             endpoint = self._bind(socket)
             self._socket = loop_socket
             loop_socket.start()
@@ -112,8 +114,11 @@ class ZmqFrontend(Frontend):
         self._accepting = False
 
     @staticmethod
-    def _configure(socket: zmq.Socket[Any]) -> None:
+    def _configure(socket: zmq.Socket[Any], max_frame_bytes: int) -> None:
         socket.setsockopt(zmq.LINGER, 0)
+        # libzmq drops a peer whose frame is larger, before buffering it: the one bound a
+        # ROUTER socket offers on what a client makes the server allocate.
+        socket.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         socket.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
         socket.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
         # A client that disconnected before its reply must not make the send raise.
