@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import configure_logging
 from inferd.kernel.options import add_boolean
 from inferd.kernel.plugins import Plugins
@@ -144,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "serve":
         return _run_client(args)
     configure_logging(args.log_verbose)
+    raise_open_file_limit()
     try:
         settings = settings_from(args, _SERVE_FIELDS)
         anyio.run(serve, settings, plugins, backend="asyncio",

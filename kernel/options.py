@@ -1,8 +1,8 @@
 """Command-line option helpers shared by ``inferd serve`` and plugins' ``inferd_add_options``.
 
 tritonserver's booleans read ``--flag=false``, ``--flag false`` or a bare ``--flag`` (true);
-``add_boolean`` gives a plugin's flags the same form; ``byte_count`` reads the size limits
-(``--http-max-input-size`` and its kin). No state, no parsing of its own.
+``add_boolean`` gives a plugin's flags the same form; ``byte_count``, ``positive_seconds`` and
+``positive_count`` read limits (``--http-max-input-size`` and its kin). No state.
 """
 
 from __future__ import annotations
@@ -44,3 +44,22 @@ def byte_count(largest: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type`` for a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """An argparse ``type`` for a whole number above 0."""
+    value = int(text) if text.strip().isascii() and text.strip().isdigit() else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value

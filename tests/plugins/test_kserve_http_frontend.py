@@ -13,6 +13,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from inferd.plugins.frontends.kserve_http import frontend
+from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
@@ -153,10 +154,10 @@ class FakeTransport:
 ], ids=["whole", "streamed"])
 def test_a_huge_head_is_refused(pieces: list[bytes]) -> None:
     async def scenario() -> FakeTransport:
-        config = uvicorn.Config(lambda *a: None, http=frontend._BoundedHeadProtocol,
+        config = uvicorn.Config(lambda *a: None, http=GuardedHttpProtocol,
                                 lifespan="off", log_config=None, log_level="critical")
         config.load()
-        protocol = frontend._BoundedHeadProtocol(config=config, server_state=ServerState(),
+        protocol = GuardedHttpProtocol(config=config, server_state=ServerState(),
                                                  app_state={})
         transport = FakeTransport()
         protocol.connection_made(transport)  # type: ignore[arg-type]

@@ -10,19 +10,19 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean
+from inferd.kernel.options import (
+    DEFAULT_MAX_INPUT_SIZE,
+    add_boolean,
+    byte_count,
+    positive_count,
+    positive_seconds,
+)
 
-DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
-
-
-def _byte_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
-    return value
+# A head is a few hundred bytes: 10 s is generous even on a congested link. The body timeout
+# bounds the wait for each next piece of a body (not the whole body, whose size is up to
+# --http-max-input-size) and for a client to read the next piece of a response.
+DEFAULT_HEADER_TIMEOUT_SECS = 10.0
+DEFAULT_BODY_TIMEOUT_SECS = 30.0
 
 
 @hookimpl
@@ -41,8 +41,27 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("KServe HTTP frontend")
     add_boolean(group, "--allow-http", True, "serve the KServe v2 HTTP/REST API on --http-port")
     group.add_argument(
-        "--http-max-input-size", type=_byte_count, default=DEFAULT_MAX_INPUT_SIZE,
+        "--http-max-input-size", type=byte_count(), default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES",
         help="largest HTTP request body, before and after decompression, and largest input "
         f"tensor (default {DEFAULT_MAX_INPUT_SIZE})",
+    )
+    group.add_argument(
+        "--http-header-timeout-secs", type=positive_seconds,
+        default=DEFAULT_HEADER_TIMEOUT_SECS, metavar="SECS",
+        help="time a connection has to send a complete request head, from its opening or the "
+        "previous response; 408 and close after it (default "
+        f"{DEFAULT_HEADER_TIMEOUT_SECS:g})",
+    )
+    group.add_argument(
+        "--http-body-timeout-secs", type=positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT_SECS, metavar="SECS",
+        help="longest wait for the next bytes of a request body (then 408 and close) or for a "
+        f"client to read a response (then the connection is dropped) (default "
+        f"{DEFAULT_BODY_TIMEOUT_SECS:g})",
+    )
+    group.add_argument(
+        "--http-max-connections", type=positive_count, default=None, metavar="N",
+        help="most open HTTP connections; more are answered 503 and closed (default half the "
+        "open-file limit, at most 16384)",
     )

@@ -1,20 +1,23 @@
 """The KServe v2 HTTP/REST frontend: a plain ASGI app served by uvicorn in the main event loop.
 
-Owns the HTTP side only: the listening socket, the table of Triton's URL patterns, reading
-bodies under ``--http-max-input-size`` (from ``Content-Length`` before reading, while reading,
-and after decompression), response compression, and the single place where this protocol
-turns exceptions into ``{"error": ...}`` responses with the status of their error code. Bodies
-become messages and replies become bodies in ``inferd.protocols.kserve_http``; every request is
-answered by the data plane. No exception may reach uvicorn, and a client's numbers are checked
+Owns the HTTP side only: the listening socket, the connection limits (head and body timeouts,
+dropping clients that do not read, the connection cap; see ``connection``), the
+table of Triton's URL patterns, reading bodies under ``--http-max-input-size`` (from
+``Content-Length`` before reading, while reading, and after decompression), response
+compression and slicing, and the single place where this protocol turns exceptions into
+``{"error": ...}`` responses with the status of their error code. Bodies become messages and
+replies become bodies in ``inferd.protocols.kserve_http``; every request is answered by the
+data plane. No exception may reach uvicorn, and a client's numbers are checked
 before anything is allocated from them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
@@ -22,9 +25,14 @@ from urllib.parse import unquote
 import anyio
 import anyio.abc
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.limits import open_file_limit
+from inferd.plugins.frontends.kserve_http.connection import (
+    ConnectionSweeper,
+    GuardedHttpProtocol,
+    HttpLimits,
+)
 from inferd.protocols import content_coding
 from inferd.protocols import kserve_http as codec
 from inferd.protocols.errors import ErrorCode, InferdError, Internal, InvalidArgument, http_status
@@ -54,12 +62,17 @@ logger = logging.getLogger(__name__)
 # Responses smaller than this are written in one piece; larger ones part by part, so tensor
 # buffers are never copied into one big bytes object.
 JOIN_BODY_BELOW = 256 * 1024
+# Parts larger than this are written as views of this size: uvicorn waits for the transport's
+# buffer to drain between writes, so a client that reads slowly (or never) holds at most
+# about one slice in the transport rather than the whole response.
+WRITE_SLICE_BYTES = 512 * 1024
+# The default --http-max-connections: half the open-file limit leaves the other half to gRPC,
+# metrics, zmq, executors and model files; past 16384 the connections' memory matters more.
+MAX_CONNECTIONS_CEILING = 16384
 
 # Bodies (or outputs) above this are decoded, encoded and compressed in a worker thread, so a
 # large request never stalls the event loop that every other request shares.
 OFFLOAD_BYTES = 1 << 20
-# The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
-MAX_HEAD_BYTES = 64 << 10
 BACKLOG = 2048
 SHUTTING_DOWN = "server is shutting down"
 JSON = (("content-type", "application/json"),)
@@ -159,7 +172,7 @@ class KserveHttpApp:
     async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes | memoryview:
         limit = self.max_input_size
         declared = headers.get("content-length", "").strip()
-        if declared.isdigit() and int(declared) > limit:
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise InvalidArgument(
                 f"the request body of {int(declared)} bytes is larger than the maximum input "
                 f"size of {limit} bytes (--http-max-input-size)"
@@ -204,12 +217,17 @@ class KserveHttpApp:
 
     @staticmethod
     async def _send(send: Send, response: HttpResponse) -> None:
-        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers]
-        headers.append((b"content-length", str(response.length).encode("ascii")))
+        headers = [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers
+        ]
+        length = response.length
+        headers.append((b"content-length", str(length).encode("ascii")))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        parts = [part for part in response.parts if len(part)] or [b""]
-        if len(parts) > 1 and response.length <= JOIN_BODY_BELOW:
+        parts: list[bytes | memoryview] = [part for part in response.parts if len(part)] or [b""]
+        if len(parts) > 1 and length <= JOIN_BODY_BELOW:
             parts = [b"".join(parts)]  # one write (one syscall) instead of one per part
+        elif length > WRITE_SLICE_BYTES:
+            parts = list(_slices(parts))
         for index, part in enumerate(parts):
             more = index < len(parts) - 1
             await send({"type": "http.response.body", "body": part, "more_body": more})
@@ -291,6 +309,17 @@ class KserveHttpApp:
         return HttpResponse(200)
 
 
+def _slices(parts: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """``parts`` with every part over ``WRITE_SLICE_BYTES`` cut into views (no copies)."""
+    for part in parts:
+        if len(part) <= WRITE_SLICE_BYTES:
+            yield part
+            continue
+        view = memoryview(part).cast("B")
+        for offset in range(0, view.nbytes, WRITE_SLICE_BYTES):
+            yield view[offset : offset + WRITE_SLICE_BYTES]
+
+
 def _model_arguments(request: HttpRequest) -> tuple[str, str]:
     model, version = request.path_arguments[0], request.path_arguments[1]
     return unquote(model), version or ""
@@ -331,77 +360,38 @@ def _match(path: str) -> tuple[dict[str, Handler], tuple[str, ...]] | None:
     return None
 
 
-class _HeadTooLarge(Exception):
-    """Raised inside a parser callback; httptools reports it as a parse error."""
-
-
-class _BoundedHeadProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a bound on the request line plus headers, which it
-    would otherwise buffer without limit: a head over ``MAX_HEAD_BYTES`` gets a 400 and the
-    connection closes. A head that completes is measured exactly; one still arriving is
-    counted chunk by chunk (from the chunk after the one it began in, whose offset the parser
-    does not tell), so at most one chunk more than the limit is ever buffered."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._in_head = True
-        self._head_bytes = 0
-        self._began_in_chunk = False
-        self._head_too_large = False
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-        self._head_bytes = 0
-        self._began_in_chunk = True
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
-        if size > MAX_HEAD_BYTES:
-            self._head_too_large = True
-            raise _HeadTooLarge
-        super().on_headers_complete()
-
-    def data_received(self, data: bytes) -> None:
-        self._began_in_chunk = False
-        super().data_received(data)
-        if not self._in_head or self._began_in_chunk or self.transport.is_closing():
-            return
-        self._head_bytes += len(data)
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._head_too_large = True
-            self.send_400_response("")
-
-    def send_400_response(self, msg: str) -> None:
-        if not self._head_too_large:
-            super().send_400_response(msg)
-            return
-        body = codec.encode_error(
-            f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes"
-        )
-        self.transport.write(
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("ascii")
-            + body
-        )
-        self.transport.close()
-
-
 class KserveHttpFrontend(Frontend):
     name = "kserve_http"
 
     def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
         super().__init__(dataplane, settings)
-        max_input_size = int(settings.options.get("http_max_input_size", codec.DEFAULT_MAX_INPUT_SIZE))
+        options = settings.options
+        max_input_size = int(options.get("http_max_input_size", codec.DEFAULT_MAX_INPUT_SIZE))
         self.app = KserveHttpApp(dataplane, max_input_size)
+        defaults = HttpLimits()
+        self.limits = HttpLimits(
+            header_timeout_secs=float(
+                options.get("http_header_timeout_secs") or defaults.header_timeout_secs
+            ),
+            body_timeout_secs=float(
+                options.get("http_body_timeout_secs") or defaults.body_timeout_secs
+            ),
+            max_connections=int(
+                options.get("http_max_connections")
+                or max(1, min(open_file_limit() // 2, MAX_CONNECTIONS_CEILING))
+            ),
+        )
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         listener = _bind(self.settings.http_address, self.settings.http_port)
+        # Out of descriptors, uvloop's accept (libuv's reserved-descriptor trick) accepts and
+        # closes the waiting connections and keeps listening; asyncio's pauses accepting for a
+        # second. The connection cap keeps this frontend well below the limit either way.
+        protocol: Any = functools.partial(GuardedHttpProtocol, limits=self.limits)
         config = uvicorn.Config(
-            self.app, loop="none", http=_BoundedHeadProtocol, ws="none", lifespan="off",
+            self.app, loop="none", http=protocol, ws="none", lifespan="off",
             interface="asgi3", log_config=None, log_level="warning", access_log=False,
             server_header=False, backlog=BACKLOG,
             timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_secs)),
@@ -409,17 +399,22 @@ class KserveHttpFrontend(Frontend):
         # startup/main_loop/shutdown rather than serve(): serve() installs its own SIGTERM and
         # SIGINT handlers, which belong to the kernel in this process.
         server = uvicorn.Server(config)
+        sweeper: ConnectionSweeper | None = None
         try:
             config.load()
             server.lifespan = config.lifespan_class(config)
             await server.startup(sockets=[listener])
+            sweeper = ConnectionSweeper(server.server_state.connections, self.limits)
             task_status.started(_address(listener))
             await server.main_loop()
         finally:
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(self.settings.exit_timeout_secs + 1):
                     if server.started:
+                        # Deadlines still apply while in-flight responses finish.
                         await server.shutdown(sockets=[listener])
+                if sweeper is not None:
+                    sweeper.stop()
                 listener.close()
 
     async def stop_accepting(self) -> None:

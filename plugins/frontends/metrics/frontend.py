@@ -1,10 +1,13 @@
 """The Prometheus metrics frontend: ``GET /metrics`` on ``--metrics-address:--metrics-port``.
 
 A deliberately small HTTP/1.1 responder (a scraper sends one GET per connection or keeps it
-alive between scrapes): it reads a request head (bounded in size and time), answers
+alive between scrapes): it reads a request head (bounded in size and time: an idle or slow
+connection closes after ``READ_TIMEOUT_SECS``), answers
 ``/metrics`` with the text ``inferd.protocols.prometheus`` renders from the data plane's
 samples, 404 for other paths and 405 for other methods. It runs in the main event loop beside
-the other frontends and owns no metric itself.
+the other frontends and owns no metric itself. A client that does not read its answer within
+``WRITE_TIMEOUT_SECS`` is dropped, and past ``MAX_CONNECTIONS`` open connections a new one is
+answered 503 and closed, so scrapers can never hold the process's descriptors.
 """
 
 from __future__ import annotations
@@ -25,10 +28,17 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
 READ_TIMEOUT_SECS = 10.0
+WRITE_TIMEOUT_SECS = 10.0
+# Prometheus scrapes with one connection per target; a few dashboards may add their own.
+MAX_CONNECTIONS = 64
 
 
 class MetricsFrontend(Frontend):
     name = "metrics"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.open_connections = 0
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
@@ -49,12 +59,18 @@ class MetricsFrontend(Frontend):
             server.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open_connections >= MAX_CONNECTIONS:
+            with contextlib.suppress(Exception):
+                await self._reply(writer, 503, b"too many metrics connections\n", close=True)
+            writer.close()
+            return
+        self.open_connections += 1
         try:
             while True:
                 try:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
                                                   READ_TIMEOUT_SECS)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 except asyncio.LimitOverrunError:
                     await self._reply(writer, 431, b"request head too large\n", close=True)
@@ -79,9 +95,12 @@ class MetricsFrontend(Frontend):
                                       content_type=prometheus.CONTENT_TYPE)
                 if close:
                     return
+        except ConnectionError:
+            pass  # the client went away or was dropped for not reading
         except Exception:  # a scrape must never take anything down
             log.exception("metrics request failed")
         finally:
+            self.open_connections -= 1
             with contextlib.suppress(Exception):
                 writer.close()
 
@@ -95,9 +114,13 @@ class MetricsFrontend(Frontend):
                      *, head_only: bool = False,
                      content_type: str = "text/plain; charset=utf-8") -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                  431: "Request Header Fields Too Large"}[status]
+                  431: "Request Header Fields Too Large", 503: "Service Unavailable"}[status]
         head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n"
                 f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
         writer.write(head if head_only else head + body)
-        await writer.drain()
+        try:
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_SECS)
+        except TimeoutError:
+            writer.transport.abort()
+            raise ConnectionError("the metrics client did not read its answer") from None

@@ -1,0 +1,252 @@
+"""The HTTP connection under the KServe frontend: uvicorn's httptools protocol, guarded against
+clients that are slow, silent, too many, or send what does not parse.
+
+Owns what one connection may take of the server (``HttpLimits``: the head size, the head and
+body timeouts, the time a client may leave a response unread, the connection cap) and one
+periodic sweep per server that enforces the deadlines, so no timer is armed per request. It
+knows nothing of routes, bodies or models: the ASGI app in ``frontend`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from inferd.protocols import kserve_http as codec
+
+# The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
+MAX_HEAD_BYTES = 64 << 10
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside a parser callback; httptools reports it as a parse error."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one connection may take of the server: time for a head and for each next piece
+    of a body or of a response the client reads, and how many connections may be open."""
+
+    header_timeout_secs: float = 10.0
+    body_timeout_secs: float = 30.0
+    max_connections: int = 1024
+
+    @property
+    def sweep_interval_secs(self) -> float:
+        # Deadlines are checked by one periodic sweep per server rather than a timer per
+        # request, so a timeout fires up to this much late.
+        return min(1.0, max(0.05, min(self.header_timeout_secs, self.body_timeout_secs) / 4))
+
+
+def _close_response(status: int, message: str) -> bytes:
+    body = codec.encode_error(message)
+    return (
+        STATUS_LINE[status] + b"content-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("ascii") + body
+    )
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, hardened against hostile clients.
+
+    * The request line plus headers are bounded (uvicorn would buffer them without limit): a
+      head over ``MAX_HEAD_BYTES`` gets a 400. A head that completes is measured exactly; one
+      still arriving is counted chunk by chunk (from the chunk after the one it began in, whose
+      offset the parser does not tell), so at most one chunk more than the limit is buffered.
+    * Time is bounded (``HttpLimits``, checked by ``ConnectionSweeper``): a head must complete
+      within the header timeout of the connection opening or the previous response (408 if
+      part of one came, a silent close if none did), each next piece of a body must come
+      within the body timeout (408), and a client whose unread response fills the write
+      buffer for longer than the body timeout is dropped.
+    * Past ``max_connections`` a new connection is answered 503 at once and closed.
+    * A parse error after complete requests (garbage, or an invalid pipelined request) is
+      answered 400 only once those requests are answered, in order; uvicorn closes at once.
+    * A client that half-closes after a complete request still gets its answer: uvicorn lets
+      the transport close on EOF, dropping the response.
+    """
+
+    def __init__(self, *args: Any, limits: HttpLimits | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = limits or HttpLimits()
+        self._in_head = False
+        self._head_bytes = 0
+        self._began_in_chunk = False
+        self._head_too_large = False
+        self._idle_since = 0.0  # when the connection opened or last finished a response
+        self._body_progress = 0.0  # when the body being read last made progress
+        self._write_blocked_since: float | None = None
+        # None while serving; a 400 waiting for the responses in flight; b"" once refused.
+        self._refusal: bytes | None = None
+        self._peer_done = False  # the client half-closed: close once in-flight work is answered
+
+    # ---------------------------------------------------------------- connection
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            # Refused before uvicorn counts or sets it up; connection_lost only needs these.
+            self.transport = transport
+            self._refusal = b""
+            transport.write(_close_response(
+                503, f"the server has its maximum of {self.limits.max_connections} HTTP "
+                "connections open (--http-max-connections)"
+            ))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._idle_since = self.loop.time()
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]
+        cycle = self.cycle
+        received = cycle is not None and not cycle.response_complete and not cycle.more_body
+        if received or self.pipeline:
+            # asyncio closes the transport unless told otherwise; the answer is still owed.
+            self._peer_done = True
+            return True
+        return None
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # the parser has failed or the connection is refused: drop the rest
+        self._began_in_chunk = False
+        super().data_received(data)
+        if self._refusal is not None:
+            return
+        if not self._in_head or self._began_in_chunk or self.transport.is_closing():
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._head_too_large = True
+            self.send_400_response("")
+
+    # ---------------------------------------------------------------- parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+        self._began_in_chunk = True
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+        if size > MAX_HEAD_BYTES:
+            self._head_too_large = True
+            raise _HeadTooLarge
+        self._body_progress = self.loop.time()
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_progress = self.loop.time()
+        super().on_body(body)
+
+    def on_response_complete(self) -> None:
+        if self.transport.is_closing() or self.pipeline:
+            super().on_response_complete()
+            return
+        if self._refusal is not None or self._peer_done:
+            self.server_state.total_requests += 1
+            if self._refusal:
+                self.transport.write(self._refusal)
+            self.transport.close()
+            return
+        super().on_response_complete()
+        self._idle_since = self.loop.time()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._head_too_large:
+            message = f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes"
+        else:
+            message = msg or "Invalid HTTP request received."
+        response = _close_response(400, message)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and cycle.more_body:
+            # The request whose body was being parsed can never complete.
+            self.pipeline = deque(entry for entry in self.pipeline if entry[0] is not cycle)
+            in_flight = bool(self.pipeline)
+            if not in_flight:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        else:
+            in_flight = bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+        if in_flight:
+            self._refusal = response
+            self.flow.pause_reading()
+            return
+        self._refusal = b""
+        self.transport.write(response)
+        self.transport.close()
+
+    # ---------------------------------------------------------------- flow control
+
+    def pause_writing(self) -> None:
+        if self.flow is not None:  # None on a refused connection
+            self._write_blocked_since = self.loop.time()
+            super().pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.flow is not None:
+            self._write_blocked_since = None
+            super().resume_writing()
+
+    # ---------------------------------------------------------------- deadlines
+
+    def check_deadlines(self, now: float) -> None:
+        """Close this connection if its client is too slow; called by ``ConnectionSweeper``."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        limits = self.limits
+        blocked = self._write_blocked_since
+        if blocked is not None and now - blocked > limits.body_timeout_secs:
+            transport.abort()  # a client that does not read would never take a 408 either
+            return
+        if self._refusal is not None:
+            return  # a 400 waits for the answers in flight; it closes the connection after
+        cycle = self.cycle
+        if (cycle is not None and not cycle.response_complete) or self.pipeline:
+            if cycle is None or not cycle.more_body or cycle.response_complete:
+                return  # the request is being answered: no client deadline
+            if self.flow.read_paused:
+                self._body_progress = now  # we stopped reading: not the client's delay
+            elif now - self._body_progress > limits.body_timeout_secs:
+                cycle.disconnected = True
+                cycle.message_event.set()
+                self._expire(f"no request body bytes arrived for {limits.body_timeout_secs:g} s "
+                             "(--http-body-timeout-secs)")
+            return
+        if now - self._idle_since > limits.header_timeout_secs:
+            if self._in_head:
+                self._expire(f"the request head did not complete within "
+                             f"{limits.header_timeout_secs:g} s (--http-header-timeout-secs)")
+            else:
+                transport.close()
+
+    def _expire(self, message: str) -> None:
+        self._refusal = b""
+        self.transport.write(_close_response(408, message))
+        self.transport.close()
+
+
+class ConnectionSweeper:
+    """One timer per server that checks every connection's deadlines each
+    ``limits.sweep_interval_secs``: no timer is armed or cancelled per request."""
+
+    def __init__(self, connections: set[Any], limits: HttpLimits) -> None:
+        self.connections = connections
+        self.limits = limits
+        self.loop = asyncio.get_running_loop()
+        self.handle = self.loop.call_later(limits.sweep_interval_secs, self.run)
+
+    def run(self) -> None:
+        now = self.loop.time()
+        for connection in list(self.connections):
+            if isinstance(connection, GuardedHttpProtocol):
+                connection.check_deadlines(now)
+        self.handle = self.loop.call_later(self.limits.sweep_interval_secs, self.run)
+
+    def stop(self) -> None:
+        self.handle.cancel()

@@ -1,0 +1,363 @@
+"""The KServe HTTP frontend against hostile or broken clients (issue 8, points 5, 7 and 9), over
+raw loopback sockets since no well-behaved client sends these bytes: connections that never
+finish a head or a body, more connections than ``--http-max-connections``, garbage and invalid
+requests after valid ones, half-closed connections, non-ASCII digits in a length header, and
+clients that never read a large response. Every test then checks that the server still
+answers a tritonclient.http infer.
+
+One server with one-second timeouts serves most of the module; the connection cap has its own
+server, whose long header timeout keeps idle connections open while the test holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+ServerHandle = Any  # tests/e2e/conftest.py is not importable as a module
+TIMEOUT_SECS = 1.0
+CAP = 12
+WAIT_SECS = 10.0  # the longest any single wait here may take
+STATUS = re.compile(rb"HTTP/1\.1 (\d{3}) ")
+
+
+@pytest.fixture(scope="module")
+def server(module_inferd: Any) -> ServerHandle:
+    return module_inferd.start(
+        module_inferd.repository("simple", "identity_fp32"),
+        "--http-header-timeout-secs", str(TIMEOUT_SECS),
+        "--http-body-timeout-secs", str(TIMEOUT_SECS),
+    )
+
+
+@pytest.fixture(scope="module")
+def capped(module_inferd: Any) -> ServerHandle:
+    return module_inferd.start(
+        module_inferd.repository("simple"),
+        "--http-header-timeout-secs", "60", f"--http-max-connections={CAP}",
+    )
+
+
+INFER_BODY = json.dumps({"inputs": [
+    {"name": name, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+    for name in ("INPUT0", "INPUT1")
+]}).encode()
+
+
+def infer_request(extra_headers: bytes = b"", body: bytes = INFER_BODY) -> bytes:
+    return (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
+        + b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        + extra_headers + b"\r\n" + body
+    )
+
+
+def connect(server: ServerHandle, receive_buffer: int | None = None) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(WAIT_SECS)
+    sock.connect(("127.0.0.1", server.ports["http"]))
+    return sock
+
+
+def read_until_closed(sock: socket.socket, limit: float = WAIT_SECS) -> tuple[bytes, str]:
+    """Everything the server sends until it closes ("closed"), resets ("reset") or ``limit``
+    seconds pass ("open")."""
+    data = b""
+    deadline = time.monotonic() + limit
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(1 << 16)
+        except TimeoutError:
+            break
+        except ConnectionResetError:
+            return data, "reset"
+        if not chunk:
+            return data, "closed"
+        data += chunk
+    return data, "open"
+
+
+def statuses(data: bytes) -> list[int]:
+    return [int(code) for code in STATUS.findall(data)]
+
+
+def last_error(data: bytes) -> str:
+    body = data.rsplit(b"\r\n\r\n", 1)[1]
+    message: str = json.loads(body)["error"]
+    return message
+
+
+def assert_serves(server: ServerHandle) -> None:
+    """A fresh tritonclient.http client still gets ``simple``'s answer."""
+    client = httpclient.InferenceServerClient(
+        server.http_url, connection_timeout=WAIT_SECS, network_timeout=WAIT_SECS
+    )
+    try:
+        rows = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(rows)
+        result = client.infer("simple", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), rows + rows)
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------ point 5: slow clients
+
+
+def test_an_idle_connection_is_closed_after_the_header_timeout(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        started = time.monotonic()
+        data, state = read_until_closed(sock)
+    assert (data, state) == (b"", "closed")
+    assert TIMEOUT_SECS <= time.monotonic() - started < TIMEOUT_SECS + 3
+    assert_serves(server)
+
+
+def test_a_half_sent_head_gets_408(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: te")
+        data, state = read_until_closed(sock)
+    assert state == "closed"
+    assert statuses(data) == [408]
+    assert b"connection: close" in data
+    assert "--http-header-timeout-secs" in last_error(data)
+    assert_serves(server)
+
+
+def test_the_head_timeout_runs_from_the_previous_response(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\nGET /v2 HTTP/1.1\r\n")
+        data, state = read_until_closed(sock)
+    assert state == "closed"
+    assert statuses(data) == [200, 408]
+
+
+def test_a_body_shorter_than_its_content_length_gets_408(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        sock.sendall(infer_request()[:-10])
+        started = time.monotonic()
+        data, state = read_until_closed(sock)
+    assert state == "closed"
+    assert statuses(data) == [408]
+    assert "--http-body-timeout-secs" in last_error(data)
+    assert time.monotonic() - started < TIMEOUT_SECS + 3
+    assert_serves(server)
+
+
+def test_a_body_that_keeps_coming_is_not_cut_off(server: ServerHandle) -> None:
+    request = infer_request()
+    with connect(server) as sock:
+        head_end = request.index(b"\r\n\r\n") + 4
+        sock.sendall(request[:head_end])
+        for offset in range(head_end, len(request), 40):  # 40-byte pieces, 0.4 s apart
+            time.sleep(TIMEOUT_SECS * 0.4)
+            sock.sendall(request[offset : offset + 40])
+        data, state = read_until_closed(sock)
+    assert statuses(data) == [200]
+    assert state == "closed"  # idle afterwards: the header timeout closes it
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_limit(server: ServerHandle) -> None:
+    limits = Path(f"/proc/{server.process.pid}/limits").read_text()
+    found = re.search(r"^Max open files\s+(\S+)\s+(\S+)", limits, re.MULTILINE)
+    assert found is not None
+    soft, hard = found.groups()
+    assert soft == hard or int(soft) >= 1 << 20
+
+
+def test_connections_past_the_cap_get_503_and_the_rest_keep_serving(
+    capped: ServerHandle,
+) -> None:
+    held = [connect(capped) for _ in range(CAP)]
+    try:
+        with connect(capped) as excess:
+            data, state = read_until_closed(excess)
+        assert state in ("closed", "reset")
+        assert statuses(data) == [503]
+        assert "--http-max-connections" in last_error(data)
+        # Every descriptor the cap allows is taken: the other protocols still answer.
+        with grpcclient.InferenceServerClient(capped.grpc_url) as grpc:
+            assert grpc.is_server_live(client_timeout=WAIT_SECS)
+            rows = np.arange(16, dtype=np.int32).reshape(1, 16)
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(rows)
+            result = grpc.infer("simple", inputs, client_timeout=WAIT_SECS)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), rows - rows)
+        metrics = f"http://127.0.0.1:{capped.ports['metrics']}/metrics"
+        with urllib.request.urlopen(metrics, timeout=WAIT_SECS) as response:
+            assert response.status == 200
+            assert b"nv_inference_request_success" in response.read()
+        for sock in held[:3]:  # connections inside the cap are served as usual
+            sock.sendall(infer_request())
+            sock.settimeout(WAIT_SECS)
+            assert sock.recv(1 << 16).startswith(b"HTTP/1.1 200 ")
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + WAIT_SECS
+    while True:  # the server sees the closes a moment later
+        try:
+            assert_serves(capped)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_metrics_connections_past_its_cap_are_refused(server: ServerHandle) -> None:
+    from inferd.plugins.frontends.metrics.frontend import MAX_CONNECTIONS
+
+    address = ("127.0.0.1", server.ports["metrics"])
+    held = [socket.create_connection(address, timeout=WAIT_SECS) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.2)  # let the server register them before the excess arrives
+        with socket.create_connection(address, timeout=WAIT_SECS) as excess:
+            data, state = read_until_closed(excess)
+        assert state in ("closed", "reset")
+        assert statuses(data) == [503]
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    metrics = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
+    with urllib.request.urlopen(metrics, timeout=WAIT_SECS) as response:
+        assert response.status == 200
+
+
+# ------------------------------------------------------------------ point 7: framing
+
+
+def test_garbage_after_a_valid_request_gets_the_answer_then_400(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        sock.sendall(infer_request() + b"\x00\x01 not http\r\n\r\n")
+        data, state = read_until_closed(sock)
+    assert state == "closed"
+    assert statuses(data) == [200, 400]
+    assert b'"name":"OUTPUT0"' in data.split(b"HTTP/1.1 400")[0]
+    assert_serves(server)
+
+
+def test_pipelined_requests_then_an_invalid_one_get_both_answers_then_400(
+    server: ServerHandle,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(infer_request() + infer_request() + b"BAD\x01 / HTTP/9.9\r\n\r\n")
+        data, state = read_until_closed(sock)
+    assert state == "closed"
+    assert statuses(data) == [200, 200, 400]
+    assert_serves(server)
+
+
+def test_a_half_closed_client_still_gets_its_answer(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        sock.sendall(infer_request())
+        sock.shutdown(socket.SHUT_WR)
+        data, state = read_until_closed(sock)
+    assert state == "closed"
+    assert statuses(data) == [200]
+    assert data.endswith(b"]}]}")
+    assert_serves(server)
+
+
+def test_a_unicode_digit_in_the_header_length_is_400(server: ServerHandle) -> None:
+    with connect(server) as sock:
+        # latin-1 b'\xb2' is '²', which str.isdigit() accepts and int() refuses.
+        sock.sendall(infer_request(b"Inference-Header-Content-Length: \xb2\r\n"))
+        data, _ = read_until_closed(sock, TIMEOUT_SECS * 3)
+    assert statuses(data) == [400]
+    assert "Inference-Header-Content-Length" in last_error(data)
+    assert_serves(server)
+
+
+# ------------------------------------------------------------------ point 9: never read
+
+LARGE_ELEMENTS = 2 << 20  # FP32: an 8 MiB input and an 8 MiB output
+
+
+def large_identity_request() -> bytes:
+    header = json.dumps({
+        "inputs": [{"name": "INPUT0", "shape": [LARGE_ELEMENTS], "datatype": "FP32",
+                    "parameters": {"binary_data_size": LARGE_ELEMENTS * 4}}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }).encode()
+    body = header + np.ones(LARGE_ELEMENTS, dtype=np.float32).tobytes()
+    return (
+        b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: test\r\n"
+        + b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+        % (len(header), len(body)) + body
+    )
+
+
+def resident_bytes(server: ServerHandle) -> int:
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    assert found is not None
+    return int(found.group(1)) * 1024
+
+
+def server_holds(server: ServerHandle, sock: socket.socket) -> bool:
+    """Whether the server process still has ``sock``'s peer socket open. A socket the server
+    closed with unsent data lingers in the kernel (the client sees nothing until it reads)
+    but no longer belongs to a process: /proc/net/tcp shows it with inode 0."""
+    local = f":{server.ports['http']:04X}"
+    remote = f":{sock.getsockname()[1]:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(local) and fields[2].endswith(remote):
+            return fields[9] != "0"
+    return False
+
+
+def test_clients_that_never_read_are_dropped_and_their_responses_freed(
+    server: ServerHandle,
+) -> None:
+    request = large_identity_request()
+    response_bytes = LARGE_ELEMENTS * 4
+    # Warm up with readers, so the allocator already holds what serving these takes.
+    for _ in range(3):
+        readers = [connect(server) for _ in range(2)]
+        for sock in readers:
+            sock.sendall(request)
+        for sock in readers:
+            with sock:
+                received = 0
+                while received < response_bytes:
+                    chunk = sock.recv(1 << 20)
+                    assert chunk
+                    received += len(chunk)
+    baseline = resident_bytes(server)
+    rounds, per_round = 4, 2
+    for _ in range(rounds):
+        idle = [connect(server, receive_buffer=4096) for _ in range(per_round)]
+        sent = time.monotonic()
+        for sock in idle:
+            sock.sendall(request)
+        while any(server_holds(server, sock) for sock in idle):
+            assert time.monotonic() - sent < WAIT_SECS, "a client that never reads was kept"
+            time.sleep(0.05)
+        for sock in idle:
+            with sock:
+                data, state = read_until_closed(sock)
+            assert state in ("closed", "reset")
+            assert len(data) < response_bytes  # cut off, not delivered in full
+    growth = resident_bytes(server) - baseline
+    # Kept for good, the responses would add rounds * per_round * 8 MiB = 64 MiB.
+    assert growth < rounds * per_round * response_bytes / 2, f"RSS grew by {growth >> 20} MiB"
+    assert_serves(server)
