@@ -36,6 +36,7 @@ from inferd.protocols.messages import (
 )
 from inferd.protocols.tensors import (
     checked_shape,
+    element_size,
     numpy_dtype,
     tensor_from_buffer,
     tensor_to_buffer,
@@ -47,6 +48,8 @@ EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
 """Response parameter of a stream response: true on the last response to a request."""
 FILE_PREFIX = "file:"
+DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
+"""The ``--grpc-max-input-size`` default: the largest request message and input tensor."""
 
 _ALLOWED_RESERVED = frozenset({EMPTY_FINAL_RESPONSE})
 _SHARED_MEMORY_KEYS = frozenset(
@@ -162,18 +165,21 @@ def empty_final_response_requested(request: Any) -> bool:
 
 
 def decode_infer_request(
-    request: Any, raw_input_contents: Sequence[Any] | None = None
+    request: Any,
+    raw_input_contents: Sequence[Any] | None = None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
 ) -> InferRequest:
     """A ``ModelInferRequest`` as an ``InferRequest``. ``raw_input_contents``, when given,
     replaces the message's own (the views ``kserve_grpc_wire.parse_infer_request`` split
-    off); raw contents are never copied."""
+    off); raw contents are never copied. An input in typed ``contents`` whose values would
+    take more than ``max_input_size`` bytes is refused before they are decoded."""
     model = request.model_name
     parameters, priority, timeout_us = _request_parameters(request.parameters)
     if raw_input_contents is None:
         raw_input_contents = request.raw_input_contents
     return InferRequest(
         model=model,
-        inputs=_decode_inputs(request, raw_input_contents),
+        inputs=_decode_inputs(request, raw_input_contents, max_input_size),
         version=request.model_version,
         id=request.id,
         outputs=tuple(_requested_output(model, output) for output in request.outputs),
@@ -201,7 +207,9 @@ def _requested_output(model: str, output: Any) -> str:
     return str(output.name)
 
 
-def _decode_inputs(request: Any, raw_contents: Sequence[Any]) -> tuple[Tensor, ...]:
+def _decode_inputs(
+    request: Any, raw_contents: Sequence[Any], max_input_size: int
+) -> tuple[Tensor, ...]:
     model = request.model_name
     inputs = request.inputs
     if raw_contents and len(raw_contents) != len(inputs):
@@ -214,7 +222,7 @@ def _decode_inputs(request: Any, raw_contents: Sequence[Any]) -> tuple[Tensor, .
         name, datatype = tensor.name, tensor.datatype
         _refuse_shared_memory("input", name, model, tensor.parameters)
         try:
-            numpy_dtype(datatype)
+            size = element_size(datatype)
         except InvalidArgument:
             raise InvalidArgument(
                 f"input '{name}' for model '{model}' has unknown datatype '{datatype}'"
@@ -225,7 +233,18 @@ def _decode_inputs(request: Any, raw_contents: Sequence[Any]) -> tuple[Tensor, .
                     "contents field must not be specified when using raw_input_contents "
                     f"for '{name}' for model '{model}'"
                 )
-            tensors.append(_from_contents(model, tensor))
+            # Raw contents are their tensor's bytes, so the message size limit bounds them;
+            # typed values can decode to several times their size in the message (an INT64
+            # zero is one byte there), so they are bounded here, before decoding, as HTTP
+            # bounds its JSON values.
+            dims, count = checked_shape(name, tensor.shape)
+            if size is not None and count * size > max_input_size:
+                raise InvalidArgument(
+                    f"input '{name}' of shape {list(dims)} and datatype {datatype} needs "
+                    f"{count * size} bytes, more than the maximum input size of "
+                    f"{max_input_size} bytes"
+                )
+            tensors.append(_from_contents(model, tensor, dims, count, max_input_size))
         elif raw_contents:
             tensors.append(tensor_from_buffer(name, datatype, tensor.shape, raw_contents[index]))
         else:
@@ -235,7 +254,9 @@ def _decode_inputs(request: Any, raw_contents: Sequence[Any]) -> tuple[Tensor, .
     return tuple(tensors)
 
 
-def _from_contents(model: str, tensor: Any) -> Tensor:
+def _from_contents(
+    model: str, tensor: Any, dims: tuple[int, ...], count: int, max_input_size: int
+) -> Tensor:
     name, datatype = tensor.name, tensor.datatype
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
@@ -250,7 +271,6 @@ def _from_contents(model: str, tensor: Any) -> Tensor:
                 f"'{model}': {descriptor.name} cannot hold datatype '{datatype}', "
                 f"expected {field}"
             )
-    dims, count = checked_shape(name, tensor.shape)
     values = getattr(tensor.contents, field)
     if len(values) != count:
         raise InvalidArgument(
@@ -258,11 +278,20 @@ def _from_contents(model: str, tensor: Any) -> Tensor:
             f"but its shape {list(dims)} holds {count}"
         )
     if datatype == "BYTES":
+        # Counted as their serialized form is, length prefixes included, as HTTP counts them.
+        if sum(len(value) + 4 for value in values) > max_input_size:
+            raise InvalidArgument(
+                f"input '{name}' holds more than the maximum input size of {max_input_size} "
+                "bytes"
+            )
         data = np.empty(count, dtype=object)
         data[:] = list(values)
         return Tensor(name, datatype, dims, data.reshape(dims))
     dtype = numpy_dtype(datatype)
-    array = np.array(values, dtype=np.int64 if datatype in _NARROW_INTEGERS else dtype)
+    # fromiter fills the array value by value; np.array would first build a list of them all.
+    array = np.fromiter(
+        values, dtype=np.int64 if datatype in _NARROW_INTEGERS else dtype, count=count
+    )
     if datatype in _NARROW_INTEGERS and array.size:
         limits = np.iinfo(dtype)
         if array.min() < limits.min or array.max() > limits.max:

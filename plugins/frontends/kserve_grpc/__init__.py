@@ -1,5 +1,5 @@
-"""Hook module of the KServe v2 gRPC frontend: registers it and its ``--allow-grpc`` option,
-and imports nothing else.
+"""Hook module of the KServe v2 gRPC frontend: registers it and its options
+(``--allow-grpc``, ``--grpc-max-input-size``), and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no grpc
 import; ``inferd.plugins.frontends.kserve_grpc.frontend`` holds the protocol itself. Its port
@@ -12,7 +12,10 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean
+from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE, add_boolean, byte_count
+
+# gRPC holds its message size limits in a C int.
+LARGEST_MAX_INPUT_SIZE = 2**31 - 1
 
 
 @hookimpl
@@ -28,4 +31,11 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
-    add_boolean(parser, "--allow-grpc", True, "serve the KServe v2 gRPC API on --grpc-port")
+    group = parser.add_argument_group("KServe gRPC frontend")
+    add_boolean(group, "--allow-grpc", True, "serve the KServe v2 gRPC API on --grpc-port")
+    group.add_argument(
+        "--grpc-max-input-size", type=byte_count(LARGEST_MAX_INPUT_SIZE),
+        default=DEFAULT_MAX_INPUT_SIZE, metavar="BYTES",
+        help="largest gRPC request message, refused with RESOURCE_EXHAUSTED before it is "
+        f"read whole, and largest input tensor (default {DEFAULT_MAX_INPUT_SIZE})",
+    )

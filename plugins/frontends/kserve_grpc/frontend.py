@@ -13,6 +13,8 @@ server.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,12 +23,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols.errors import (
@@ -63,13 +67,23 @@ logger = logging.getLogger(__name__)
 
 SHUTTING_DOWN = "server is shutting down"
 
-SERVER_OPTIONS: Sequence[tuple[str, Any]] = (
-    # Tensors are routinely larger than gRPC's 4 MiB default.
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    # Without this a second server could bind the same port and silently share its traffic.
-    ("grpc.so_reuseport", 0),
-)
+# From this size on a ModelInfer message gets the steps that keep the main process near the
+# copies of it that gRPC itself makes; below it they would cost more time than they save.
+LARGE_MESSAGE_BYTES = 16 * 2**20
+
+
+def server_options(max_input_size: int) -> Sequence[tuple[str, Any]]:
+    """The ``grpc.aio.server`` options for requests of at most ``max_input_size`` bytes."""
+    return (
+        # Replies carry the model's outputs, whose size the client chose by its inputs.
+        ("grpc.max_send_message_length", -1),
+        # gRPC refuses a larger request from its length prefix, with RESOURCE_EXHAUSTED,
+        # before reading its body: an oversized message never costs its size in memory.
+        ("grpc.max_receive_message_length", max_input_size),
+        # Without this a second server could bind the same port and silently share its traffic.
+        ("grpc.so_reuseport", 0),
+    )
+
 
 # Seconds the in-flight RPCs get once the server is cancelled; the server's shutdown has
 # already drained the data plane by then, so this only covers replies still being written.
@@ -88,12 +102,15 @@ class KserveGrpcFrontend(Frontend):
     def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
         super().__init__(dataplane, settings)
         self.accepting = True
+        self.max_input_size = int(
+            settings.options.get("grpc_max_input_size", DEFAULT_MAX_INPUT_SIZE)
+        )
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         # grpc.aio binds the server to the event loop running when it is created.
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=server_options(self.max_input_size))
         server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))
         try:
             address = self._bind(server)
@@ -143,7 +160,9 @@ class KserveGrpcFrontend(Frontend):
     async def infer(self, request: wire.ParsedInferRequest) -> InferResponse:
         if request.error:
             raise InvalidArgument(request.error)
-        message = convert.decode_infer_request(request.header, request.raw_input_contents)
+        message = convert.decode_infer_request(
+            request.header, request.raw_input_contents, self.max_input_size
+        )
         return await self.ask(message, InferResponse)
 
     async def stream_answer(self, request: wire.ParsedInferRequest) -> list[Any]:
@@ -252,7 +271,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
         async with self._frontend.rpc(context):
             reply = await self._frontend.infer(request)
-            return wire.serialize_infer_response(*convert.encode_infer_response(reply))
+            header, raw_output_contents = convert.encode_infer_response(reply)
+            response = wire.serialize_infer_response(header, raw_output_contents)
+            del reply, raw_output_contents
+            if len(response) >= LARGE_MESSAGE_BYTES:
+                # The reply's outputs stay alive as long as the event loop step that handed
+                # them over runs, and gRPC copies the response within the step this returns
+                # in: yielding first frees them before that copy rather than after.
+                await anyio.lowlevel.checkpoint()
+            return response
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
         # Requests run concurrently; their responses are written in request order, as Triton
@@ -337,6 +364,32 @@ class _Undecodable:
     message: str
 
 
+def _parse_infer_request(data: bytes) -> wire.ParsedInferRequest:
+    if len(data) >= LARGE_MESSAGE_BYTES:
+        _release_freed_heap()
+    return wire.parse_infer_request(data)
+
+
+def _release_freed_heap() -> None:
+    """Give the C heap's free pages back to the system.
+
+    gRPC receives a message into slices of a few MiB that it frees once it has joined them
+    into the request's bytes. The allocator keeps that freed heap (a whole message's worth)
+    as the process's own and cannot reuse it for the reply's large buffers, which it maps
+    separately; without this the main process would hold one more copy of every large
+    request than it uses.
+    """
+    malloc_trim = _malloc_trim()
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    trim: Callable[[int], int] | None = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    return trim  # None where the C library is not glibc
+
+
 def _tolerant(request_class: Any) -> Callable[[bytes], Any]:
     def deserialize(data: bytes) -> Any:
         try:
@@ -364,8 +417,9 @@ def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     handlers = {}
     for method in service.methods:
         behaviour = getattr(servicer, method.name)
+        deserializer: Callable[[bytes], Any]
         if method.name in _TENSOR_RPCS:
-            deserializer, serializer = wire.parse_infer_request, wire.serialize_reply
+            deserializer, serializer = _parse_infer_request, wire.serialize_reply
         else:
             request_class = getattr(service_pb2, method.input_type.name)
             response_class = getattr(service_pb2, method.output_type.name)
