@@ -56,8 +56,8 @@ def checked_paths(model: str, files: Mapping[str, bytes]) -> dict[tuple[str, ...
         problem = _path_problem(relative)
         if problem:
             raise InvalidArgument(
-                f"failed to load '{model}': file override path {quoted(relative)} is not "
-                f"allowed: {problem} (paths are '<version>/<file>' inside the model folder)"
+                f"failed to load '{model}': file override path {quoted(relative)} must stay "
+                f"inside the model folder, as '<version>/<file>': {problem}"
             )
         checked[tuple(relative.split("/"))] = content
     folders = {parts[:end] for parts in checked for end in range(1, len(parts))}

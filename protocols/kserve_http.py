@@ -506,17 +506,17 @@ def encode_infer_response(response: InferResponse, encoding: OutputEncoding) -> 
 def _json_values(tensor: Tensor) -> list[Any]:
     data = np.asarray(tensor.data)
     if tensor.datatype == "BYTES":
-        values = []
+        texts: list[Any] = []
         for item in data.flat:
             raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
             try:
-                values.append(raw.decode("utf-8"))
+                texts.append(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 raise InvalidArgument(
                     f"output '{tensor.name}' holds bytes that are not UTF-8 text, which JSON "
                     "cannot carry; request it with binary_data: true"
                 ) from None
-        return values
+        return texts
     if tensor.datatype == "BF16":
         bits = data.astype("<u2").astype("<u4") << np.uint32(16)
         data = bits.view("<f4")
@@ -524,7 +524,8 @@ def _json_values(tensor: Tensor) -> list[Any]:
         data = data.astype(np.float32)
     values: list[Any] = data.ravel().tolist()
     if data.dtype.kind == "f" and not np.isfinite(data).all():
-        values = [v if math.isfinite(v) else _non_finite_text(v) for v in values]
+        floats: list[float] = values
+        values = [v if math.isfinite(v) else _non_finite_text(v) for v in floats]
     return values
 
 

@@ -42,11 +42,20 @@ POLL_SECS = 0.05
 SERVING_LINE = "inferd is serving ("  # kernel/server.py logs it once every frontend listens
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port nothing listens on now, never one this test process handed out before: the
+    kernel may offer a just-released port again, and two frontends of one server (or two
+    servers) would then collide."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass
