@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -215,7 +215,7 @@ def test_deserialize_arbitrary_bytes_only_raises_invalid_argument(
 
 @pytest.mark.parametrize("datatype", NUMERIC_DATATYPES)
 @given(data=st.data())
-@settings(max_examples=25)
+@settings(max_examples=25, deadline=None)
 def test_numeric_tensor_round_trip(datatype: str, data: st.DataObject) -> None:
     array = data.draw(numeric_arrays(datatype))
     tensor = Tensor("t", datatype, array.shape, array)
@@ -245,7 +245,10 @@ def test_zero_size_tensors(datatype: str, shape: tuple[int, ...]) -> None:
 
 @pytest.mark.parametrize("datatype", NUMERIC_DATATYPES)
 @given(data=st.data())
-@settings(max_examples=15)
+# Drawing small-float arrays sometimes discards many candidates before it finds one; on a
+# loaded 2-core machine hypothesis then fails the health check, not the property.
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 def test_non_contiguous_arrays_round_trip(datatype: str, data: st.DataObject) -> None:
     base = data.draw(hnp.arrays(numpy_dtype(datatype), hnp.array_shapes(min_dims=2, max_dims=3)))
     for view in (base[::2], base.T, base[..., ::-1]):
