@@ -3,20 +3,33 @@
 It maps each request kind to the actor that owns the answer (inference and model information
 to the scheduler, the repository API and readiness to control) and asks it; server metadata it
 answers itself. A model name that breaks the rule of ``inferd.protocols.names`` is refused here,
-before any actor (and so any disk, index or log line) sees it. Frontends stay thin: decode,
+before any actor (and so any disk, index or log line) sees it. It owns the system shared-memory
+registry (``inferd.kernel.shared_memory``) and answers its requests itself; for an inference
+request whose inputs lie in registered regions it hands the scheduler ordinary tensors that
+are views of the mapped memory (no copy), and writes the outputs asked for in a region into it
+once the reply comes, returning them without their data. Frontends stay thin: decode,
 ``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
 that decides the status.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from inferd.kernel.router import Router
-from inferd.protocols.errors import Unsupported
+from inferd.kernel.shared_memory import (
+    SharedMemoryRegistry,
+    cuda_region_not_found,
+    refuse_cuda_register,
+)
+from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.names import check_model_name
 from inferd.protocols.messages import (
+    Ack,
     HealthRequest,
     IndexRequest,
     InferRequest,
+    InferResponse,
     LoadRequest,
     Message,
     Metrics,
@@ -27,9 +40,20 @@ from inferd.protocols.messages import (
     PollRequest,
     ServerMetadata,
     ServerMetadataRequest,
+    SharedMemoryInferRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryInput,
+    SharedMemoryOutput,
+    SharedMemoryRef,
+    SharedMemoryRegister,
+    SharedMemoryStatus,
+    SharedMemoryStatusRequest,
+    SharedMemoryUnregister,
     StatisticsRequest,
+    Tensor,
     UnloadRequest,
 )
+from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
 
 SERVER_NAME = "inferd"
 SERVER_VERSION = "0.1.0"
@@ -54,16 +78,29 @@ _NAMES_A_MODEL = (
 )
 
 
+_SHARED_MEMORY_REQUESTS = (SharedMemoryRegister, SharedMemoryUnregister, SharedMemoryStatusRequest)
+
+
 class DataPlane:
-    def __init__(self, router: Router, extensions: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        router: Router,
+        extensions: tuple[str, ...] = (),
+        shared_memory: SharedMemoryRegistry | None = None,
+    ) -> None:
         self._router = router
         self.extensions = extensions
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
 
     async def handle(self, request: Message) -> Message:
         if isinstance(request, ServerMetadataRequest):
             return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
         if isinstance(request, MetricsRequest):
             return await self._metrics()
+        if isinstance(request, SharedMemoryInferRequest):
+            return await self._infer_in_shared_memory(request)
+        if isinstance(request, _SHARED_MEMORY_REQUESTS):
+            return self._shared_memory_request(request)
         owner = _OWNER.get(type(request))
         if owner is None:
             raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
@@ -81,3 +118,77 @@ class DataPlane:
             assert isinstance(reply, Metrics)
             samples += reply.samples
         return Metrics(tuple(samples))
+
+    def _shared_memory_request(
+        self, request: SharedMemoryRegister | SharedMemoryUnregister | SharedMemoryStatusRequest
+    ) -> Message:
+        registry = self.shared_memory
+        if request.memory == "cuda":
+            # As Triton built without GPUs answers: no CUDA region can exist, so listing
+            # them is empty and unregistering them does nothing; registering one is refused.
+            if isinstance(request, SharedMemoryRegister):
+                raise refuse_cuda_register(request.name)
+            if isinstance(request, SharedMemoryStatusRequest):
+                if request.name:
+                    raise cuda_region_not_found(request.name)
+                return SharedMemoryStatus(())
+            return Ack()
+        if request.memory != "system":
+            raise InvalidArgument(f"unknown shared memory kind '{request.memory}'")
+        if isinstance(request, SharedMemoryRegister):
+            registry.register(request.name, request.key, request.offset, request.byte_size)
+            return Ack()
+        if isinstance(request, SharedMemoryUnregister):
+            registry.unregister(request.name)
+            return Ack()
+        return registry.status(request.name)
+
+    async def _infer_in_shared_memory(
+        self, request: SharedMemoryInferRequest
+    ) -> SharedMemoryInferResponse:
+        """Inputs become read-only views of their regions; output windows are looked up
+        before the model runs, so an unknown region or a bad window costs no inference. The
+        views held here keep the mappings alive if a region is unregistered meanwhile."""
+        check_model_name(request.request.model)
+        inputs = tuple(
+            self._input_tensor(item) if isinstance(item, SharedMemoryInput) else item
+            for item in request.inputs
+        )
+        windows = {
+            name: self.shared_memory.view(location)
+            for name, location in request.output_regions.items()
+        }
+        reply = await self.handle(replace(request.request, inputs=inputs))
+        if not isinstance(reply, InferResponse):
+            raise Internal(f"an inference request was answered with a {reply.kind()}")
+        outputs: list[Tensor | SharedMemoryOutput] = []
+        for tensor in reply.outputs:
+            window = windows.get(tensor.name)
+            if window is None:
+                outputs.append(tensor)
+            else:
+                location = request.output_regions[tensor.name]
+                outputs.append(_write_output(tensor, window, location))
+        return SharedMemoryInferResponse(
+            reply.model, reply.version, tuple(outputs), reply.id, reply.parameters
+        )
+
+    def _input_tensor(self, item: SharedMemoryInput) -> Tensor:
+        # Read-only: a backend must not write into memory the client owns.
+        view = self.shared_memory.view(item.location).toreadonly()
+        return tensor_from_buffer(item.name, item.datatype, item.shape, view)
+
+
+def _write_output(
+    tensor: Tensor, window: memoryview, location: SharedMemoryRef
+) -> SharedMemoryOutput:
+    data = memoryview(tensor_to_buffer(tensor)).cast("B")
+    if data.nbytes > location.byte_size:
+        # Triton answers 500 here; the client chose the size, so it is a client error.
+        raise InvalidArgument(
+            f"shared memory size specified with the request for output '{tensor.name}' "
+            f"({location.byte_size} bytes) should be at least {data.nbytes} bytes to hold "
+            "the results"
+        )
+    window[: data.nbytes] = data
+    return SharedMemoryOutput(tensor.name, tensor.datatype, tuple(tensor.shape), location)

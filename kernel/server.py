@@ -48,6 +48,7 @@ EXTENSIONS = (
     "model_configuration",
     "model_repository",
     "model_repository(unload_dependents)",
+    "system_shared_memory",
 )
 UNLOAD_TIMEOUT_SECS = 30.0
 

@@ -5,7 +5,10 @@ tritonclient generates in ``tritonclient.grpc.service_pb2``; never a second copy
 protos) to and from ``inferd.protocols.messages``: tensors in ``raw_input_contents`` or typed
 ``contents``, outputs always in ``raw_output_contents``, request parameters (the reserved
 ``priority``, ``timeout``, ``sequence_*`` and ``triton_*`` keys included), the streaming
-``triton_final_response`` flag, model metadata, config, statistics and the repository API.
+``triton_final_response`` flag, model metadata, config, statistics, the repository API and
+the system shared-memory extension (``shared_memory_*`` tensor parameters, the register,
+unregister and status RPCs; an output written into a region travels with empty raw contents,
+as Triton's, so the indices of ``raw_output_contents`` still match the outputs).
 Every malformed request is refused with an ``InvalidArgument`` naming the problem (or
 ``Unsupported`` for a feature inferd does not have). The byte-level framing of the messages
 that carry tensors is ``inferd.protocols.kserve_grpc_wire``'s. Pure: no I/O, no gRPC objects.
@@ -30,6 +33,15 @@ from inferd.protocols.messages import (
     ModelConfigReply,
     ModelMetadata,
     ServerMetadata,
+    SharedMemoryInferRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryInput,
+    SharedMemoryOutput,
+    SharedMemoryRef,
+    SharedMemoryRegister,
+    SharedMemoryStatus,
+    SharedMemoryStatusRequest,
+    SharedMemoryUnregister,
     Statistics,
     Tensor,
     UnloadRequest,
@@ -52,9 +64,6 @@ DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
 """The ``--grpc-max-input-size`` default: the largest request message and input tensor."""
 
 _ALLOWED_RESERVED = frozenset({EMPTY_FINAL_RESPONSE})
-_SHARED_MEMORY_KEYS = frozenset(
-    {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
-)
 _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
 # The typed ``InferTensorContents`` field each datatype travels in (FP16 and BF16 have none).
@@ -168,59 +177,127 @@ def decode_infer_request(
     request: Any,
     raw_input_contents: Sequence[Any] | None = None,
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
-) -> InferRequest:
-    """A ``ModelInferRequest`` as an ``InferRequest``. ``raw_input_contents``, when given,
-    replaces the message's own (the views ``kserve_grpc_wire.parse_infer_request`` split
-    off); raw contents are never copied. An input in typed ``contents`` whose values would
-    take more than ``max_input_size`` bytes is refused before they are decoded."""
+) -> InferRequest | SharedMemoryInferRequest:
+    """A ``ModelInferRequest`` as an ``InferRequest``, or as a ``SharedMemoryInferRequest``
+    when an input or requested output names a shared-memory region. ``raw_input_contents``,
+    when given, replaces the message's own (the views ``kserve_grpc_wire.parse_infer_request``
+    split off); raw contents are never copied. An input in typed ``contents`` whose values
+    would take more than ``max_input_size`` bytes is refused before they are decoded."""
     model = request.model_name
     parameters, priority, timeout_us = _request_parameters(request.parameters)
     if raw_input_contents is None:
         raw_input_contents = request.raw_input_contents
-    return InferRequest(
+    inputs = _decode_inputs(request, raw_input_contents, max_input_size)
+    output_regions: dict[str, SharedMemoryRef] = {}
+    outputs = tuple(_requested_output(model, output, output_regions) for output in request.outputs)
+    in_shared_memory = any(isinstance(item, SharedMemoryInput) for item in inputs)
+    infer_request = InferRequest(
         model=model,
-        inputs=_decode_inputs(request, raw_input_contents, max_input_size),
+        inputs=() if in_shared_memory else tuple(t for t in inputs if isinstance(t, Tensor)),
         version=request.model_version,
         id=request.id,
-        outputs=tuple(_requested_output(model, output) for output in request.outputs),
+        outputs=outputs,
         parameters=parameters,
         priority=priority,
         timeout_us=timeout_us,
     )
+    if in_shared_memory or output_regions:
+        return SharedMemoryInferRequest(infer_request, inputs, output_regions)
+    return infer_request
 
 
-def _refuse_shared_memory(kind: str, name: str, model: str, parameters: Any) -> None:
-    if any(key in _SHARED_MEMORY_KEYS for key in parameters):
-        raise Unsupported(
-            f"{kind} '{name}' for model '{model}' uses shared memory, which inferd's gRPC "
-            "frontend does not support; send the data in the request"
+def _shared_memory_location(tensor: Any) -> SharedMemoryRef | None:
+    """The region a tensor's parameters name, by Triton's rules and messages
+    (``ParseSharedMemoryParams`` in ``src/grpc/infer_handler.cc``)."""
+    parameters = tensor.parameters
+    name = tensor.name
+    if "shared_memory_region" not in parameters:
+        for key in ("shared_memory_offset", "shared_memory_byte_size"):
+            if key in parameters:
+                raise InvalidArgument(
+                    f"'{key}' can not be specified without 'shared_memory_region' parameter "
+                    f"for tensor '{name}'"
+                )
+        return None
+    region = _tensor_parameter(parameters, "shared_memory_region", "string_param", name)
+    offset = 0
+    if "shared_memory_offset" in parameters:
+        offset = _tensor_parameter(parameters, "shared_memory_offset", "int64_param", name)
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgument(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{name}'"
         )
+    byte_size = _tensor_parameter(parameters, "shared_memory_byte_size", "int64_param", name)
+    if offset < 0 or byte_size < 0:
+        raise InvalidArgument(
+            f"'shared_memory_offset' and 'shared_memory_byte_size' of tensor '{name}' must "
+            "not be negative"
+        )
+    return SharedMemoryRef(region, byte_size, offset)
 
 
-def _requested_output(model: str, output: Any) -> str:
-    _refuse_shared_memory("output", output.name, model, output.parameters)
+def _tensor_parameter(parameters: Any, key: str, choice: str, tensor: str) -> Any:
+    parameter = parameters[key]
+    if parameter.WhichOneof("parameter_choice") != choice:
+        raise InvalidArgument(
+            f"invalid value type for '{key}' parameter for tensor '{tensor}', expected "
+            f"{choice}."
+        )
+    return getattr(parameter, choice)
+
+
+def _requested_output(model: str, output: Any, regions: dict[str, SharedMemoryRef]) -> str:
+    location = _shared_memory_location(output)
     if "classification" in output.parameters:
+        if location is not None:
+            raise InvalidArgument(
+                "output can't set both 'shared_memory_region' and 'classification'"
+            )
         raise Unsupported(
             f"output '{output.name}' for model '{model}' asks for classification, which "
             "inferd does not support"
         )
+    if location is not None:
+        regions[str(output.name)] = location
     return str(output.name)
 
 
 def _decode_inputs(
     request: Any, raw_contents: Sequence[Any], max_input_size: int
-) -> tuple[Tensor, ...]:
+) -> tuple[Tensor | SharedMemoryInput, ...]:
     model = request.model_name
     inputs = request.inputs
-    if raw_contents and len(raw_contents) != len(inputs):
+    locations = [_shared_memory_location(tensor) for tensor in inputs]
+    # As tritonclient sends them: raw contents for the inputs not in shared memory only.
+    inline_count = sum(location is None for location in locations)
+    if raw_contents and len(raw_contents) != inline_count:
+        note = "; inputs in shared memory have none" if inline_count < len(inputs) else ""
         raise InvalidArgument(
-            f"expected {len(inputs)} raw_input_contents (one per input, in input order) for "
-            f"model '{model}', got {len(raw_contents)}"
+            f"expected {inline_count} raw_input_contents (one per input, in input order) for "
+            f"model '{model}', got {len(raw_contents)}{note}"
         )
-    tensors = []
-    for index, tensor in enumerate(inputs):
+    tensors: list[Tensor | SharedMemoryInput] = []
+    raw_index = 0
+    for tensor, location in zip(inputs, locations, strict=True):
         name, datatype = tensor.name, tensor.datatype
-        _refuse_shared_memory("input", name, model, tensor.parameters)
+        if location is not None:
+            if tensor.HasField("contents"):
+                raise InvalidArgument(
+                    "unexpected 'content' provided when using shared memory for input "
+                    f"tensor '{name}' for model '{model}'"
+                )
+            try:
+                element_size(datatype)
+            except InvalidArgument:
+                raise InvalidArgument(
+                    f"input '{name}' for model '{model}' has unknown datatype '{datatype}'"
+                ) from None
+            dims, _ = checked_shape(name, tensor.shape)
+            tensors.append(SharedMemoryInput(name, datatype, dims, location))
+            continue
+        index = raw_index
+        raw_index += 1
         try:
             size = element_size(datatype)
         except InvalidArgument:
@@ -304,7 +381,7 @@ def _from_contents(
 
 
 def encode_infer_response(
-    response: InferResponse, *, final: bool | None = None
+    response: InferResponse | SharedMemoryInferResponse, *, final: bool | None = None
 ) -> tuple[Any, list[Any]]:
     """An ``InferResponse`` as a ``ModelInferResponse`` without raw contents, and its
     outputs' raw bytes in output order (BYTES as 4-byte length-prefixed elements), which
@@ -313,10 +390,13 @@ def encode_infer_response(
     header = service_pb2.ModelInferResponse(
         model_name=response.model, model_version=response.version, id=response.id
     )
-    raw_contents = []
+    raw_contents: list[Any] = []
     for tensor in response.outputs:
         header.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        raw_contents.append(tensor_to_buffer(tensor))
+        if isinstance(tensor, SharedMemoryOutput):
+            raw_contents.append(b"")
+        else:
+            raw_contents.append(tensor_to_buffer(tensor))
     _set_parameters(header.parameters, response.parameters)
     if final is not None:
         header.parameters[FINAL_RESPONSE].bool_param = final
@@ -427,3 +507,31 @@ def decode_unload_request(request: Any) -> UnloadRequest:
             )
         unload_dependents = bool(_expect_choice(key, parameter, "bool_param"))
     return UnloadRequest(model=model, unload_dependents=unload_dependents)
+
+
+# ------------------------------------------------------------- system shared memory
+
+
+def decode_shared_memory_register(request: Any, memory: str = "system") -> SharedMemoryRegister:
+    """A ``SystemSharedMemoryRegisterRequest`` (or, with ``memory="cuda"``, a
+    ``CudaSharedMemoryRegisterRequest``, whose handle is not read: it is refused)."""
+    if memory != "system":
+        return SharedMemoryRegister(request.name, "", 0, memory=memory)
+    return SharedMemoryRegister(request.name, request.key, request.byte_size, request.offset)
+
+
+def decode_shared_memory_unregister(request: Any, memory: str = "system") -> SharedMemoryUnregister:
+    return SharedMemoryUnregister(request.name, memory)
+
+
+def decode_shared_memory_status(request: Any, memory: str = "system") -> SharedMemoryStatusRequest:
+    return SharedMemoryStatusRequest(request.name, memory)
+
+
+def encode_shared_memory_status(status: SharedMemoryStatus) -> Any:
+    reply = service_pb2.SystemSharedMemoryStatusResponse()
+    for region in status.regions:
+        row = reply.regions[region.name]
+        row.name, row.key = region.name, region.key
+        row.offset, row.byte_size = region.offset, region.byte_size
+    return reply

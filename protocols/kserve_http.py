@@ -4,7 +4,10 @@ Owns the translation between HTTP bodies and inferd's messages: an infer request
 JSON, or a JSON header of ``Inference-Header-Content-Length`` bytes followed by the binary
 inputs in input order, each sized by its ``binary_data_size``) into an ``InferRequest`` plus how
 each output must travel back; an ``InferResponse`` into headers and body parts; the repository
-API bodies; and the JSON of every other reply. Every malformed body is refused with an
+API bodies; the system shared-memory extension (an input or requested output naming a region in
+its ``shared_memory_*`` parameters becomes a ``SharedMemoryInferRequest``, an output written
+into a region is answered without data, as Triton does; register bodies and status JSON); and
+the JSON of every other reply. Every malformed body is refused with an
 ``InvalidArgument`` naming the problem, before anything is allocated from the client's numbers.
 Pure: no sockets, no HTTP framing, no compression (``inferd.protocols.content_coding``).
 """
@@ -30,6 +33,13 @@ from inferd.protocols.messages import (
     LoadRequest,
     ModelMetadata,
     ServerMetadata,
+    SharedMemoryInferRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryInput,
+    SharedMemoryOutput,
+    SharedMemoryRef,
+    SharedMemoryRegister,
+    SharedMemoryStatus,
     Statistics,
     Tensor,
     UnloadRequest,
@@ -51,8 +61,11 @@ RESERVED_PREFIX = "triton_"
 _REQUEST_FIELDS = frozenset({"id", "parameters", "inputs", "outputs"})
 _INPUT_FIELDS = frozenset({"name", "shape", "datatype", "parameters", "data"})
 _OUTPUT_FIELDS = frozenset({"name", "parameters"})
+SHARED_MEMORY_REGION = "shared_memory_region"
+SHARED_MEMORY_BYTE_SIZE = "shared_memory_byte_size"
+SHARED_MEMORY_OFFSET = "shared_memory_offset"
 _SHARED_MEMORY_PARAMETERS = frozenset(
-    {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
+    {SHARED_MEMORY_REGION, SHARED_MEMORY_BYTE_SIZE, SHARED_MEMORY_OFFSET}
 )
 _INTEGER_KINDS = "iu"
 _FLOAT_DATATYPES = frozenset({"FP16", "BF16", "FP32", "FP64"})
@@ -191,11 +204,12 @@ def decode_infer_request(
     body: bytes | memoryview,
     header_length: int | None = None,
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
-) -> tuple[InferRequest, OutputEncoding]:
+) -> tuple[InferRequest | SharedMemoryInferRequest, OutputEncoding]:
     """An infer request body as an ``InferRequest`` and the encoding its outputs ask for.
 
     ``header_length`` (from ``parse_header_length``) splits the JSON header from the binary
-    inputs; ``None`` means the whole body is JSON. Binary inputs stay views of ``body``.
+    inputs; ``None`` means the whole body is JSON. Binary inputs stay views of ``body``. A
+    request with an input or output in shared memory is a ``SharedMemoryInferRequest``.
     """
     view = memoryview(body).cast("B")
     if header_length is None:
@@ -211,10 +225,11 @@ def decode_infer_request(
     )
     binary = view[header_length:]
     inputs = _inputs(document.get("inputs"), binary, max_input_size)
-    outputs, binary_outputs = _outputs(document.get("outputs", []))
+    outputs, binary_outputs, output_regions = _outputs(document.get("outputs", []))
+    in_shared_memory = any(isinstance(item, SharedMemoryInput) for item in inputs)
     request = InferRequest(
         model=model,
-        inputs=inputs,
+        inputs=() if in_shared_memory else _tensors_only(inputs),
         version=version,
         id=request_id,
         outputs=outputs,
@@ -222,7 +237,10 @@ def decode_infer_request(
         priority=priority,
         timeout_us=timeout_us,
     )
-    return request, OutputEncoding(binary_outputs, default_binary)
+    encoding = OutputEncoding(binary_outputs, default_binary)
+    if in_shared_memory or output_regions:
+        return SharedMemoryInferRequest(request, inputs, output_regions), encoding
+    return request, encoding
 
 
 def _request_parameters(value: Any) -> tuple[dict[str, Any], int, int, bool]:
@@ -245,12 +263,19 @@ def _request_parameters(value: Any) -> tuple[dict[str, Any], int, int, bool]:
     return parameters, priority, timeout_us, default_binary
 
 
-def _inputs(value: Any, binary: memoryview, max_input_size: int) -> tuple[Tensor, ...]:
+def _tensors_only(inputs: tuple[Tensor | SharedMemoryInput, ...]) -> tuple[Tensor, ...]:
+    """``inputs``, which hold no shared-memory input, as the tensors they are."""
+    return tuple(item for item in inputs if isinstance(item, Tensor))
+
+
+def _inputs(
+    value: Any, binary: memoryview, max_input_size: int
+) -> tuple[Tensor | SharedMemoryInput, ...]:
     if not isinstance(value, list):
         if value is None:
             raise InvalidArgument("the inference request has no 'inputs'")
         raise InvalidArgument(f"the request 'inputs' must be an array, not {_json_type(value)}")
-    tensors = []
+    tensors: list[Tensor | SharedMemoryInput] = []
     offset = 0
     for index, item in enumerate(value):
         entry = _object(item, f"request input {index}")
@@ -270,12 +295,23 @@ def _inputs(value: Any, binary: memoryview, max_input_size: int) -> tuple[Tensor
         if not isinstance(shape, list):
             raise InvalidArgument(f"{what} has no 'shape' array")
         dims, count = checked_shape(name, shape)
+        parameters = _object(entry.get("parameters", {}), f"the 'parameters' of {what}")
+        location = _shared_memory_location(parameters, what)
+        if location is not None:
+            if "data" in entry or "binary_data_size" in parameters:
+                raise InvalidArgument(
+                    f"{what} must give exactly one of 'data', 'parameters.binary_data_size' "
+                    "and 'parameters.shared_memory_region'"
+                )
+            _no_unknown_fields(parameters, _SHARED_MEMORY_PARAMETERS, f"the 'parameters' of {what}")
+            tensors.append(SharedMemoryInput(name, datatype, dims, location))
+            continue
         if size is not None and count * size > max_input_size:
             raise InvalidArgument(
                 f"{what} of shape {list(dims)} and datatype {datatype} needs {count * size} "
                 f"bytes, more than the maximum input size of {max_input_size} bytes"
             )
-        binary_size = _input_parameters(entry.get("parameters", {}), what)
+        binary_size = _input_parameters(parameters, what)
         has_data = "data" in entry
         if (binary_size is None) == (not has_data):
             raise InvalidArgument(
@@ -302,15 +338,40 @@ def _inputs(value: Any, binary: memoryview, max_input_size: int) -> tuple[Tensor
     return tuple(tensors)
 
 
-def _input_parameters(value: Any, what: str) -> int | None:
-    parameters = _object(value, f"the 'parameters' of {what}")
-    shared = sorted(_SHARED_MEMORY_PARAMETERS & set(parameters))
-    if shared:
-        raise InvalidArgument(f"{what}: shared memory inputs are not supported ('{shared[0]}')")
+def _input_parameters(parameters: dict[str, Any], what: str) -> int | None:
     _no_unknown_fields(parameters, frozenset({"binary_data_size"}), f"the 'parameters' of {what}")
     if "binary_data_size" not in parameters:
         return None
     return _non_negative_int(parameters["binary_data_size"], f"'binary_data_size' of {what}")
+
+
+def _shared_memory_location(parameters: dict[str, Any], what: str) -> SharedMemoryRef | None:
+    """The region an input or output's parameters name, or ``None`` when they name none.
+    Triton's rules: the region needs a byte size, and an offset or a byte size needs a
+    region."""
+    if SHARED_MEMORY_REGION not in parameters:
+        for key in (SHARED_MEMORY_BYTE_SIZE, SHARED_MEMORY_OFFSET):
+            if key in parameters:
+                raise InvalidArgument(
+                    f"'{key}' can not be specified without '{SHARED_MEMORY_REGION}' "
+                    f"parameter for {what}"
+                )
+        return None
+    region = parameters[SHARED_MEMORY_REGION]
+    if not isinstance(region, str) or not region:
+        raise InvalidArgument(f"'{SHARED_MEMORY_REGION}' of {what} must be a non-empty string")
+    if SHARED_MEMORY_BYTE_SIZE not in parameters:
+        raise InvalidArgument(
+            f"'{SHARED_MEMORY_BYTE_SIZE}' must be specified along with "
+            f"'{SHARED_MEMORY_REGION}' parameter for {what}"
+        )
+    byte_size = _non_negative_int(
+        parameters[SHARED_MEMORY_BYTE_SIZE], f"'{SHARED_MEMORY_BYTE_SIZE}' of {what}"
+    )
+    offset = _non_negative_int(
+        parameters.get(SHARED_MEMORY_OFFSET, 0), f"'{SHARED_MEMORY_OFFSET}' of {what}"
+    )
+    return SharedMemoryRef(region, byte_size, offset)
 
 
 def _tensor_from_json(
@@ -434,11 +495,14 @@ def _flatten(data: list[Any], what: str) -> list[Any]:
 _END = object()
 
 
-def _outputs(value: Any) -> tuple[tuple[str, ...], dict[str, bool]]:
+def _outputs(
+    value: Any,
+) -> tuple[tuple[str, ...], dict[str, bool], dict[str, SharedMemoryRef]]:
     if not isinstance(value, list):
         raise InvalidArgument(f"the request 'outputs' must be an array, not {_json_type(value)}")
     names: list[str] = []
     binary: dict[str, bool] = {}
+    regions: dict[str, SharedMemoryRef] = {}
     for index, item in enumerate(value):
         entry = _object(item, f"requested output {index}")
         name = entry.get("name")
@@ -451,32 +515,43 @@ def _outputs(value: Any) -> tuple[tuple[str, ...], dict[str, bool]]:
         parameters = _object(entry.get("parameters", {}), f"the 'parameters' of {what}")
         if "classification" in parameters:
             raise InvalidArgument(f"{what}: the classification extension is not supported")
-        shared = sorted(_SHARED_MEMORY_PARAMETERS & set(parameters))
-        if shared:
-            raise InvalidArgument(
-                f"{what}: shared memory outputs are not supported ('{shared[0]}')"
-            )
-        _no_unknown_fields(parameters, frozenset({"binary_data"}), f"the 'parameters' of {what}")
+        location = _shared_memory_location(parameters, what)
+        _no_unknown_fields(
+            parameters, _SHARED_MEMORY_PARAMETERS | {"binary_data"}, f"the 'parameters' of {what}"
+        )
         names.append(name)
         binary[name] = _boolean(parameters.get("binary_data", False), f"'binary_data' of {what}")
-    return tuple(names), binary
+        if location is not None:
+            if binary[name]:
+                raise InvalidArgument(
+                    "Output can't set both 'shared_memory_region' and 'binary_data'"
+                )
+            regions[name] = location
+    return tuple(names), binary, regions
 
 
 # ---------------------------------------------------------------------------- infer response
 
 
-def encode_infer_response(response: InferResponse, encoding: OutputEncoding) -> EncodedResponse:
+def encode_infer_response(
+    response: InferResponse | SharedMemoryInferResponse, encoding: OutputEncoding
+) -> EncodedResponse:
     """The response as JSON, or as a JSON header followed by the binary outputs in order (then
-    ``Inference-Header-Content-Length`` gives the header's length)."""
+    ``Inference-Header-Content-Length`` gives the header's length). An output written into
+    shared memory has its name, datatype and shape only (Triton's ``FinalizeResponse``)."""
     outputs = []
     buffers: list[bytes | memoryview] = []
+    any_binary = False
     for tensor in response.outputs:
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype,
             "shape": [int(dim) for dim in tensor.shape],
         }
-        if encoding.is_binary(tensor.name):
+        if isinstance(tensor, SharedMemoryOutput):
+            pass
+        elif encoding.is_binary(tensor.name):
+            any_binary = True
             buffer = tensor_to_buffer(tensor)
             size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
             entry["parameters"] = {"binary_data_size": size}
@@ -494,7 +569,7 @@ def encode_infer_response(response: InferResponse, encoding: OutputEncoding) -> 
         document["parameters"] = response.parameters
     document["outputs"] = outputs
     header = dumps(document)
-    if not any(encoding.is_binary(tensor.name) for tensor in response.outputs):
+    if not any_binary:
         return EncodedResponse((("content-type", "application/json"),), (header,))
     headers = (
         ("content-type", "application/octet-stream"),
@@ -646,6 +721,36 @@ def encode_index(index: Index) -> bytes:
 
 def encode_statistics(statistics: Statistics) -> bytes:
     return dumps({"model_stats": list(statistics.model_stats)})
+
+
+def decode_shared_memory_register(
+    name: str, body: bytes | memoryview, memory: str = "system"
+) -> SharedMemoryRegister:
+    """``{"key": str, "offset": int, "byte_size": int}`` (``offset`` optional) for a system
+    region; a CUDA body (``raw_handle``, ``device_id``) is not read, as it is refused anyway."""
+    document = parse_json(body, "shared memory register request")
+    document = {} if document is None else _object(document, "the shared memory register request")
+    if memory != "system":
+        return SharedMemoryRegister(name, "", 0, memory=memory)
+    if "key" not in document:
+        raise InvalidArgument("Shared memory register request has no 'key' field")
+    key = document["key"]
+    if not isinstance(key, str):
+        raise InvalidArgument(f"'key' must be a string, not {_json_type(key)}")
+    offset = _non_negative_int(document.get("offset", 0), "'offset'")
+    if "byte_size" not in document:
+        raise InvalidArgument("Shared memory register request has no 'byte_size' field")
+    byte_size = _non_negative_int(document["byte_size"], "'byte_size'")
+    return SharedMemoryRegister(name, key, byte_size, offset)
+
+
+def encode_shared_memory_status(status: SharedMemoryStatus) -> bytes:
+    return dumps(
+        [
+            {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+            for r in status.regions
+        ]
+    )
 
 
 def encode_error(message: str) -> bytes:

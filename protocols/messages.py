@@ -411,6 +411,107 @@ class Shutdown(Message):
     """Ask an actor or executor process to finish its work and stop."""
 
 
+
+# ------------------------------------------------- system shared memory (KServe extension)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryRef(Message):
+    """Where a tensor lies in a registered region: ``byte_size`` bytes from ``offset`` (both
+    counted from the start of the region, not of the object it maps)."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryInput(Message):
+    """An input whose bytes lie in a registered region instead of in the request."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    location: SharedMemoryRef
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryInferRequest(Message):
+    """An ``InferRequest`` some of whose inputs or requested outputs live in registered system
+    shared-memory regions. ``inputs`` holds every input in request order (``request.inputs``
+    is empty); ``output_regions`` maps a requested output to where it must be written. Only
+    the data plane takes this kind: the scheduler and executors see a plain ``InferRequest``
+    whose inputs are ordinary tensors."""
+
+    request: InferRequest
+    inputs: tuple[Tensor | SharedMemoryInput, ...]
+    output_regions: dict[str, SharedMemoryRef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryOutput(Message):
+    """An output the data plane wrote into a region: the reply names it, its datatype and its
+    shape, and carries no data."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    location: SharedMemoryRef
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryInferResponse(Message):
+    """The reply to a ``SharedMemoryInferRequest``: ``InferResponse``'s fields, each output
+    either travelling in the reply (a ``Tensor``) or already written (``SharedMemoryOutput``)."""
+
+    model: str
+    version: str
+    outputs: tuple[Tensor | SharedMemoryOutput, ...]
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryRegister(Message):
+    """Register ``byte_size`` bytes from ``offset`` of the POSIX shared-memory object ``key``
+    as region ``name``. ``memory`` is ``system`` or ``cuda`` (which inferd refuses)."""
+
+    name: str
+    key: str
+    byte_size: int
+    offset: int = 0
+    memory: str = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryUnregister(Message):
+    """Unregister region ``name``, or every region of ``memory`` when ``name`` is empty."""
+
+    name: str = ""
+    memory: str = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryStatusRequest(Message):
+    """The status of region ``name``, or of every region of ``memory`` when it is empty."""
+
+    name: str = ""
+    memory: str = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryRegionStatus(Message):
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryStatus(Message):
+    regions: tuple[SharedMemoryRegionStatus, ...]
+
+
 MESSAGE_KINDS: dict[str, type[Message]] = {
     cls.__name__: cls
     for cls in list(globals().values())

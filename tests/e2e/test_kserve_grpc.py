@@ -505,22 +505,18 @@ def test_reserved_and_mistyped_parameters(stub: Any) -> None:
 
 def test_unimplemented_rpcs(client: grpcclient.InferenceServerClient, stub: Any) -> None:
     with pytest.raises(InferenceServerException) as error:
-        client.get_system_shared_memory_status()
-    assert error.value.status() == "StatusCode.UNIMPLEMENTED"
-    assert "system shared memory is not supported" in error.value.message()
-    with pytest.raises(InferenceServerException) as error:
-        client.unregister_cuda_shared_memory()
-    assert error.value.status() == "StatusCode.UNIMPLEMENTED"
-    with pytest.raises(InferenceServerException) as error:
         client.get_trace_settings()
     assert error.value.status() == "StatusCode.UNIMPLEMENTED"
     with pytest.raises(InferenceServerException) as error:
         client.get_log_settings()
     assert error.value.status() == "StatusCode.UNIMPLEMENTED"
+    # Shared memory is implemented (tests/e2e/test_shared_memory.py): a region reference
+    # without its size is the client's mistake.
     shared = raw_request()
     shared.inputs[0].parameters["shared_memory_region"].string_param = "region"
-    assert_rpc_error(stub.ModelInfer, shared, grpc.StatusCode.UNIMPLEMENTED,
-                     "uses shared memory, which inferd's gRPC frontend does not support")
+    assert_rpc_error(stub.ModelInfer, shared, grpc.StatusCode.INVALID_ARGUMENT,
+                     "'shared_memory_byte_size' must be specified along with "
+                     "'shared_memory_region'")
 
 
 # ------------------------------------------------------------------------------- streaming

@@ -605,7 +605,8 @@ def json_input(**changes: Any) -> dict[str, Any]:
         (json_input(parameters={"binary_data_size": 64}),
          "input 'INPUT0' must give exactly one of 'data' and 'parameters.binary_data_size'"),
         (json_input(parameters={"shared_memory_region": "r"}),
-         "input 'INPUT0': shared memory inputs are not supported ('shared_memory_region')"),
+         "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+         "parameter for input 'INPUT0'"),
     ],
     ids=["datatype", "negative-dim", "string-dim", "huge-dims", "overflowing-dims",
          "element-count", "float-for-int", "out-of-range", "ragged", "no-data",

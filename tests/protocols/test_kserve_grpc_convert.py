@@ -248,10 +248,11 @@ def test_malformed_parameters_are_refused() -> None:
     assert refused(empty) == "parameter 'nothing' has no value"
 
 
-def test_shared_memory_and_classification_are_unsupported() -> None:
+def test_a_shared_memory_region_needs_its_size_and_classification_is_unsupported() -> None:
     shared = request_with(from_numpy("I", np.ones(1, np.int32)))
     shared.inputs[0].parameters["shared_memory_region"].string_param = "r"
-    assert "uses shared memory" in refused(shared, Unsupported)
+    assert "'shared_memory_byte_size' must be specified along with 'shared_memory_region'" in (
+        refused(shared))
     classify = request_with(from_numpy("I", np.ones(1, np.int32)))
     classify.outputs.add(name="O").parameters["classification"].int64_param = 3
     assert "classification" in refused(classify, Unsupported)

@@ -194,7 +194,8 @@ def one_input(**fields: Any) -> dict[str, Any]:
     ({"inputs": [], "parameters": {"binary_data_output": 1}}, ("parameter 'binary_data_output' "
                                                               "must be a boolean")),
     ({"inputs": [], "outputs": [{"name": "y", "parameters": {"shared_memory_region": "r"}}]},
-     "requested output 'y': shared memory outputs are not supported"),
+     "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
+     "for requested output 'y'"),
 ])
 def test_malformed_requests_are_refused(document: dict[str, Any], message: str) -> None:
     assert refused(document).startswith(message)

@@ -46,6 +46,7 @@ from inferd.protocols.messages import (
     HealthRequest,
     HealthStatus,
     Index,
+    InferRequest,
     InferResponse,
     Message,
     ModelConfigReply,
@@ -55,6 +56,8 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     ServerMetadata,
     ServerMetadataRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryStatus,
     Statistics,
     StatisticsRequest,
 )
@@ -157,13 +160,17 @@ class KserveGrpcFrontend(Frontend):
             )
         return reply
 
-    async def infer(self, request: wire.ParsedInferRequest) -> InferResponse:
+    async def infer(
+        self, request: wire.ParsedInferRequest
+    ) -> InferResponse | SharedMemoryInferResponse:
         if request.error:
             raise InvalidArgument(request.error)
         message = convert.decode_infer_request(
             request.header, request.raw_input_contents, self.max_input_size
         )
-        return await self.ask(message, InferResponse)
+        if isinstance(message, InferRequest):
+            return await self.ask(message, InferResponse)
+        return await self.ask(message, SharedMemoryInferResponse)
 
     async def stream_answer(self, request: wire.ParsedInferRequest) -> list[Any]:
         """The stream responses to one ``ModelStreamInfer`` request; a failure is a response
@@ -322,29 +329,46 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             await self._frontend.ask(convert.decode_unload_request(request), Ack)
             return service_pb2.RepositoryModelUnloadResponse()
 
+    # ------------------------------------------------------------------ shared memory
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = convert.decode_shared_memory_status(request)
+            status = await self._frontend.ask(message, SharedMemoryStatus)
+            return convert.encode_shared_memory_status(status)
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            await self._frontend.ask(convert.decode_shared_memory_register(request), Ack)
+            return service_pb2.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            await self._frontend.ask(convert.decode_shared_memory_unregister(request), Ack)
+            return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = convert.decode_shared_memory_status(request, "cuda")
+            await self._frontend.ask(message, SharedMemoryStatus)  # never lists a region
+            return service_pb2.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            await self._frontend.ask(convert.decode_shared_memory_register(request, "cuda"), Ack)
+            return service_pb2.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = convert.decode_shared_memory_unregister(request, "cuda")
+            await self._frontend.ask(message, Ack)
+            return service_pb2.CudaSharedMemoryUnregisterResponse()
+
     # ------------------------------------------------------------------ not implemented
 
     async def _unimplemented(self, context: Any, rpc: str, extension: str) -> None:
         async with self._frontend.rpc(context):
             raise Unsupported(f"inferd does not implement {rpc}: {extension} is not supported")
-
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "SystemSharedMemoryStatus", "system shared memory")
-
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "SystemSharedMemoryRegister", "system shared memory")
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "SystemSharedMemoryUnregister", "system shared memory")
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "CudaSharedMemoryStatus", "CUDA shared memory")
-
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "CudaSharedMemoryRegister", "CUDA shared memory")
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "CudaSharedMemoryUnregister", "CUDA shared memory")
 
     async def TraceSetting(self, request: Any, context: Any) -> None:
         await self._unimplemented(context, "TraceSetting", "tracing")

@@ -50,8 +50,13 @@ from inferd.protocols.messages import (
     PollRequest,
     ServerMetadata,
     ServerMetadataRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryStatus,
+    SharedMemoryStatusRequest,
+    SharedMemoryUnregister,
     Statistics,
     StatisticsRequest,
+    Tensor,
 )
 
 if TYPE_CHECKING:
@@ -120,6 +125,7 @@ Handler = Callable[["KserveHttpApp", HttpRequest], Coroutine[Any, Any, HttpRespo
 
 _MODEL = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
 _REPOSITORY = r"/v2/repository(?:/[^/]+)?"
+_SHARED_MEMORY = r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?"
 
 
 class KserveHttpApp:
@@ -278,10 +284,13 @@ class KserveHttpApp:
             )
         else:
             infer_request, encoding = codec.decode_infer_request(*arguments)
-        reply = _expect(await self.ask(infer_request), InferResponse)
+        reply = await self.ask(infer_request)
+        if not isinstance(reply, (InferResponse, SharedMemoryInferResponse)):
+            raise Internal(f"the data plane answered {type(reply).__name__}, not InferResponse")
         json_bytes = sum(
             t.data.nbytes for t in reply.outputs
-            if not encoding.is_binary(t.name) and t.data.dtype.kind != "O"
+            if isinstance(t, Tensor) and not encoding.is_binary(t.name)
+            and t.data.dtype.kind != "O"
         )
         if json_bytes > OFFLOAD_BYTES:
             encoded = await anyio.to_thread.run_sync(codec.encode_infer_response, reply, encoding)
@@ -308,6 +317,23 @@ class KserveHttpApp:
         await self.ask(PollRequest())
         return HttpResponse(200)
 
+    # ``v2/{system,cuda}sharedmemory[/region/<name>]/<action>``: arguments (memory, name).
+
+    async def shared_memory_status(self, request: HttpRequest) -> HttpResponse:
+        memory, name = _shared_memory_arguments(request)
+        reply = await self.ask(SharedMemoryStatusRequest(name, memory))
+        return json_response(codec.encode_shared_memory_status(_expect(reply, SharedMemoryStatus)))
+
+    async def shared_memory_register(self, request: HttpRequest) -> HttpResponse:
+        memory, name = _shared_memory_arguments(request)
+        await self.ask(codec.decode_shared_memory_register(name, request.body, memory))
+        return HttpResponse(200)
+
+    async def shared_memory_unregister(self, request: HttpRequest) -> HttpResponse:
+        memory, name = _shared_memory_arguments(request)
+        await self.ask(SharedMemoryUnregister(name, memory))
+        return HttpResponse(200)
+
 
 def _slices(parts: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """``parts`` with every part over ``WRITE_SLICE_BYTES`` cut into views (no copies)."""
@@ -318,6 +344,11 @@ def _slices(parts: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
         view = memoryview(part).cast("B")
         for offset in range(0, view.nbytes, WRITE_SLICE_BYTES):
             yield view[offset : offset + WRITE_SLICE_BYTES]
+
+
+def _shared_memory_arguments(request: HttpRequest) -> tuple[str, str]:
+    memory, name = request.path_arguments[0], request.path_arguments[1]
+    return memory, unquote(name or "")
 
 
 def _model_arguments(request: HttpRequest) -> tuple[str, str]:
@@ -348,6 +379,9 @@ _ROUTE_TABLE: tuple[tuple[str, dict[str, Handler]], ...] = (
     (_REPOSITORY + "/poll", {"POST": KserveHttpApp.poll}),
     (_REPOSITORY + "/models/([^/]+)/load", {"POST": KserveHttpApp.load}),
     (_REPOSITORY + "/models/([^/]+)/unload", {"POST": KserveHttpApp.unload}),
+    (_SHARED_MEMORY + "/status", {"GET": KserveHttpApp.shared_memory_status}),
+    (_SHARED_MEMORY + "/register", {"POST": KserveHttpApp.shared_memory_register}),
+    (_SHARED_MEMORY + "/unregister", {"POST": KserveHttpApp.shared_memory_unregister}),
 )
 _ROUTES = tuple((re.compile(pattern), handlers) for pattern, handlers in _ROUTE_TABLE)
 

@@ -1,0 +1,182 @@
+"""The registry of the KServe system shared-memory extension.
+
+Owns the regions clients register: opening the POSIX shared-memory object of a key
+(``/dev/shm/<key>``) read/write and mapping the registered window of it, refusing a window past
+the object's end, the name -> region map and its status rows, the bounds of the window a
+request names, and memoryviews over it (zero copy). The client owns its objects: this module
+never creates, resizes or unlinks one, and never goes through ``multiprocessing``'s resource
+tracker (which unlinks what it tracks when the process exits). Unregistering drops the name at
+once; the mapping itself lives until the last view of it is gone (a request in flight keeps
+its views), so an unregister never pulls memory from under a running request. CUDA regions
+are refused. Statuses and messages are Triton's (``src/shared_memory_manager.cc``). It knows
+nothing of requests, sockets or models.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.protocols.errors import ErrorCode, InferdError, InvalidArgument, NotFound
+from inferd.protocols.messages import (
+    SharedMemoryRef,
+    SharedMemoryRegionStatus,
+    SharedMemoryStatus,
+)
+
+SHM_ROOT = Path("/dev/shm")
+CUDA_UNSUPPORTED = "CUDA shared memory is not supported on this server"
+
+
+def object_name(key: str) -> str | None:
+    """The file name under ``/dev/shm`` that ``shm_open(key)`` opens, or ``None`` for a key
+    that names no such object (``shm_open`` drops leading slashes; any other slash, and the
+    names ``.`` and ``..``, would leave the folder)."""
+    name = key.lstrip("/")
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        return None
+    return name
+
+
+def mapping_window(offset: int, byte_size: int, granularity: int) -> tuple[int, int, int]:
+    """(file offset, length, start of the window in the mapping) that map ``byte_size`` bytes
+    from ``offset``: mmap offsets must be multiples of the allocation granularity."""
+    start = offset - offset % granularity
+    return start, offset - start + byte_size, offset - start
+
+
+def fits(offset: int, byte_size: int, size: int) -> bool:
+    """Whether ``byte_size`` bytes from ``offset`` lie within ``size`` bytes."""
+    return offset >= 0 and byte_size >= 0 and offset + byte_size <= size
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One registered window of a shared-memory object."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    mapping: mmap.mmap
+    start: int  # where the window begins in ``mapping``
+
+    def view(self, offset: int, byte_size: int) -> memoryview:
+        """``byte_size`` bytes from ``offset`` in the window; the caller checked the bounds."""
+        begin = self.start + offset
+        return memoryview(self.mapping)[begin : begin + byte_size]
+
+    def release(self) -> None:
+        """Unmap now if nothing views the mapping; otherwise the last view's release unmaps
+        it (the mapping is freed with its last reference), which is what keeps a request
+        that is still running safe."""
+        try:
+            self.mapping.close()
+        except BufferError:
+            pass
+
+
+def _already_registered(name: str) -> InferdError:
+    return InferdError.from_code(
+        ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
+    )
+
+
+class SharedMemoryRegistry:
+    """The regions registered by name. Not thread-safe: the data plane uses it from the
+    event loop only."""
+
+    def __init__(self, root: Path = SHM_ROOT) -> None:
+        self._root = root
+        self._regions: dict[str, Region] = {}
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        if not name:
+            raise InvalidArgument(
+                "'region name' is necessary to register system shared memory region"
+            )
+        if name in self._regions:
+            raise _already_registered(name)
+        file_name = object_name(key)
+        if file_name is None:
+            raise InvalidArgument(f"Unable to open shared memory region: '{key}'")
+        try:
+            # O_NOFOLLOW: anyone may put a link in /dev/shm; it must not map a file elsewhere.
+            descriptor = os.open(
+                self._root / file_name, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+            )
+        except OSError:
+            raise InvalidArgument(f"Unable to open shared memory region: '{key}'") from None
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidArgument(f"Unable to open shared memory region: '{key}'")
+            size = info.st_size
+            # An empty window cannot be mapped, and one past the end would fault on access.
+            if byte_size <= 0 or not fits(offset, byte_size, size):
+                raise InvalidArgument(
+                    f"failed to register shared memory region '{name}': invalid args"
+                )
+            file_offset, length, start = mapping_window(
+                offset, byte_size, mmap.ALLOCATIONGRANULARITY
+            )
+            try:
+                mapping = mmap.mmap(descriptor, length, offset=file_offset)
+            except (OSError, ValueError) as error:
+                raise InvalidArgument(
+                    f"failed to register shared memory region '{name}': {error}"
+                ) from None
+        finally:
+            os.close(descriptor)
+        self._regions[name] = Region(name, key, offset, byte_size, mapping, start)
+
+    def unregister(self, name: str = "") -> None:
+        """Unregister ``name`` (an unknown name is not an error), or every region."""
+        names = [name] if name else list(self._regions)
+        for each in names:
+            region = self._regions.pop(each, None)
+            if region is not None:
+                region.release()
+
+    def status(self, name: str = "") -> SharedMemoryStatus:
+        if name:
+            region = self._regions.get(name)
+            if region is None:
+                raise NotFound(f"Unable to find system shared memory region: '{name}'")
+            regions = [region]
+        else:
+            regions = list(self._regions.values())
+        return SharedMemoryStatus(
+            tuple(SharedMemoryRegionStatus(r.name, r.key, r.offset, r.byte_size) for r in regions)
+        )
+
+    def view(self, location: SharedMemoryRef) -> memoryview:
+        """The bytes ``location`` names, checked against its region."""
+        region = self._regions.get(location.region)
+        if region is None:
+            raise NotFound(f"Unable to find shared memory region: '{location.region}'")
+        if not fits(location.offset, location.byte_size, region.byte_size):
+            raise InvalidArgument(
+                f"Invalid offset + byte size for shared memory region: '{location.region}'"
+            )
+        return region.view(location.offset, location.byte_size)
+
+    def close(self) -> None:
+        self.unregister()
+
+    def __len__(self) -> int:
+        return len(self._regions)
+
+
+def refuse_cuda_register(name: str) -> InferdError:
+    """Triton built without GPUs answers a CUDA register with INVALID_ARGUMENT."""
+    return InvalidArgument(
+        f"failed to register CUDA shared memory region: '{name}', {CUDA_UNSUPPORTED}"
+    )
+
+
+def cuda_region_not_found(name: str) -> InferdError:
+    return NotFound(f"Unable to find cuda shared memory region: '{name}'")
