@@ -93,22 +93,23 @@ class DataPlane:
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
 
     async def handle(self, request: Message) -> Message:
-        if isinstance(request, ServerMetadataRequest):
-            return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
-        if isinstance(request, MetricsRequest):
-            return await self._metrics()
+        owner = _OWNER.get(type(request))  # first: the common case, an inference
+        if owner is not None:
+            model = getattr(request, "model", "")
+            if model or isinstance(request, _NAMES_A_MODEL):
+                # Before any actor sees it: a bad name never reaches the disk, the index or
+                # a log line.
+                check_model_name(model)
+            return await self._router.ask(owner, request)
         if isinstance(request, SharedMemoryInferRequest):
             return await self._infer_in_shared_memory(request)
         if isinstance(request, _SHARED_MEMORY_REQUESTS):
             return self._shared_memory_request(request)
-        owner = _OWNER.get(type(request))
-        if owner is None:
-            raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
-        model = getattr(request, "model", "")
-        if model or isinstance(request, _NAMES_A_MODEL):
-            # Before any actor sees it: a bad name never reaches the disk, the index or a log.
-            check_model_name(model)
-        return await self._router.ask(owner, request)
+        if isinstance(request, ServerMetadataRequest):
+            return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
+        if isinstance(request, MetricsRequest):
+            return await self._metrics()
+        raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
 
     async def _metrics(self) -> Metrics:
         """Inference metrics come from the scheduler, load metrics from control."""
