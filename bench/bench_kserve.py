@@ -110,12 +110,14 @@ def step(message: str) -> None:
 
 
 def run_shown(
-    command: Sequence[str], environment: dict[str, str] | None = None
+    command: Sequence[str], environment: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a setup command, echoing it and its output, so a slow or failing step is visible."""
     step("$ " + " ".join(command))
     result = subprocess.run(command, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=environment, check=False)
+                            stderr=subprocess.STDOUT, env=environment, check=False,
+                            timeout=timeout)
     lines = [line for line in result.stdout.splitlines() if not APT_PROGRESS.match(line)]
     for line in lines[-15:]:
         print(f"    {line}", flush=True)
@@ -218,8 +220,9 @@ def setup_perf_analyzer(skip: bool) -> PerfAnalyzer:
 # ------------------------------------------------------------------------------ baseline
 
 
-def measure_baseline(model_path: Path, seconds: float) -> Baseline:
-    """Batch-1 ``session.run`` in a loop, the way the server's instance opens its session."""
+def measure_baseline(model_path: Path, seconds: float, batch: int = 1) -> Baseline:
+    """``session.run`` on random inputs of ``batch`` rows in a loop, the way the server's
+    instance opens its session. Symbolic dimensions other than the first are not supported."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
@@ -227,7 +230,7 @@ def measure_baseline(model_path: Path, seconds: float) -> Baseline:
     session = onnxruntime.InferenceSession(str(model_path), sess_options=options,
                                            providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
-    feeds = {tensor.name: rng.integers(-100, 100, size=(1, 16), dtype=np.int32)
+    feeds = {tensor.name: random_input(rng, tensor.type, (batch, *tensor.shape[1:]))
              for tensor in session.get_inputs()}
     for _ in range(100):
         session.run(None, feeds)
@@ -244,18 +247,29 @@ def measure_baseline(model_path: Path, seconds: float) -> Baseline:
     return Baseline(len(durations) / elapsed, median(durations) / 1e3)
 
 
+def random_input(
+    rng: np.random.Generator, onnx_type: str, shape: tuple[int, ...]
+) -> np.ndarray:
+    """Random values for an input of onnxruntime's ``tensor(int32)`` or ``tensor(float)``."""
+    if onnx_type == "tensor(int32)":
+        return rng.integers(-100, 100, size=shape, dtype=np.int32)
+    if onnx_type == "tensor(float)":
+        return rng.standard_normal(shape).astype(np.float32)
+    raise ValueError(f"no random inputs for {onnx_type}")
+
+
 # ------------------------------------------------------------------------------ perf_analyzer
 
 
 def perf_analyzer_command(
     tool: PerfAnalyzer, url: str, protocol: str, concurrency: int, window_ms: int,
-    args: argparse.Namespace, csv_path: Path,
+    args: argparse.Namespace, csv_path: Path, model: str = MODEL, extra: Sequence[str] = (),
 ) -> list[str]:
     return [
-        str(tool.binary), "-m", MODEL, "-u", url, "-i", protocol,
+        str(tool.binary), "-m", model, "-u", url, "-i", protocol,
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "-p", str(window_ms), "-s", str(args.stability), "-r", str(args.max_trials),
-        "-f", str(csv_path), "-v",
+        "-f", str(csv_path), "-v", *extra,
     ]
 
 
@@ -290,30 +304,37 @@ def parse_csv(csv_path: Path) -> tuple[float, float, float]:
 
 def measure(
     tool: PerfAnalyzer, server: serving.Server, protocol: str, concurrency: int,
-    args: argparse.Namespace, folder: Path,
+    args: argparse.Namespace, folder: Path, *, model: str = MODEL, extra: Sequence[str] = (),
+    prefix: Sequence[str] = (),
 ) -> Measurement:
     """One perf_analyzer run; when its windows never agree, again with windows twice as long,
-    as perf_analyzer itself advises (a longer window averages out the machine's hiccups)."""
+    as perf_analyzer itself advises (a longer window averages out the machine's hiccups).
+    ``extra`` options go to perf_analyzer, ``prefix`` before it (``taskset -c 0``, say)."""
     window_ms = args.window_ms
-    measurement = run_perf_analyzer(tool, server, protocol, concurrency, window_ms, args, folder)
+    options = {"model": model, "extra": extra, "prefix": prefix}
+    measurement = run_perf_analyzer(tool, server, protocol, concurrency, window_ms, args, folder,
+                                    **options)
     for _ in range(args.retries):
         if not measurement.unstable:
             break
         window_ms *= 2
         print(f"  not stable: again with {window_ms} ms windows", flush=True)
         measurement = run_perf_analyzer(tool, server, protocol, concurrency, window_ms, args,
-                                        folder)
+                                        folder, **options)
     return measurement
 
 
 def run_perf_analyzer(
     tool: PerfAnalyzer, server: serving.Server, protocol: str, concurrency: int,
-    window_ms: int, args: argparse.Namespace, folder: Path,
+    window_ms: int, args: argparse.Namespace, folder: Path, *, model: str = MODEL,
+    extra: Sequence[str] = (), prefix: Sequence[str] = (),
 ) -> Measurement:
     csv_path = folder / f"{protocol}-c{concurrency}-{window_ms}ms.csv"
     command = perf_analyzer_command(tool, server.address(protocol), protocol, concurrency,
-                                    window_ms, args, csv_path)
-    print(f"\n$ perf_analyzer {' '.join(command[1:])}", flush=True)
+                                    window_ms, args, csv_path, model, extra)
+    print(f"\n$ {' '.join(prefix)}{' ' if prefix else ''}perf_analyzer {' '.join(command[1:])}",
+          flush=True)
+    command = [*prefix, *command]
     limit = window_ms / 1000 * args.max_trials + PERF_ANALYZER_SLACK_SECS
     try:
         result = subprocess.run(command, env=tool.environment, capture_output=True, text=True,

@@ -1,11 +1,11 @@
 """Starting and stopping ``inferd serve`` for the bench scripts.
 
 This module owns what every bench that needs a real server repeats: free loopback ports, the
-``inferd serve`` command line with every protocol on one of them, the server's log file, a
-bounded wait until a model is ready (through the gRPC, HTTP or native zmq client, or any
-predicate), and the stop: SIGTERM, a bounded wait, then SIGKILL. It measures nothing and
-prints nothing; the scripts (run as ``python bench/X.py``, so this folder is on ``sys.path``)
-import it as ``serving``.
+``inferd serve`` command line with every protocol on one of them (or any other server's command,
+for the peers), the server's log file, a bounded wait until a model is ready (through the
+gRPC, HTTP or native zmq client, or any predicate), and the stop: SIGTERM, a bounded wait,
+then SIGKILL. It measures nothing and prints nothing; the scripts (run as
+``python bench/X.py``, so this folder is on ``sys.path``) import it as ``serving``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,7 @@ class Server:
     process: subprocess.Popen[bytes]
     ports: dict[str, int]
     log: Path
+    name: str = "inferd serve"  # how errors name it: the peers' benches start others too
 
     def address(self, protocol: str) -> str:
         """``host:port`` of a frontend, as tritonclient and perf_analyzer take it."""
@@ -65,18 +66,32 @@ def launcher() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli"]
 
 
-def start(repository: Path, *flags: str, log: Path, cwd: Path | None = None) -> Server:
+def start(
+    repository: Path, *flags: str, log: Path, cwd: Path | None = None,
+    prefix: Sequence[str] = (),
+) -> Server:
     """``inferd serve`` on ``repository`` with ``flags``, every protocol on a free 127.0.0.1
-    port, stdout and stderr into ``log``. Returns at once, without waiting for readiness."""
+    port, stdout and stderr into ``log``. Returns at once, without waiting for readiness.
+    ``prefix`` goes before the command (``taskset -c 1``, say)."""
     ports = {protocol: free_port() for protocol in PROTOCOLS}
     command = [*launcher(), "serve", "--model-repository", str(repository)]
     for protocol, port in ports.items():
         command += [f"--{protocol}-address=127.0.0.1", f"--{protocol}-port={port}"]
     command += flags
+    return start_process([*prefix, *command], ports, log=log, cwd=cwd)
+
+
+def start_process(
+    command: Sequence[str], ports: dict[str, int], *, log: Path, cwd: Path | None = None,
+    environment: dict[str, str] | None = None, name: str = "inferd serve",
+) -> Server:
+    """Any server's ``command``, already told to listen on ``ports``, with stdout and stderr
+    into ``log``. Returns at once, without waiting for readiness."""
     with log.open("wb") as output:
-        process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=output,
+        process = subprocess.Popen(list(command), cwd=cwd, env=environment,
+                                   stdin=subprocess.DEVNULL, stdout=output,
                                    stderr=subprocess.STDOUT)
-    return Server(process, ports, log)
+    return Server(process, ports, log, name)
 
 
 def wait_ready(
@@ -88,12 +103,12 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise RuntimeError(f"inferd serve exited with code {server.process.returncode} "
+            raise RuntimeError(f"{server.name} exited with code {server.process.returncode} "
                                f"during start-up:\n{server.log_tail()}")
         if ready():
             return
         time.sleep(POLL_SECS)
-    raise TimeoutError(f"inferd serve was not ready within {timeout:g} s:\n{server.log_tail()}")
+    raise TimeoutError(f"{server.name} was not ready within {timeout:g} s:\n{server.log_tail()}")
 
 
 def wait_model_ready(
@@ -155,10 +170,11 @@ def stop_process(process: subprocess.Popen[bytes], *, grace: float = STOP_TIMEOU
 def running(
     repository: Path, *flags: str, log: Path, model: str, via: str, cwd: Path | None = None,
     timeout: float = START_TIMEOUT_SECS, grace: float = STOP_TIMEOUT_SECS,
+    prefix: Sequence[str] = (),
 ) -> Iterator[Server]:
     """A server started as ``start`` does, once ``model`` is ready over ``via``; stopped on
     the way out, however the block ends."""
-    server = start(repository, *flags, log=log, cwd=cwd)
+    server = start(repository, *flags, log=log, cwd=cwd, prefix=prefix)
     try:
         wait_model_ready(server, model, via=via, timeout=timeout)
         yield server
