@@ -5,18 +5,21 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= onnx,test
-# Set WITH_TORCH=1 to add the torch backend's framework; torch must be installed first and
-# pinned, or pip pulls a multi-GB CUDA build.
-WITH_TORCH ?= 0
+# The pytorch backend's framework (its tests need it). torch is installed first and pinned
+# so pip takes the CPU wheel; an unpinned torch pulls a multi-GB CUDA build. WITH_TORCH=0
+# leaves it out (the pytorch models are then UNAVAILABLE and their tests skipped).
+WITH_TORCH ?= 1
+TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
+comma := ,
 
 .PHONY: setup serve test bench models clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	if [ "$(WITH_TORCH)" = 1 ]; then $(PY) -m pip install --quiet torch==2.13.0; fi
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	if [ "$(WITH_TORCH)" = 1 ]; then $(PY) -m pip install --quiet "$(TORCH_PIN)"; fi
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)$(if $(filter 1,$(WITH_TORCH)),$(comma)torch)]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -1,0 +1,25 @@
+"""The PyTorch backend plugin's hook module: tells inferd the backend exists.
+
+It registers the backend by import path only. It must import no framework: torch is imported
+by ``backend.py``, inside the executor, when a model needs it, so this plugin loads on a
+machine without torch and only its models become UNAVAILABLE there. ``model.pt``
+(TorchScript) is its default file; ``model.pt2`` (``torch.export``) is the kernel's second
+built-in torch file name (``inferd.kernel.modelconfig.MODEL_FILES``).
+"""
+
+from __future__ import annotations
+
+from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.hookspecs import hookimpl
+
+PYTORCH_BACKEND = BackendSpec(
+    name="pytorch",
+    entry="inferd.plugins.backends.pytorch.backend:PyTorchBackend",
+    platforms=("pytorch_libtorch",),
+    default_filename="model.pt",
+)
+
+
+@hookimpl
+def inferd_register_backends(registry: BackendRegistry) -> None:
+    registry.add(PYTORCH_BACKEND)
