@@ -6,7 +6,12 @@ wrapper registers the socket's file descriptor with ``loop.add_reader`` and drai
 messages without blocking. The descriptor is edge-triggered (it signals "something changed",
 not "a message is waiting"), so the socket's ``EVENTS`` are re-checked after every send as
 well as on every wake-up; missing that is the classic way to lose a message. Sends never
-block: sockets here have no high-water mark. Owns socket I/O only, no message format.
+block: sockets here have no high-water mark. Frames go through pyzmq's compiled ``send`` and
+``recv`` with plain-int flags, not ``send_multipart``/``recv_multipart``: those add a Python
+layer per frame and enum arithmetic per call, which on this path cost more than the socket
+work itself. Small frames are copied into the message (cheaper than a zero-copy ``Frame``
+with its release callback); large ones are sent without a copy. Owns socket I/O only, no
+message format.
 """
 
 from __future__ import annotations
@@ -18,8 +23,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
+from zmq.backend import Socket as _CompiledSocket
 
 Frames = list[zmq.Frame]
+
+_SEND = _CompiledSocket.send
+_RECV = _CompiledSocket.recv
+_GET = _CompiledSocket.get
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
+_POLLIN = int(zmq.POLLIN)
+# Below this many bytes a frame is copied into its message: pyzmq's own default threshold.
+COPY_BELOW = 65536
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +62,11 @@ class LoopSocket:
         self._schedule_drain()
 
     def send(self, frames: Sequence[Any]) -> None:
-        self.socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        socket = self.socket
+        last = len(frames) - 1
+        for index, frame in enumerate(frames):
+            size = frame.nbytes if isinstance(frame, memoryview) else len(frame)
+            _SEND(socket, frame, _MORE if index < last else _NOBLOCK, copy=size < COPY_BELOW)
         self._schedule_drain()  # a send can consume the descriptor's edge for a pending read
 
     async def recv(self) -> Frames:
@@ -81,8 +102,10 @@ class LoopSocket:
         if self._closed:
             return
         socket = self.socket
-        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+        while _GET(socket, _EVENTS) & _POLLIN:
+            frames = [_RECV(socket, _NOBLOCK, copy=False)]
+            while _GET(socket, _RCVMORE):
+                frames.append(_RECV(socket, _NOBLOCK, copy=False))
             if self._on_message is not None:
                 try:
                     self._on_message(frames)
