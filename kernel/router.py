@@ -43,6 +43,13 @@ class _PendingAsk:
     reply: asyncio.Future[Message]
 
 
+def _expire(reply: asyncio.Future[Message], dst: str, kind: str, timeout: float) -> None:
+    if not reply.done():
+        reply.set_exception(
+            DeadlineExceeded(f"no reply from '{dst}' to {kind} within {timeout:g} s")
+        )
+
+
 class Router:
     """Delivers envelopes between the actors of this process and the process link."""
 
@@ -78,19 +85,21 @@ class Router:
         ``DeadlineExceeded`` after ``timeout`` seconds, or ``ActorGone`` if ``dst`` goes."""
         msg_id = next(self._ids)
         deadline = time.time() + timeout if timeout is not None else None
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Message] = loop.create_future()
         self._pending[msg_id] = _PendingAsk(dst, reply)
+        # A timer that fails the future, not a cancel scope: this is every request's path,
+        # and a scope costs several times a timer handle.
+        expiry = None if timeout is None else loop.call_later(
+            timeout, _expire, reply, dst, type(body).__name__, timeout
+        )
         try:
             self.deliver(Envelope(msg_id, self.name, dst, body, None, deadline))
-            if timeout is None:
-                return await reply
-            with anyio.move_on_after(timeout):
-                return await reply
+            return await reply
         finally:
             self._pending.pop(msg_id, None)
-        raise DeadlineExceeded(
-            f"no reply from '{dst}' to {type(body).__name__} within {timeout:g} s"
-        )
+            if expiry is not None:
+                expiry.cancel()
 
     def reply(self, request: Envelope, body: Message | None) -> None:
         """Answer ``request`` (a ``None`` body answers nothing: the request was a tell)."""

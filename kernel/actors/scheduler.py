@@ -14,6 +14,7 @@ repository.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -77,7 +78,9 @@ class _Queued:
     batch_size: int
     shape_key: tuple[tuple[int, ...], ...]
     enqueued_ns: int
-    done: anyio.Event = field(default_factory=anyio.Event)
+    # asyncio's own event: anyio's looks up the running backend on every construction, and
+    # the kernel runs on asyncio only.
+    done: asyncio.Event = field(default_factory=asyncio.Event)
     result: InferResponse | InferdError | None = None
     started_ns: int = 0
     compute_ns: tuple[int, int, int] = (0, 0, 0)
@@ -361,8 +364,12 @@ class SchedulerActor(Actor):
         timeout_us = request.timeout_us or int(
             version.config.dynamic_batching.default_queue_policy.default_timeout_microseconds
         )
-        with anyio.move_on_after(timeout_us / 1e6 if timeout_us else None):
-            await queued.done.wait()
+        if not queued.done.is_set():
+            if timeout_us:
+                with anyio.move_on_after(timeout_us / 1e6):
+                    await queued.done.wait()
+            else:
+                await queued.done.wait()
         if not queued.done.is_set():
             if queued in version.queue:  # still waiting for an instance: give up on it
                 version.queue.remove(queued)
