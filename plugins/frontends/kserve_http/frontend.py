@@ -427,7 +427,7 @@ class KserveHttpFrontend(Frontend):
         config = uvicorn.Config(
             self.app, loop="none", http=protocol, ws="none", lifespan="off",
             interface="asgi3", log_config=None, log_level="warning", access_log=False,
-            server_header=False, backlog=BACKLOG,
+            server_header=False, proxy_headers=False, backlog=BACKLOG,
             timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_secs)),
         )
         # startup/main_loop/shutdown rather than serve(): serve() installs its own SIGTERM and
