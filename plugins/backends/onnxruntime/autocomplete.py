@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
+from inferd.kernel.config_completion import configured_shape, fill_tensor_entry, shapes_agree
 from inferd.protocols.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -101,26 +102,14 @@ def _batchable(tensors: Sequence[ModelTensor]) -> bool:
 def _complete_tensors(declared: Any, model_tensors: Sequence[ModelTensor], batching: bool) -> None:
     if not declared:
         for tensor in model_tensors:
-            _fill(declared.add(name=tensor.name), tensor, batching)
+            fill_tensor_entry(declared.add(name=tensor.name), tensor.data_type, tensor.shape,
+                              batching)
         return
     by_name = {t.name: t for t in model_tensors}
     for entry in declared:
         if entry.name in by_name:
-            _fill(entry, by_name[entry.name], batching)
-
-
-def _fill(entry: ModelInput | ModelOutput, tensor: ModelTensor, batching: bool) -> None:
-    if entry.data_type == model_config_pb2.TYPE_INVALID:
-        entry.data_type = tensor.data_type
-    if entry.dims:
-        return
-    dims = tensor.shape[1:] if batching and tensor.shape else tensor.shape
-    if dims:
-        entry.dims.extend(dims)
-    else:
-        # A config cannot say "scalar"; Triton's convention is dims [1] reshaped to [].
-        entry.dims.append(1)
-        entry.reshape.SetInParent()
+            tensor = by_name[entry.name]
+            fill_tensor_entry(entry, tensor.data_type, tensor.shape, batching)
 
 
 def validate_config(
@@ -172,12 +161,8 @@ def _validate_shape(
                 f"{list(model_shape)} has no dynamic first dimension to batch along"
             )
         model_shape = model_shape[1:]
-    expected = tuple(entry.reshape.shape) if entry.HasField("reshape") else tuple(entry.dims)
-    compatible = len(expected) == len(model_shape) and all(
-        want == DYNAMIC or have == DYNAMIC or want == have
-        for want, have in zip(expected, model_shape)
-    )
-    if not compatible:
+    expected = configured_shape(entry)
+    if not shapes_agree(expected, model_shape):
         batch_note = " (without the batch dimension)" if config.max_batch_size > 0 else ""
         raise InvalidArgument(
             f"{where}: the configuration's shape {list(expected)} does not match the ONNX "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
+from inferd.kernel.config_completion import configured_shape, fill_tensor_entry, shapes_agree
 from inferd.plugins.backends.pytorch.naming import bind_program
 from inferd.plugins.backends.pytorch.programs import DYNAMIC, TensorSignature
 from inferd.plugins.backends.pytorch.tensors import type_name
@@ -72,7 +73,7 @@ def complete_exported(
         for entry in declared:
             signature = signatures[bound[entry.name]]
             if auto_complete:
-                _fill(entry, signature, batching)
+                fill_tensor_entry(entry, signature.data_type, signature.shape, batching)
             _check(completed, kind, entry, signature)
         positions[kind] = bound
     bound_inputs = set(positions["input"].values())
@@ -83,20 +84,6 @@ def complete_exported(
             f"from the configuration (the program needs every input)"
         )
     return completed, positions["input"], positions["output"]
-
-
-def _fill(entry: ModelInput | ModelOutput, signature: TensorSignature, batching: bool) -> None:
-    if entry.data_type == model_config_pb2.TYPE_INVALID:
-        entry.data_type = signature.data_type
-    if entry.dims:
-        return
-    shape = signature.shape[1:] if batching and signature.shape else signature.shape
-    if shape:
-        entry.dims.extend(shape)
-    else:
-        # A config cannot say "scalar"; Triton's convention is dims [1] reshaped to [].
-        entry.dims.append(1)
-        entry.reshape.SetInParent()
 
 
 def _check(
@@ -119,12 +106,8 @@ def _check(
                 f"a torch.export.Dim for that dimension)"
             )
         shape = shape[1:]
-    expected = tuple(entry.reshape.shape) if entry.HasField("reshape") else tuple(entry.dims)
-    compatible = len(expected) == len(shape) and all(
-        want == DYNAMIC or have == DYNAMIC or want == have
-        for want, have in zip(expected, shape, strict=True)
-    )
-    if not compatible:
+    expected = configured_shape(entry)
+    if not shapes_agree(expected, shape):
         note = " (without the batch dimension)" if config.max_batch_size > 0 else ""
         raise InvalidArgument(
             f"{where}: the configuration's shape {list(expected)} does not match the exported "

@@ -1,0 +1,244 @@
+"""The batch skeleton that array-based backend instances share.
+
+Owns the part of ``Instance.execute`` that is the same whatever framework runs the model:
+checking each request's input and output names against the plan (with the error texts
+clients see), its batch size and requested outputs, grouping requests whose inputs agree past
+the batch dimension, concatenating a group's inputs, splitting the framework's outputs back
+into one response per request (reshaped to the configured dims), and the input/infer/output
+phase clock. A backend subclass supplies only what differs: how a BYTES tensor is handed to
+the framework, how a group's arrays become framework inputs and run, how the result yields
+one array per output, and how a failure becomes an error. It imports no framework, does no
+I/O and never raises out of ``execute``; it trusts the scheduler's validation of inputs,
+shapes and datatypes.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from inferd.kernel.backend import Instance, split_batch
+from inferd.protocols.errors import InferdError, Internal, InvalidArgument
+from inferd.protocols.messages import InferRequest, InferResponse, Tensor
+from inferd.protocols.tensors import from_numpy
+
+# Indexes into an instance's phase clock (index 0 holds when the current phase began).
+_INPUT_PHASE, _INFER_PHASE, _OUTPUT_PHASE = 1, 2, 3
+
+
+class PlannedTensor(Protocol):
+    """One configured tensor as the skeleton reads it: ``reshape`` is the shape the framework
+    sees when the config reshapes the tensor (without the batch dimension), ``dims`` the shape
+    clients see."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def datatype(self) -> str: ...
+
+    @property
+    def dims(self) -> tuple[int, ...]: ...
+
+    @property
+    def reshape(self) -> tuple[int, ...] | None: ...
+
+
+PlanT = TypeVar("PlanT", bound=PlannedTensor)
+InputsT = TypeVar("InputsT")
+ResultT = TypeVar("ResultT")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan(Generic[PlanT]):
+    """What an instance needs to know of the config, read once at load. A backend subclasses
+    it (with ``@dataclass(frozen=True, slots=True)``) to add how it is built from a config."""
+
+    model: str
+    version: str
+    batching: bool
+    inputs: dict[str, PlanT]
+    outputs: tuple[PlanT, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """One request checked against the plan: its inputs as the arrays the framework will see
+    (before concatenation), its batch size and the outputs it gets."""
+
+    index: int
+    request: InferRequest
+    arrays: dict[str, np.ndarray]
+    batch_size: int
+    outputs: tuple[str, ...]
+
+
+class BatchedInstance(Instance, Generic[PlanT, InputsT, ResultT]):
+    """An instance that runs compatible requests as one batch; see the module docstring for
+    what a subclass supplies. ``InputsT`` is what ``_inputs`` hands ``_infer``, ``ResultT``
+    what ``_infer`` returns."""
+
+    def __init__(self, plan: BatchPlan[PlanT]) -> None:
+        self._plan = plan
+        self._output_names = tuple(output.name for output in plan.outputs)
+        self._clock = [0, 0, 0, 0]
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        clock = self._clock = [time.perf_counter_ns(), 0, 0, 0]
+        results: list[InferResponse | InferdError | None] = [None] * len(requests)
+        groups: dict[Hashable, list[PreparedRequest]] = {}
+        for index, request in enumerate(requests):
+            try:
+                prepared = self._prepare(index, request)
+            except InferdError as error:
+                results[index] = error
+                continue
+            except (IndexError, TypeError, ValueError) as error:
+                # Only a request the scheduler should have refused gets here.
+                results[index] = InvalidArgument(
+                    f"request for model '{self._plan.model}' cannot be run: {error}"
+                )
+                continue
+            groups.setdefault(self._batch_key(prepared), []).append(prepared)
+        self._lap(_INPUT_PHASE)
+        for group in groups.values():
+            for prepared, result in zip(group, self._run(group), strict=True):
+                results[prepared.index] = result
+            self._lap(_OUTPUT_PHASE)
+        self.phase_ns = (clock[_INPUT_PHASE], clock[_INFER_PHASE], clock[_OUTPUT_PHASE])
+        return [result for result in results if result is not None]
+
+    def _lap(self, phase: int) -> None:
+        """Charge the time since the last lap to ``phase``."""
+        now = time.perf_counter_ns()
+        self._clock[phase] += now - self._clock[0]
+        self._clock[0] = now
+
+    def _prepare(self, index: int, request: InferRequest) -> PreparedRequest:
+        plan = self._plan
+        arrays = {}
+        for tensor in request.inputs:
+            tensor_plan = plan.inputs.get(tensor.name)
+            if tensor_plan is None:
+                raise InvalidArgument(
+                    f"unexpected inference input '{tensor.name}' for model '{plan.model}'"
+                )
+            arrays[tensor.name] = self._input_array(tensor, tensor_plan)
+        configured = self._output_names
+        for name in request.outputs:
+            if name not in configured:
+                raise InvalidArgument(
+                    f"unexpected inference output '{name}' for model '{plan.model}'"
+                )
+        batch_size = 1
+        if plan.batching and arrays:
+            batch_size = int(next(iter(arrays.values())).shape[0])
+        return PreparedRequest(index, request, arrays, batch_size, request.outputs or configured)
+
+    def _input_array(self, tensor: Tensor, tensor_plan: PlanT) -> np.ndarray:
+        data: np.ndarray = (
+            tensor.data if tensor.datatype != "BYTES" else self._bytes_input(tensor)
+        )
+        if tensor_plan.reshape is not None:
+            shape = tensor_plan.reshape
+            if self._plan.batching:
+                shape = (data.shape[0], *shape)
+            try:
+                data = data.reshape(shape)
+            except ValueError:
+                raise InvalidArgument(
+                    f"input '{tensor.name}' of shape {list(tensor.shape)} cannot be reshaped "
+                    f"to {list(shape)} for model '{self._plan.model}'"
+                ) from None
+        return data
+
+    def _batch_key(self, prepared: PreparedRequest) -> Hashable:
+        if not self._plan.batching:
+            return prepared.index
+        # Requests batch together only when every input agrees past the batch dimension.
+        return tuple(
+            (name, array.shape[1:], array.dtype.str)
+            for name, array in sorted(prepared.arrays.items())
+        )
+
+    def _run(self, group: list[PreparedRequest]) -> list[InferResponse | InferdError]:
+        wanted = {name for prepared in group for name in prepared.outputs}
+        output_plans = [output for output in self._plan.outputs if output.name in wanted]
+        try:
+            inputs = self._inputs(group)
+            self._lap(_INPUT_PHASE)
+            result = self._infer(inputs, output_plans)
+        except Exception as error:
+            return [self._run_failure(error) for _ in group]
+        finally:
+            self._lap(_INFER_PHASE)
+        sizes = [prepared.batch_size for prepared in group]
+        try:
+            arrays = self._output_arrays(result, output_plans)
+            pieces = {
+                output.name: [self._tensor(output, piece) for piece in split_batch(array, sizes)]
+                for output, array in zip(output_plans, arrays, strict=True)
+            }
+        except Exception as error:
+            return [self._output_failure(error) for _ in group]
+        return [
+            InferResponse(
+                model=self._plan.model,
+                version=self._plan.version,
+                id=prepared.request.id,
+                outputs=tuple(pieces[name][position] for name in prepared.outputs),
+            )
+            for position, prepared in enumerate(group)
+        ]
+
+    def _tensor(self, output: PlanT, array: np.ndarray) -> Tensor:
+        if output.reshape is not None:
+            shape = output.dims
+            if self._plan.batching:
+                shape = (array.shape[0], *shape)
+            array = array.reshape(shape)
+        return from_numpy(output.name, array, output.datatype)
+
+    @staticmethod
+    def _concatenated(group: list[PreparedRequest]) -> dict[str, np.ndarray]:
+        """The group's inputs joined along the batch dimension: a lone request's own arrays,
+        otherwise one fresh (writable) array per input."""
+        first = group[0].arrays
+        if len(group) == 1:
+            return first
+        return {
+            name: np.concatenate([prepared.arrays[name] for prepared in group], axis=0)
+            for name in first
+        }
+
+    def _bytes_input(self, tensor: Tensor) -> np.ndarray:
+        """The array a BYTES input is handed to the framework as; by default the object array
+        of ``bytes`` itself."""
+        data: np.ndarray = tensor.data
+        return data
+
+    @abc.abstractmethod
+    def _inputs(self, group: list[PreparedRequest]) -> InputsT:
+        """The framework's inputs for one group (``_concatenated`` joins the arrays)."""
+
+    @abc.abstractmethod
+    def _infer(self, inputs: InputsT, output_plans: list[PlanT]) -> ResultT:
+        """Run one group, producing at least ``output_plans``."""
+
+    @abc.abstractmethod
+    def _output_arrays(self, result: ResultT, output_plans: list[PlanT]) -> Iterable[np.ndarray]:
+        """One numpy array per entry of ``output_plans``, batch dimension first (a generator
+        may make them one at a time, each split before the next is made)."""
+
+    @abc.abstractmethod
+    def _run_failure(self, error: Exception) -> InferdError:
+        """The error each request of a group gets when making its inputs or running it fails."""
+
+    def _output_failure(self, error: Exception) -> InferdError:
+        """The error each request of a group gets when its outputs cannot be used."""
+        return Internal(f"model '{self._plan.model}' returned unusable outputs: {error}")

@@ -1,0 +1,54 @@
+"""What backends share when completing a config from a model file's signature and checking
+the config against it.
+
+Owns Triton's rules that do not depend on the framework: filling a tensor entry's datatype
+and dims from the model (dropping the batch dimension, and the dims ``[1]`` reshaped to
+``[]`` convention for a scalar), the shape a config entry gives the model, and when that
+shape agrees with the model's (``-1`` matches anything). Pure functions on protobuf entries;
+the error texts, which name the framework, stay with each backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tritonclient.grpc import model_config_pb2
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelInput, ModelOutput
+
+# A dimension the model leaves open.
+DYNAMIC = -1
+
+
+def fill_tensor_entry(
+    entry: ModelInput | ModelOutput, data_type: int, shape: Sequence[int], batching: bool
+) -> None:
+    """Fill what ``entry`` leaves out from a model tensor of ``data_type`` and ``shape``
+    (``shape`` includes the batch dimension when ``batching``)."""
+    if entry.data_type == model_config_pb2.TYPE_INVALID:
+        entry.data_type = data_type
+    if entry.dims:
+        return
+    dims = shape[1:] if batching and shape else shape
+    if dims:
+        entry.dims.extend(dims)
+    else:
+        # A config cannot say "scalar"; Triton's convention is dims [1] reshaped to [].
+        entry.dims.append(1)
+        entry.reshape.SetInParent()
+
+
+def configured_shape(entry: ModelInput | ModelOutput) -> tuple[int, ...]:
+    """The shape ``entry`` gives the model, without the batch dimension."""
+    return tuple(entry.reshape.shape) if entry.HasField("reshape") else tuple(entry.dims)
+
+
+def shapes_agree(expected: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether a configured shape and a model's shape (both without the batch dimension)
+    agree, ``DYNAMIC`` on either side matching any size."""
+    return len(expected) == len(shape) and all(
+        want == DYNAMIC or have == DYNAMIC or want == have
+        for want, have in zip(expected, shape, strict=True)
+    )
