@@ -159,7 +159,8 @@ class DataPlane:
             name: self.shared_memory.view(location)
             for name, location in request.output_regions.items()
         }
-        reply = await self.handle(replace(request.request, inputs=inputs))
+        plain = replace(request.request, inputs=inputs)
+        reply = await self._router.ask(_OWNER[InferRequest], plain)
         if not isinstance(reply, InferResponse):
             raise Internal(f"an inference request was answered with a {reply.kind()}")
         outputs: list[Tensor | SharedMemoryOutput] = []

@@ -11,9 +11,6 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
-"""The default of every frontend's largest request (``--<protocol>-max-input-size``)."""
-
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 

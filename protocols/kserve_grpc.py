@@ -47,6 +47,7 @@ from inferd.protocols.messages import (
     UnloadRequest,
 )
 from inferd.protocols.tensors import (
+    DEFAULT_MAX_INPUT_SIZE,
     checked_shape,
     element_size,
     numpy_dtype,
@@ -60,8 +61,6 @@ EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
 """Response parameter of a stream response: true on the last response to a request."""
 FILE_PREFIX = "file:"
-DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
-"""The ``--grpc-max-input-size`` default: the largest request message and input tensor."""
 
 _ALLOWED_RESERVED = frozenset({EMPTY_FINAL_RESPONSE})
 _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1

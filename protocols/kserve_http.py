@@ -45,6 +45,7 @@ from inferd.protocols.messages import (
     UnloadRequest,
 )
 from inferd.protocols.tensors import (
+    DEFAULT_MAX_INPUT_SIZE,
     checked_shape,
     element_size,
     from_numpy,
@@ -54,7 +55,6 @@ from inferd.protocols.tensors import (
 )
 
 HEADER_LENGTH_HEADER = "Inference-Header-Content-Length"
-DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
 MAX_JSON_DEPTH = 64
 RESERVED_PREFIX = "triton_"
 

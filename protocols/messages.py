@@ -411,7 +411,6 @@ class Shutdown(Message):
     """Ask an actor or executor process to finish its work and stop."""
 
 
-
 # ------------------------------------------------- system shared memory (KServe extension)
 
 

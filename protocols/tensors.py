@@ -57,6 +57,9 @@ _DATATYPE_BY_CONFIG_TYPE: dict[str, str] = {
     config_type: name for name, config_type in _CONFIG_TYPE_BY_DATATYPE.items()
 }
 
+DEFAULT_MAX_INPUT_SIZE = 64 * 2**20
+"""The default largest request of every frontend (``--<protocol>-max-input-size``), and so of
+every input tensor decoded from one."""
 _LENGTH_PREFIX = struct.Struct("<I")
 _MAX_ELEMENT_BYTES = 2**32 - 1
 # numpy refuses arrays whose byte size does not fit a signed 64-bit index.

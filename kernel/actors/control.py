@@ -25,7 +25,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_ensembles import EnsembleControl
 from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import validate
-from inferd.kernel.overrides import checked_paths, remove_override_folder, write_override_files
+from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
@@ -326,27 +326,25 @@ class ControlActor(EnsembleControl, Actor):
     async def _load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None
     ) -> None:
-        # Everything about the request is checked before the index or the disk is touched.
+        # The name is checked before anything else, and the override files are written
+        # (every path checked first) before the model has an entry in the index: a refused
+        # request leaves no trace.
         check_model_name(name)
-        if files:
-            if not config_override:
-                raise InvalidArgument(
-                    f"failed to load '{name}': file overrides need a 'config' parameter too"
-                )
-            checked_paths(name, files)
-        model = self._model(name)
-        async with model.lock:
-            override_dir = ""
-            try:
-                if files:
-                    override_dir = write_override_files(name, files, self._override_root)
+        if files and not config_override:
+            raise InvalidArgument(
+                f"failed to load '{name}': file overrides need a 'config' parameter too"
+            )
+        override_dir = write_override_files(name, files, self._override_root) if files else ""
+        try:
+            model = self._model(name)
+            async with model.lock:
                 await self._load_locked(name, model, config_override, override_dir)
-            except BaseException:
-                remove_override_folder(override_dir)
-                raise
-            if model.override_dir != override_dir:
-                remove_override_folder(model.override_dir)
-            model.override_dir = override_dir
+                if model.override_dir != override_dir:
+                    remove_override_folder(model.override_dir)
+                model.override_dir = override_dir
+        except BaseException:
+            remove_override_folder(override_dir)
+            raise
 
     async def _load_locked(
         self, name: str, model: _Model, config_override: str, override_dir: str

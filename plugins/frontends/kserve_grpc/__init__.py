@@ -12,7 +12,8 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE, add_boolean, byte_count
+from inferd.kernel.options import add_boolean, byte_count
+from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 # gRPC holds its message size limits in a C int.
 LARGEST_MAX_INPUT_SIZE = 2**31 - 1

@@ -30,9 +30,9 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.frontend import Frontend
-from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.errors import (
     InferdError,
     Internal,

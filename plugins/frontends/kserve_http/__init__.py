@@ -11,12 +11,12 @@ import argparse
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
 from inferd.kernel.options import (
-    DEFAULT_MAX_INPUT_SIZE,
     add_boolean,
     byte_count,
     positive_count,
     positive_seconds,
 )
+from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 # A head is a few hundred bytes: 10 s is generous even on a congested link. The body timeout
 # bounds the wait for each next piece of a body (not the whole body, whose size is up to

@@ -16,6 +16,10 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from inferd.plugins.frontends.kserve_http import (
+    DEFAULT_BODY_TIMEOUT_SECS,
+    DEFAULT_HEADER_TIMEOUT_SECS,
+)
 from inferd.protocols import kserve_http as codec
 
 # The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
@@ -31,8 +35,8 @@ class HttpLimits:
     """What one connection may take of the server: time for a head and for each next piece
     of a body or of a response the client reads, and how many connections may be open."""
 
-    header_timeout_secs: float = 10.0
-    body_timeout_secs: float = 30.0
+    header_timeout_secs: float = DEFAULT_HEADER_TIMEOUT_SECS
+    body_timeout_secs: float = DEFAULT_BODY_TIMEOUT_SECS
     max_connections: int = 1024
 
     @property

@@ -11,7 +11,8 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE, byte_count
+from inferd.kernel.options import byte_count
+from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 
 @hookimpl

@@ -22,9 +22,9 @@ import anyio.abc
 import zmq
 
 from inferd.kernel.frontend import Frontend
-from inferd.kernel.options import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols import wire
 from inferd.protocols.errors import ErrorCode, InferdError
+from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.zmqio import LoopSocket
 from inferd.protocols.messages import (
     Envelope,
