@@ -17,7 +17,7 @@ import anyio
 
 from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import configure_logging
-from inferd.kernel.options import add_boolean
+from inferd.kernel.options import add_boolean, byte_count
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import StartupFailed, format_table, serve
 from inferd.kernel.settings import Settings
@@ -58,6 +58,15 @@ def _serve_parser(
               "run the executor inside the main process (tiny CPU models)")
     execution.add_argument("--intra-op-threads", type=int, default=defaults.intra_op_threads,
                            help="framework threads per model instance")
+    execution.add_argument(
+        "--executor-shm-threshold", type=byte_count(smallest=0), metavar="BYTES",
+        default=defaults.executor_shm_threshold,
+        help="tensors from this size up cross to and from executor processes in shared"
+             " memory (0: never)")
+    execution.add_argument(
+        "--executor-shm-capacity", type=byte_count(), metavar="BYTES",
+        default=defaults.executor_shm_capacity,
+        help="shared memory each process of the server may hold for those tensors")
     execution.add_argument("--exit-timeout-secs", type=float, default=defaults.exit_timeout_secs)
     parser.add_argument("--log-verbose", type=int, default=0)
     plugins.add_options(parser)
@@ -99,6 +108,8 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         cpu_executors=args.cpu_executors,
         executor_inline=args.executor_inline,
         intra_op_threads=args.intra_op_threads,
+        executor_shm_threshold=args.executor_shm_threshold,
+        executor_shm_capacity=args.executor_shm_capacity,
         options={k: v for k, v in vars(args).items() if k not in known},
         log_verbose=args.log_verbose,
     )
@@ -110,6 +121,7 @@ _SERVE_FIELDS = {
     "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
     "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",
     "metrics_port", "cpu_executors", "executor_inline", "intra_op_threads", "log_verbose",
+    "executor_shm_threshold", "executor_shm_capacity",
 }
 
 

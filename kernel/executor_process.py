@@ -5,7 +5,8 @@ It builds the process's router, connects the uplink to the main process's hub, r
 (``Shutdown``, after unloading its models) or when the main process disappears, so no executor
 outlives its server. The pool starts it in a session of its own, so a Ctrl-C in a terminal (or
 ``timeout`` signalling a process group) reaches only the main process, which shuts down in
-order.
+order. When the main process has died, it unlinks the server's shared memory segments on its
+way out.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import os
 import anyio
 import zmq
 
+from inferd.kernel import link_memory
 from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.logs import configure_logging
 from inferd.kernel.plugins import Plugins
-from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.protocols.messages import ExecutorHello
 
 POOL_ADDRESS = "executors"
@@ -39,7 +41,12 @@ async def serve(name: str, hub: str, options: dict[str, object], parent_pid: int
     backends = Plugins.load().backends()
     context = zmq.Context()
     router = Router(name)
-    link = ProcessLink.uplink(router, context, hub, name)
+    memory = LinkMemory(
+        parent_pid,
+        threshold=int(options.get("link_shm_threshold", link_memory.DEFAULT_THRESHOLD)),
+        capacity=int(options.get("link_shm_capacity", link_memory.DEFAULT_CAPACITY)),
+    )
+    link = ProcessLink.uplink(router, context, hub, name, memory)
     actor = ExecutorActor(router, name, backends, options)
     try:
         async with anyio.create_task_group() as tasks:
@@ -53,6 +60,8 @@ async def serve(name: str, hub: str, options: dict[str, object], parent_pid: int
     finally:
         link.close()
         context.term()
+        if os.getppid() != parent_pid:  # the server died: nobody else will unlink its segments
+            link_memory.remove_server_segments(parent_pid)
 
 
 def main(argv: list[str] | None = None) -> None:

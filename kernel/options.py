@@ -30,13 +30,15 @@ def add_boolean(parser: Any, name: str, default: bool, help: str) -> None:
                         metavar="BOOL", help=f"{help} (default {str(default).lower()})")
 
 
-def byte_count(largest: int | None = None) -> Callable[[str], int]:
-    """An argparse ``type`` for a positive number of bytes, at most ``largest`` if given."""
+def byte_count(largest: int | None = None, *, smallest: int = 1) -> Callable[[str], int]:
+    """An argparse ``type`` for a number of bytes from ``smallest`` (1 unless given) up to
+    ``largest`` if given."""
 
     def parse(text: str) -> int:
-        value = int(text) if text.strip().isascii() and text.strip().isdigit() else 0
-        if value <= 0 or (largest is not None and value > largest):
-            bound = f" from 1 to {largest}" if largest is not None else " above 0"
+        value = int(text) if text.strip().isascii() and text.strip().isdigit() else -1
+        if value < smallest or (largest is not None and value > largest):
+            bound = (f" from {smallest} to {largest}" if largest is not None
+                     else f" of at least {smallest}")
             raise argparse.ArgumentTypeError(f"expected a number of bytes{bound}, got {text!r}")
         return value
 

@@ -47,7 +47,7 @@ def remove_stale_run_folders(parent: str | Path) -> list[Path]:
         found = _RUN_FOLDER.fullmatch(entry.name)
         if found is None or not _owned_folder(entry):
             continue
-        if _alive(int(found.group(1))):
+        if process_alive(int(found.group(1))):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
@@ -62,7 +62,8 @@ def _owned_folder(entry: os.DirEntry[str]) -> bool:
     return entry.is_dir(follow_symlinks=False) and info.st_uid == os.getuid()
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` names a live process (of any user)."""
     if pid <= 0:
         return False
     try:

@@ -11,6 +11,7 @@ process exits 0. This module owns ordering only; each actor owns its own work.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 import anyio
 import zmq
 
+from inferd.kernel import link_memory
 from inferd.kernel.actors.control import ControlActor
 from inferd.kernel.actors.executors import ExecutorPoolActor
 from inferd.kernel.actors.repository import RepositoryActor
@@ -25,7 +27,7 @@ from inferd.kernel.actors.scheduler import SchedulerActor
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.plugins import Plugins
-from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
 from inferd.protocols.messages import (
@@ -64,7 +66,15 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     context = zmq.Context()
     run_folder = create_run_folder()
     hub = f"ipc://{run_folder / HUB_SOCKET}"
-    link = None if settings.executor_inline else ProcessLink.hub(router, context, hub)
+    removed = link_memory.remove_stale()
+    if removed:
+        log.info("removed %d shared memory segment(s) left by servers that died", len(removed))
+    memory = LinkMemory(
+        os.getpid(),
+        threshold=settings.executor_shm_threshold,
+        capacity=settings.executor_shm_capacity,
+    )
+    link = None if settings.executor_inline else ProcessLink.hub(router, context, hub, memory)
     repository = RepositoryActor(
         router, settings.model_repositories, backends,
         auto_complete=not settings.disable_auto_complete_config,
@@ -97,6 +107,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
             link.close()
         context.term()
         shutil.rmtree(run_folder, ignore_errors=True)
+        link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
 
 
 async def _start_frontends(

@@ -32,6 +32,10 @@ class Settings:
     cpu_executors: int = 1
     executor_inline: bool = False
     intra_op_threads: int = 1
+    # Tensors from this many bytes up cross between the processes in shared memory (0: never),
+    # at most ``executor_shm_capacity`` bytes of segments per process (inferd.kernel.link_memory).
+    executor_shm_threshold: int = 64 * 1024
+    executor_shm_capacity: int = 256 * 1024 * 1024
     backend_options: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     log_verbose: int = 0

@@ -305,6 +305,15 @@ class ExecutorHello(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseSegments(Message):
+    """Process link -> process link: the receiver of these shared memory segments holds no
+    view of them any more; their owner may reuse them. Handled by the links themselves,
+    never by an actor."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class LoadVersion(Message):
     """Control -> executor: load one version of a model with ``instance_count`` instances.
     ``config`` is a serialized ModelConfig; ``load_id`` names this load, so a reload can

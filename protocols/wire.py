@@ -4,7 +4,10 @@ Frames are ``[VERSION, header, *buffers]``. The header is msgpack of ``(msg_id, 
 dst, reply_to, deadline, trace, body)``, where ``body`` holds the message's field values in
 declaration order. A ``Tensor`` anywhere in a message is packed as an ExtType holding
 ``(name, datatype, shape, buffer_index)`` and its bytes travel as a buffer frame of their own,
-never copied on either side; a nested message is an ExtType holding ``(kind, *values)``. The
+never copied on either side, unless the transport takes it (``spill``): the descriptor then
+holds the transport's reference in place of the buffer index, and the receiving transport
+turns it back into a buffer (``unspill``), as the process link does with shared memory. A
+nested message is an ExtType holding ``(kind, *values)``. The
 codec is generic over ``MESSAGE_KINDS`` and checks each decoded field against the kind's type
 hints, so a peer can never hand the kernel a message of the wrong shape. msgpack arrays decode
 as tuples, so a list inside a ``dict`` value comes back as a tuple. Anything malformed raises
@@ -41,6 +44,11 @@ _PACKER_BUFFER_BYTES = 4096
 _MAX_NESTING = 32
 
 _Check = Callable[[Any], bool]
+# The transport's hooks for large tensors: ``Spill`` takes a tensor's bytes and returns a
+# small reference (any plain msgpack value but an int), or None to send them as a frame;
+# ``Unspill`` turns such a reference back into a buffer.
+Spill = Callable[["memoryview | bytes"], Any]
+Unspill = Callable[[Any], Any]
 
 
 # ------------------------------------------------------------------- per-kind field tables
@@ -182,20 +190,24 @@ class _Encoder:
     reference cycle, which would keep every tensor alive until the garbage collector runs.
     """
 
-    __slots__ = ("depth", "descriptor_packer", "frames")
+    __slots__ = ("depth", "descriptor_packer", "frames", "spill")
 
-    def __init__(self) -> None:
+    def __init__(self, spill: Spill | None) -> None:
         self.frames: list[bytes | memoryview] = [VERSION, b""]
+        self.spill = spill
         # Descriptors hold only plain values, so one packer serves them all without reentry.
         self.descriptor_packer = _packer(_plain_scalar)
         self.depth = 0
 
     def pack_extension(self, value: Any) -> Any:
         if type(value) is Tensor:
-            frames = self.frames
-            frames.append(tensor_to_buffer(value))
-            index = len(frames) - _BUFFERS_START - 1
-            descriptor = (value.name, value.datatype, value.shape, index)
+            buffer = tensor_to_buffer(value)
+            where = None if self.spill is None else self.spill(buffer)
+            if where is None:
+                frames = self.frames
+                frames.append(buffer)
+                where = len(frames) - _BUFFERS_START - 1
+            descriptor = (value.name, value.datatype, value.shape, where)
             return msgpack.ExtType(_TENSOR_EXT, self.descriptor_packer.pack(descriptor))
         if isinstance(value, Message):
             codec = _codec_for_instance(value)
@@ -211,9 +223,10 @@ class _Encoder:
         return _plain_scalar(value)
 
 
-def encode(envelope: Envelope) -> list[bytes | memoryview]:
+def encode(envelope: Envelope, spill: Spill | None = None) -> list[bytes | memoryview]:
     """``[VERSION, header, *buffers]``; tensor buffers are views of the tensors' arrays,
-    which must therefore stay unchanged until the frames are sent."""
+    which must therefore stay unchanged until the frames are sent. ``spill`` may take any
+    tensor's bytes instead of a buffer frame."""
     body = envelope.body
     codec = _codec_for_instance(body)
     header = (
@@ -226,7 +239,7 @@ def encode(envelope: Envelope) -> list[bytes | memoryview]:
         envelope.trace,
         codec.values_of(body),
     )
-    encoder = _Encoder()
+    encoder = _Encoder(spill)
     try:
         encoder.frames[1] = _packer(encoder.pack_extension).pack(header)
     except (TypeError, ValueError, OverflowError) as error:
@@ -265,10 +278,11 @@ class _Decoder:
     may be large and must be released as soon as decoding ends.
     """
 
-    __slots__ = ("buffer_count", "depth", "frames")
+    __slots__ = ("buffer_count", "depth", "frames", "unspill")
 
-    def __init__(self, frames: Sequence[Any]) -> None:
+    def __init__(self, frames: Sequence[Any], unspill: Unspill | None) -> None:
         self.frames = frames
+        self.unspill = unspill
         self.buffer_count = len(frames) - _BUFFERS_START
         self.depth = 0
 
@@ -280,12 +294,19 @@ class _Decoder:
             name, datatype, shape, index = descriptor
             if type(name) is not str or type(datatype) is not str or type(shape) is not tuple:
                 raise InvalidArgument("malformed tensor descriptor in the header")
-            if type(index) is not int or not 0 <= index < self.buffer_count:
+            if type(index) is not int:
+                if self.unspill is None:
+                    raise InvalidArgument(
+                        f"tensor '{name}' refers to {index!r}, which this transport cannot read"
+                    )
+                buffer = self.unspill(index)
+            elif not 0 <= index < self.buffer_count:
                 raise InvalidArgument(
                     f"tensor '{name}' refers to buffer {index!r} but the message has "
                     f"{self.buffer_count} buffers"
                 )
-            buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
+            else:
+                buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
             return tensor_from_buffer(name, datatype, shape, buffer)
         if code == _MESSAGE_EXT:
             if self.depth >= _MAX_NESTING:
@@ -301,17 +322,18 @@ class _Decoder:
         raise InvalidArgument(f"unknown extension type {code} in the header")
 
 
-def decode(frames: Sequence[Any]) -> Envelope:
+def decode(frames: Sequence[Any], unspill: Unspill | None = None) -> Envelope:
     """The envelope ``encode`` produced. Frames may be ``bytes``, ``memoryview`` or objects
     with a ``.buffer`` (zmq frames received with ``copy=False``); tensors are numpy views
-    of their frames (read-only when the frame is)."""
+    of their frames (read-only when the frame is), or of what ``unspill`` returns for a
+    tensor the sender's transport took."""
     if len(frames) < _BUFFERS_START:
         raise InvalidArgument(f"a kernel message needs at least 2 frames, got {len(frames)}")
     version = _frame_buffer(frames[0])
     if version != VERSION:
         shown = bytes(version[:4]) if isinstance(version, (bytes, memoryview)) else version
         raise InvalidArgument(f"unsupported wire version {shown!r}, expected {VERSION!r}")
-    decoder = _Decoder(frames)
+    decoder = _Decoder(frames, unspill)
     try:
         header = msgpack.unpackb(
             _frame_buffer(frames[1]), use_list=False, ext_hook=decoder.unpack_extension

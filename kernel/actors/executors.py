@@ -75,7 +75,11 @@ class ExecutorPoolActor(Actor):
         self._loads: dict[int, str] = {}
         self._abandoned: set[int] = set()
         self._stopping = False
-        self._options = {"intra_op_threads": settings.intra_op_threads}
+        self._options = {
+            "intra_op_threads": settings.intra_op_threads,
+            "link_shm_threshold": settings.executor_shm_threshold,
+            "link_shm_capacity": settings.executor_shm_capacity,
+        }
 
     # ------------------------------------------------------------------ lifecycle
 

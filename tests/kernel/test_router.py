@@ -3,6 +3,7 @@ typed errors, deadlines, dead peers, unknown kinds, and a receive loop that neve
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import zmq
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.protocols.errors import (
     ActorGone,
     DeadlineExceeded,
@@ -135,7 +136,7 @@ async def linked(tmp_path: Path) -> AsyncIterator[tuple[Router, Router, ProcessL
     endpoint = f"ipc://{tmp_path}/hub"
     hub, peer = Router("main"), Router("peer/one")
     hub_link = ProcessLink.hub(hub, context, endpoint)
-    peer_link = ProcessLink.uplink(peer, context, endpoint, "peer/one")
+    peer_link = ProcessLink.uplink(peer, context, endpoint, "peer/one", LinkMemory(os.getpid()))
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(hub_link.run)
