@@ -6,7 +6,9 @@ keep waiting, and ``wake_at`` says when waiting ends. It follows Triton's dynami
 requests are taken in arrival order up to ``max_batch_size`` batch elements, never mixing
 requests whose non-batch dimensions differ; a batch goes at once when it reaches a preferred
 size (or the maximum), otherwise when its oldest request has waited
-``max_queue_delay_microseconds``. Without dynamic batching every request runs alone. No I/O.
+``max_queue_delay_microseconds``. Without dynamic batching every request runs alone.
+``complete(queue)`` says whether the head batch could still grow, for a scheduler deciding
+whether to send it to an instance that is still busy. No I/O.
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ class DynamicBatcher:
         if full or now_ns - queue[0].enqueued_ns >= self.max_queue_delay_ns:
             return count
         return 0
+
+    def complete(self, queue: Sequence[Pending]) -> bool:
+        """Whether the batch at the head of ``queue`` cannot grow by waiting: it is full or
+        at a preferred size, the next request cannot join it, or nothing is batched."""
+        if not self.enabled or self.max_batch_size <= 1:
+            return True
+        count, total = self._candidate(queue)
+        return (count < len(queue) or total >= self.max_batch_size
+                or total in self.preferred_batch_sizes)
 
     def wake_at(self, queue: Sequence[Pending]) -> int | None:
         """When a batch held back by ``take`` must go anyway (monotonic ns)."""

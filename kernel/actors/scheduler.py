@@ -59,8 +59,9 @@ log = logging.getLogger(__name__)
 IDLE_POLL_SECS = 0.01
 # An instance gets its next batch while it still runs one: the executor queues it behind the
 # running one (never running both at once), so the instance is not idle for the round trip
-# between the processes. Deeper would only make queued requests wait in the executor instead
-# of here, where they can still join a larger batch.
+# between the processes. Only a batch that cannot grow goes early, though (a model without
+# dynamic batching, or a full batch): any other waits here, where requests arriving while the
+# instance is busy still join it. Deeper would only make requests wait in the executor.
 BATCHES_IN_FLIGHT_PER_INSTANCE = 2
 SHUTTING_DOWN = "server is shutting down"
 
@@ -398,6 +399,8 @@ class SchedulerActor(Actor):
             slot = min(version.slots, key=_load_of, default=None)
             if slot is None or slot.in_flight >= BATCHES_IN_FLIGHT_PER_INSTANCE:
                 break
+            if slot.in_flight and not version.batcher.complete(version.queue):
+                break  # the batch grows here until an instance is free
             count = version.batcher.take(version.queue, time.perf_counter_ns())
             if count == 0:
                 self._wake_later(version)

@@ -32,7 +32,8 @@ def test_waits_for_the_delay_then_sends_what_it_has() -> None:
 
 
 def test_sends_at_once_on_a_preferred_size_or_the_maximum() -> None:
-    preferred = DynamicBatcher(max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_ns=DELAY)
+    preferred = DynamicBatcher(max_batch_size=8, preferred_batch_sizes=(4,),
+                               max_queue_delay_ns=DELAY)
     assert preferred.take([Item(batch_size=2), Item(batch_size=2)], now_ns=0) == 2
     assert preferred.take([Item(batch_size=2), Item(batch_size=1)], now_ns=0) == 0
     full = DynamicBatcher(max_batch_size=4, max_queue_delay_ns=DELAY)
@@ -49,3 +50,13 @@ def test_never_exceeds_max_batch_size_and_never_mixes_shapes() -> None:
 def test_zero_delay_sends_whatever_is_queued() -> None:
     batcher = DynamicBatcher(max_batch_size=8)
     assert batcher.take([Item(), Item(), Item()], now_ns=0) == 3
+
+
+def test_complete_says_whether_waiting_could_grow_the_head_batch() -> None:
+    batcher = DynamicBatcher(max_batch_size=4, preferred_batch_sizes=(3,))
+    assert not batcher.complete([Item()])  # one more could join
+    assert batcher.complete([Item(batch_size=3)])  # a preferred size
+    assert batcher.complete([Item(batch_size=2), Item(batch_size=2)])  # full
+    assert batcher.complete([Item(), Item(shape_key=((8,),))])  # the next cannot join
+    assert DynamicBatcher(max_batch_size=4, enabled=False).complete([Item()])
+    assert DynamicBatcher(max_batch_size=1).complete([Item()])
