@@ -2,9 +2,12 @@
 
 The script sets up, in ``bench/.peers/`` (git-ignored): ``perf_analyzer`` (as
 ``bench_kserve.py`` does), real Triton from the ``nvidia-pytriton==0.7.0`` wheel in a venv of
-its own (``bench/.peers/triton``: tritonserver 2.51 with only the python backend), and a
-twin repository (``bench/.peers/triton-models``) generated from ``model_repository/``: for
-``simple``, ``mlp`` and ``identity_fp32`` the same ``config.pbtxt`` with ``backend: "python"``
+its own (``bench/.peers/triton``: tritonserver 2.51 with only the python backend), the
+models measured (``bench/.peers/inferd-models``: ``simple`` and ``identity_fp32`` as in
+``model_repository/``, and ``mlp`` as the issue measures it, FP32 x[1024] through four Gemm
+1024x1024, written by ``model_repository/generate.py``), and a twin repository
+(``bench/.peers/triton-models``) generated from it: for ``simple``, ``mlp`` and
+``identity_fp32`` the same ``config.pbtxt`` with ``backend: "python"``
 for the platform, inputs and outputs written out where inferd auto-completes them from the
 graph, and one instance on the CPU (inferd's default), next to a copy of the same
 ``model.onnx`` and ``bench/peer_models/onnx_twin.py`` as ``model.py``, which runs the graph
@@ -43,6 +46,7 @@ Compare only numbers from one run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -65,8 +69,10 @@ import serving
 from bench_kserve import Baseline, Measurement, PerfAnalyzer, load_average, number, step
 
 ROOT = bench_kserve.ROOT
-REPOSITORY = bench_kserve.REPOSITORY
 PEERS = ROOT / "bench" / ".peers"
+# The examples the points measure, with the issue's wide ``mlp`` (model_repository/generate.py's
+# BENCH_MODELS), written here on every run: inferd, the twins and the baselines all read it.
+REPOSITORY = PEERS / "inferd-models"
 TRITON_VENV = PEERS / "triton"
 TWIN_REPOSITORY = PEERS / "triton-models"
 TWIN_MODEL = ROOT / "bench" / "peer_models" / "onnx_twin.py"
@@ -197,8 +203,20 @@ def tensor_block(kind: str, tensors: Sequence[onnxruntime.NodeArg], batched: boo
     return [f"{kind} [", ",\n".join(entries), "]"]
 
 
+def generate_bench_models() -> None:
+    specification = importlib.util.spec_from_file_location(
+        "generate", bench_kserve.REPOSITORY / "generate.py")
+    assert specification is not None and specification.loader is not None
+    generate = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(generate)
+    rows = generate.generate(REPOSITORY, generate.BENCH_MODELS)
+    written = sum(1 for _, _, status in rows if status == "written")
+    step(f"bench repository: {REPOSITORY.relative_to(ROOT)} ({', '.join(MODELS)}; "
+         f"{written} file(s) written, mlp is x[1024] through 4 Gemm 1024x1024)")
+
+
 def generate_twins() -> None:
-    """The twin repository, rewritten from model_repository/ on every run."""
+    """The twin repository, rewritten from the bench repository on every run."""
     shutil.rmtree(TWIN_REPOSITORY, ignore_errors=True)
     for model in MODELS:
         version = TWIN_REPOSITORY / model / "1"
@@ -589,6 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         tool = bench_kserve.setup_perf_analyzer(args.skip_setup)
+        generate_bench_models()
         triton = None
         if "triton" in args.only:
             triton = setup_triton(args.skip_setup)

@@ -225,6 +225,34 @@ def refinenet_model() -> onnx.ModelProto:
     return _model(graph)
 
 
+def wide_mlp_model(features: int = 1024, layers: int = 4) -> onnx.ModelProto:
+    """The benchmarks' ``mlp``: x [batch, 1024] -> 4 Gemm 1024x1024, a Relu between each ->
+    y [batch, 1024]. Its 16 MiB of weights are too big to keep here: ``bench/bench_peers.py``
+    writes it into its own repository (``BENCH_MODELS``), under the name and config of ``mlp``."""
+    rng = np.random.default_rng(1)
+    nodes, initializers = [], []
+    current = "x"
+    for layer in range(layers):
+        weights = (rng.standard_normal((features, features)) / np.sqrt(features)).astype(
+            np.float32)
+        bias = np.zeros(features, np.float32)
+        initializers += [numpy_helper.from_array(weights, f"w{layer}"),
+                         numpy_helper.from_array(bias, f"b{layer}")]
+        output = "y" if layer == layers - 1 else f"h{layer}"
+        nodes.append(helper.make_node("Gemm", [current, f"w{layer}", f"b{layer}"], [output]))
+        if layer < layers - 1:
+            nodes.append(helper.make_node("Relu", [output], [f"a{layer}"]))
+            current = f"a{layer}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])],
+        initializer=initializers,
+    )
+    return _model(graph)
+
+
 MODELS: dict[str, tuple[str, Callable[[], onnx.ModelProto]]] = {
     "simple": (SIMPLE_CONFIG, simple_model),
     "mlp": (MLP_CONFIG, mlp_model),
@@ -246,10 +274,22 @@ def write_if_changed(path: Path, content: bytes) -> str:
     return "written"
 
 
-def generate(repository: Path = REPOSITORY) -> list[tuple[str, int, str]]:
-    """Write every example model; return (relative path, size in bytes, what happened) rows."""
+# The benchmarks' repository: the examples they measure, with the wide ``mlp``.
+BENCH_MODELS: dict[str, tuple[str, Callable[[], onnx.ModelProto]]] = {
+    "simple": MODELS["simple"],
+    "mlp": (MLP_CONFIG, wide_mlp_model),
+    "identity_fp32": MODELS["identity_fp32"],
+}
+
+
+def generate(
+    repository: Path = REPOSITORY,
+    models: dict[str, tuple[str, Callable[[], onnx.ModelProto]]] = MODELS,
+) -> list[tuple[str, int, str]]:
+    """Write ``models`` (every example model unless told); return (relative path, size in
+    bytes, what happened) rows."""
     rows = []
-    for name, (config_text, build) in MODELS.items():
+    for name, (config_text, build) in models.items():
         files = {
             repository / name / "config.pbtxt": config_text.encode("utf-8"),
             repository / name / "1" / "model.onnx": build().SerializeToString(),
