@@ -20,7 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INLINE_BELOW_NS = 150_000
+RECENT_RUNS = 16
 SCHEDULER_ADDRESS = "scheduler"
 
 
@@ -60,7 +62,9 @@ class _LoadedInstance:
     thread: ThreadPoolExecutor  # one worker: batches run one after another, in order
     load_id: int
     queued: int = 0  # calls submitted to the thread and not finished
-    typical_ns: float | None = None  # moving average of execute's duration
+    # execute's durations of late: the fastest says what the model costs, as a busy machine
+    # only ever makes a run slower (descheduled mid-run, waiting for the GIL)
+    recent_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))
 
     async def run(self, function: Callable[[], T]) -> T:
         self.queued += 1
@@ -71,12 +75,10 @@ class _LoadedInstance:
 
     def runs_inline(self) -> bool:
         return (self.instance.runs_on_event_loop and self.queued == 0
-                and self.typical_ns is not None
-                and self.typical_ns < INLINE_BELOW_NS)
+                and len(self.recent_ns) > 0 and min(self.recent_ns) < INLINE_BELOW_NS)
 
     def observe(self, duration_ns: int) -> None:
-        previous = self.typical_ns
-        self.typical_ns = duration_ns if previous is None else 0.8 * previous + 0.2 * duration_ns
+        self.recent_ns.append(duration_ns)
 
 
 @dataclass(slots=True)
@@ -217,32 +219,61 @@ class ExecutorActor(Actor):
 
     # ------------------------------------------------------------------ inference
 
+    def accept(self, envelope: Envelope) -> None:
+        """A batch for an instance that runs on the loop is run right here, its reply sent
+        before the next message is read: no task, no hand-off. Everything else, as any actor."""
+        batch = envelope.body
+        if type(batch) is InferBatch:
+            slot = self._instances.get(batch.instance)
+            if slot is not None and slot.runs_inline():
+                self.router.reply(envelope, _batch_result(batch, slot, _execute(slot, batch)))
+                return
+        super().accept(envelope)
+
     async def on_infer_batch(self, batch: InferBatch, envelope: Envelope) -> BatchResult:
         slot = self._instances.get(batch.instance)
         if slot is None:
             raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
-
-        def execute() -> tuple[list[InferResponse | InferdError], tuple[int, int, int]]:
-            started = time.perf_counter_ns()
-            slot.instance.phase_ns = None
-            results = slot.instance.execute(batch.requests)
-            total = time.perf_counter_ns() - started
-            return results, slot.instance.phase_ns or (0, total, 0)
-
         try:
-            results, compute_ns = execute() if slot.runs_inline() else await slot.run(execute)
-            slot.observe(sum(compute_ns))
-        except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
-            log.exception("instance %d of %s failed", batch.instance, batch.model)
-            failure = Failure("INTERNAL", f"{type(error).__name__}: {error}")
-            return BatchResult(tuple(failure for _ in batch.requests))
-        if len(results) != len(batch.requests):
-            failure = Failure(
-                "INTERNAL",
-                f"backend returned {len(results)} responses for {len(batch.requests)} requests",
-            )
-            return BatchResult(tuple(failure for _ in batch.requests))
-        return BatchResult(tuple(_as_reply(result) for result in results), compute_ns)
+            outcome: _Outcome | BaseException = await slot.run(lambda: _execute(slot, batch))
+        except Exception as error:  # noqa: BLE001 - _execute catches what execute raises
+            outcome = error
+        return _batch_result(batch, slot, outcome)
+
+
+_Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int]]
+
+
+def _execute(slot: _LoadedInstance, batch: InferBatch) -> _Outcome | BaseException:
+    """Run ``batch`` on its instance: the results with (input, infer, output) nanoseconds, or
+    the exception the backend raised."""
+    started = time.perf_counter_ns()
+    instance = slot.instance
+    instance.phase_ns = None
+    try:
+        results = instance.execute(batch.requests)
+    except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
+        return error
+    total = time.perf_counter_ns() - started
+    return results, instance.phase_ns or (0, total, 0)
+
+
+def _batch_result(
+    batch: InferBatch, slot: _LoadedInstance, outcome: _Outcome | BaseException
+) -> BatchResult:
+    if isinstance(outcome, BaseException):
+        log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=outcome)
+        failure = Failure("INTERNAL", f"{type(outcome).__name__}: {outcome}")
+        return BatchResult(tuple(failure for _ in batch.requests))
+    results, compute_ns = outcome
+    slot.observe(sum(compute_ns))
+    if len(results) != len(batch.requests):
+        failure = Failure(
+            "INTERNAL",
+            f"backend returned {len(results)} responses for {len(batch.requests)} requests",
+        )
+        return BatchResult(tuple(failure for _ in batch.requests))
+    return BatchResult(tuple(_as_reply(result) for result in results), compute_ns)
 
 
 def _as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:
