@@ -7,9 +7,11 @@ declaration order. A ``Tensor`` anywhere in a message is packed as an ExtType ho
 never copied on either side, unless the transport takes it (``spill``): the descriptor then
 holds the transport's reference in place of the buffer index, and the receiving transport
 turns it back into a buffer (``unspill``), as the process link does with shared memory. A
-nested message is an ExtType holding ``(kind, *values)``. The
-codec is generic over ``MESSAGE_KINDS`` and checks each decoded field against the kind's type
-hints, so a peer can never hand the kernel a message of the wrong shape. msgpack arrays decode
+nested message is an ExtType holding ``(kind, *values)``. The two kinds of every batch,
+``InferBatch`` and ``BatchResult``, travel flat instead (``flat:<kind>``: plain nested arrays,
+one pack and one unpack; see "flat kinds" below). The codec is generic over
+``MESSAGE_KINDS`` and checks each decoded field against the kind's type hints (the flat kinds
+by hand), so a peer can never hand the kernel a message of the wrong shape. msgpack arrays decode
 as tuples, so a list inside a ``dict`` value comes back as a tuple. Anything malformed raises
 ``InvalidArgument``. Pure: this module never touches sockets (routing frames are the
 transport's business).
@@ -29,7 +31,17 @@ import msgpack
 import numpy as np
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.messages import MESSAGE_KINDS, Envelope, Message, Tensor
+from inferd.protocols.messages import (
+    MESSAGE_KINDS,
+    BatchResult,
+    Envelope,
+    Failure,
+    InferBatch,
+    InferRequest,
+    InferResponse,
+    Message,
+    Tensor,
+)
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
 
 VERSION = b"\x01"
@@ -199,15 +211,19 @@ class _Encoder:
         self.descriptor_packer = _packer(_plain_scalar)
         self.depth = 0
 
+    def describe(self, tensor: Tensor) -> tuple[str, str, tuple[int, ...], Any]:
+        """The tensor's descriptor, its bytes taken as a buffer frame (or by ``spill``)."""
+        buffer = tensor_to_buffer(tensor)
+        where = None if self.spill is None else self.spill(buffer)
+        if where is None:
+            frames = self.frames
+            frames.append(buffer)
+            where = len(frames) - _BUFFERS_START - 1
+        return (tensor.name, tensor.datatype, tensor.shape, where)
+
     def pack_extension(self, value: Any) -> Any:
         if type(value) is Tensor:
-            buffer = tensor_to_buffer(value)
-            where = None if self.spill is None else self.spill(buffer)
-            if where is None:
-                frames = self.frames
-                frames.append(buffer)
-                where = len(frames) - _BUFFERS_START - 1
-            descriptor = (value.name, value.datatype, value.shape, where)
+            descriptor = self.describe(value)
             return msgpack.ExtType(_TENSOR_EXT, self.descriptor_packer.pack(descriptor))
         if isinstance(value, Message):
             codec = _codec_for_instance(value)
@@ -228,22 +244,23 @@ def encode(envelope: Envelope, spill: Spill | None = None) -> list[bytes | memor
     which must therefore stay unchanged until the frames are sent. ``spill`` may take any
     tensor's bytes instead of a buffer frame."""
     body = envelope.body
-    codec = _codec_for_instance(body)
-    header = (
-        envelope.msg_id,
-        codec.kind.__name__,
-        envelope.src,
-        envelope.dst,
-        envelope.reply_to,
-        envelope.deadline,
-        envelope.trace,
-        codec.values_of(body),
-    )
-    encoder = _Encoder(spill)
+    kind = type(body).__name__
     try:
+        flat = _FLAT_ENCODERS.get(type(body))
+        if flat is not None:
+            encoder = _Encoder(spill)
+            values = flat(encoder, body)
+            if values is not None:
+                header = (envelope.msg_id, _FLAT_PREFIX + kind, envelope.src, envelope.dst,
+                          envelope.reply_to, envelope.deadline, envelope.trace, values)
+                encoder.frames[1] = encoder.descriptor_packer.pack(header)
+                return encoder.frames
+        encoder = _Encoder(spill)  # a fresh one: a flat attempt may have taken frames
+        header = (envelope.msg_id, kind, envelope.src, envelope.dst, envelope.reply_to,
+                  envelope.deadline, envelope.trace, _codec_for_instance(body).values_of(body))
         encoder.frames[1] = _packer(encoder.pack_extension).pack(header)
     except (TypeError, ValueError, OverflowError) as error:
-        raise InvalidArgument(f"cannot encode {codec.kind.__name__}: {error}") from None
+        raise InvalidArgument(f"cannot encode {kind}: {error}") from None
     return encoder.frames
 
 
@@ -288,26 +305,7 @@ class _Decoder:
 
     def unpack_extension(self, code: int, data: bytes) -> Any:
         if code == _TENSOR_EXT:
-            descriptor = msgpack.unpackb(data, use_list=False)
-            if type(descriptor) is not tuple or len(descriptor) != 4:
-                raise InvalidArgument("malformed tensor descriptor in the header")
-            name, datatype, shape, index = descriptor
-            if type(name) is not str or type(datatype) is not str or type(shape) is not tuple:
-                raise InvalidArgument("malformed tensor descriptor in the header")
-            if type(index) is not int:
-                if self.unspill is None:
-                    raise InvalidArgument(
-                        f"tensor '{name}' refers to {index!r}, which this transport cannot read"
-                    )
-                buffer = self.unspill(index)
-            elif not 0 <= index < self.buffer_count:
-                raise InvalidArgument(
-                    f"tensor '{name}' refers to buffer {index!r} but the message has "
-                    f"{self.buffer_count} buffers"
-                )
-            else:
-                buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
-            return tensor_from_buffer(name, datatype, shape, buffer)
+            return self.tensor(msgpack.unpackb(data, use_list=False))
         if code == _MESSAGE_EXT:
             if self.depth >= _MAX_NESTING:
                 raise InvalidArgument(f"messages are nested more than {_MAX_NESTING} deep")
@@ -320,6 +318,160 @@ class _Decoder:
                 raise InvalidArgument("malformed nested message in the header")
             return _build_message(nested[0], nested[1:])
         raise InvalidArgument(f"unknown extension type {code} in the header")
+
+    def tensor(self, descriptor: Any) -> Tensor:
+        """The tensor a ``(name, datatype, shape, where)`` descriptor stands for."""
+        if type(descriptor) is not tuple or len(descriptor) != 4:
+            raise InvalidArgument("malformed tensor descriptor in the header")
+        name, datatype, shape, index = descriptor
+        if type(name) is not str or type(datatype) is not str or type(shape) is not tuple:
+            raise InvalidArgument("malformed tensor descriptor in the header")
+        if type(index) is not int:
+            if self.unspill is None:
+                raise InvalidArgument(
+                    f"tensor '{name}' refers to {index!r}, which this transport cannot read"
+                )
+            buffer = self.unspill(index)
+        elif not 0 <= index < self.buffer_count:
+            raise InvalidArgument(
+                f"tensor '{name}' refers to buffer {index!r} but the message has "
+                f"{self.buffer_count} buffers"
+            )
+        else:
+            buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
+        return tensor_from_buffer(name, datatype, shape, buffer)
+
+    def tensors(self, descriptors: Any) -> tuple[Tensor, ...]:
+        if type(descriptors) is not tuple:
+            raise InvalidArgument("malformed tensor list in the header")
+        return tuple(map(self.tensor, descriptors))
+
+
+# ------------------------------------------------------------------------------ flat kinds
+#
+# ``InferBatch`` and ``BatchResult`` cross the executor link once per batch, so they skip the
+# generic walk (a nested packer and an ExtType per request and per tensor, each unpacked by a
+# hook): their values are packed as plain nested arrays in one call and rebuilt by hand, with
+# the same checks, from one unpack. The header names them ``flat:<kind>``; one whose
+# parameters hold more than plain values (a tensor, a message, an array) takes the generic
+# layout under its own name. The layouts follow the dataclasses' field order, which the
+# assertions below pin: a field added to one of these kinds must be added here too.
+
+_FLAT_PREFIX = "flat:"
+_PLAIN_PARAMETER = frozenset({str, int, float, bool, bytes, type(None)})
+
+_REQUEST_FIELDS = ("model", "inputs", "version", "id", "outputs", "parameters", "priority",
+                   "timeout_us")
+_RESPONSE_FIELDS = ("model", "version", "outputs", "id", "parameters")
+assert _CODECS_BY_CLASS[InferRequest].field_names == _REQUEST_FIELDS
+assert _CODECS_BY_CLASS[InferResponse].field_names == _RESPONSE_FIELDS
+assert _CODECS_BY_CLASS[InferBatch].field_names == ("model", "version", "instance", "requests")
+assert _CODECS_BY_CLASS[BatchResult].field_names == ("results", "compute_ns")
+assert _CODECS_BY_CLASS[Failure].field_names == ("code", "message")
+
+
+def _plain(parameters: dict[str, Any]) -> bool:
+    return not parameters or all(type(v) in _PLAIN_PARAMETER for v in parameters.values())
+
+
+def _flat_infer_batch(encoder: _Encoder, batch: InferBatch) -> tuple[Any, ...] | None:
+    if not all(_plain(r.parameters) for r in batch.requests):
+        return None
+    describe = encoder.describe
+    requests = tuple(
+        (r.model, tuple(map(describe, r.inputs)), r.version, r.id, r.outputs, r.parameters,
+         r.priority, r.timeout_us)
+        for r in batch.requests
+    )
+    return (batch.model, batch.version, batch.instance, requests)
+
+
+def _flat_batch_result(encoder: _Encoder, result: BatchResult) -> tuple[Any, ...] | None:
+    if not all(_plain(r.parameters) for r in result.results if type(r) is InferResponse):
+        return None
+    describe = encoder.describe
+    results = tuple(
+        (r.model, r.version, tuple(map(describe, r.outputs)), r.id, r.parameters)
+        if type(r) is InferResponse else (r.code, r.message)  # a Failure: two values
+        for r in result.results
+    )
+    return (results, result.compute_ns)
+
+
+def _infer_batch_from(decoder: _Decoder, values: tuple[Any, ...]) -> InferBatch:
+    model, version, instance, requests = values
+    _expect_types(("model", model, str), ("version", version, int),
+                  ("instance", instance, int), ("requests", requests, tuple))
+    tensors = decoder.tensors
+    built = []
+    for fields in requests:
+        name, inputs, version_text, request_id, outputs, parameters, priority, timeout = fields
+        _expect_types(("model", name, str), ("version", version_text, str),
+                      ("id", request_id, str), ("outputs", outputs, tuple),
+                      ("parameters", parameters, dict), ("priority", priority, int),
+                      ("timeout_us", timeout, int))
+        _expect_names("outputs", outputs)
+        _expect_names("parameters", parameters)
+        built.append(InferRequest(name, tensors(inputs), version_text, request_id, outputs,
+                                  parameters, priority, timeout))
+    return InferBatch(model, version, instance, tuple(built))
+
+
+def _batch_result_from(decoder: _Decoder, values: tuple[Any, ...]) -> BatchResult:
+    results, compute_ns = values
+    _expect_types(("results", results, tuple), ("compute_ns", compute_ns, tuple))
+    if len(compute_ns) != 3 or not all(type(ns) is int for ns in compute_ns):
+        raise InvalidArgument("BatchResult.compute_ns must be three integers")
+    tensors = decoder.tensors
+    built: list[InferResponse | Failure] = []
+    for fields in results:
+        if type(fields) is tuple and len(fields) == 2:
+            code, message = fields
+            _expect_types(("code", code, str), ("message", message, str))
+            built.append(Failure(code, message))
+            continue
+        model, version, outputs, response_id, parameters = fields
+        _expect_types(("model", model, str), ("version", version, str),
+                      ("id", response_id, str), ("parameters", parameters, dict))
+        _expect_names("parameters", parameters)
+        built.append(InferResponse(model, version, tensors(outputs), response_id, parameters))
+    return BatchResult(tuple(built), compute_ns)
+
+
+def _expect_types(*fields: tuple[str, Any, type]) -> None:
+    for name, value, expected in fields:
+        if type(value) is not expected:
+            raise InvalidArgument(
+                f"field '{name}' has a value of the wrong type ({type(value).__name__})"
+            )
+
+
+def _expect_names(field: str, values: tuple[Any, ...] | dict[Any, Any]) -> None:
+    if not all(type(value) is str for value in values):
+        raise InvalidArgument(f"field '{field}' holds a name that is not a string")
+
+
+_FLAT_ENCODERS: dict[type, Callable[[_Encoder, Any], tuple[Any, ...] | None]] = {
+    InferBatch: _flat_infer_batch,
+    BatchResult: _flat_batch_result,
+}
+_FLAT_DECODERS: dict[str, Callable[[_Decoder, tuple[Any, ...]], Message]] = {
+    _FLAT_PREFIX + "InferBatch": _infer_batch_from,
+    _FLAT_PREFIX + "BatchResult": _batch_result_from,
+}
+
+
+def _build_flat(kind: str, decoder: _Decoder, values: Any) -> Message:
+    build = _FLAT_DECODERS[kind]
+    kind = kind.removeprefix(_FLAT_PREFIX)
+    if type(values) is not tuple:
+        raise InvalidArgument(f"malformed {kind}: expected an array of field values")
+    try:
+        return build(decoder, values)
+    except InvalidArgument as error:
+        raise InvalidArgument(f"malformed {kind}: {error.message}") from None
+    except (TypeError, ValueError) as error:  # a wrong count of values to unpack
+        raise InvalidArgument(f"malformed {kind}: {error}") from None
 
 
 def decode(frames: Sequence[Any], unspill: Unspill | None = None) -> Envelope:
@@ -359,4 +511,6 @@ def decode(frames: Sequence[Any], unspill: Unspill | None = None) -> Envelope:
         or not (trace is None or type(trace) is str)
     ):
         raise InvalidArgument("malformed message header: an envelope field has the wrong type")
-    return Envelope(msg_id, src, dst, _build_message(kind, values), reply_to, deadline, trace)
+    body = (_build_flat(kind, decoder, values) if kind in _FLAT_DECODERS
+            else _build_message(kind, values))
+    return Envelope(msg_id, src, dst, body, reply_to, deadline, trace)

@@ -24,6 +24,7 @@ from inferd.protocols.messages import (
     MESSAGE_KINDS,
     Ack,
     BatchResult,
+    InferBatch,
     Envelope,
     Failure,
     HealthRequest,
@@ -335,11 +336,10 @@ def test_tensor_where_a_message_is_expected() -> None:
 
 
 def test_failure_where_a_tensor_is_expected() -> None:
-    batch = BatchResult((Failure("INTERNAL", "x"),))
-    failure_ext = header_of(batch)[7][0][0]
+    failure_ext = msgpack.ExtType(2, msgpack.packb(("Failure", "INTERNAL", "x")))
     request = InferRequest("m", ())
     header = list(header_of(request))
-    header[7] = ("m", (msgpack.ExtType(*failure_ext),), *header[7][2:])
+    header[7] = ("m", (failure_ext,), *header[7][2:])
     with pytest.raises(InvalidArgument, match=r"InferRequest\.inputs"):
         decode(with_header(frames_of(request), header))
 
@@ -421,3 +421,43 @@ def test_encode_rejects_unregistered_kinds_and_values() -> None:
         encode(Envelope(1, "a", "b", InferRequest("m", (), parameters={"x": object()})))
     with pytest.raises(InvalidArgument):
         encode(Envelope(2**65, "a", "b", Ack()))
+
+
+# ---------------------------------------------------------------------------- flat kinds
+
+
+def test_batches_travel_flat_and_fall_back_to_the_generic_layout() -> None:
+    request = InferRequest("m", (from_numpy("x", [1, 2]),), parameters={"p": 1})
+    flat = header_of(InferBatch("m", 1, 2, (request,)))
+    assert flat[1] == "flat:InferBatch"
+    name, _, shape, buffer_index = flat[7][3][0][1][0]  # a plain array, no extension
+    assert (name, shape, buffer_index) == ("x", (2,), 0)
+    with_tensor = InferRequest("m", (), parameters={"t": from_numpy("x", [1])})
+    generic = InferBatch("m", 1, 2, (with_tensor,))
+    assert header_of(generic)[1] == "InferBatch"
+    assert round_trip(Envelope(1, "a", "b", generic)).body == generic
+    response = InferResponse("m", "1", (), parameters={"f": Failure("NOT_FOUND", "x")})
+    result = BatchResult((response,))
+    assert header_of(result)[1] == "BatchResult"
+    assert round_trip(Envelope(1, "a", "b", result)).body == result
+
+
+@pytest.mark.parametrize("kind, values, message", [
+    ("flat:InferBatch", ("m", 1, 2), "malformed InferBatch: not enough values"),
+    ("flat:InferBatch", ("m", "1", 2, ()), "field 'version' has a value of the wrong type"),
+    ("flat:InferBatch", ("m", 1, 2, (("m", (), "", "", ("y", 3), {}, 0, 0),)),
+     "field 'outputs' holds a name that is not a string"),
+    ("flat:InferBatch", ("m", 1, 2, (("m", (), "", "", (), {b"k": 2}, 0, 0),)),
+     "field 'parameters' holds a name that is not a string"),
+    ("flat:InferBatch", ("m", 1, 2, (("m", [("x", "INT32", (1,), 0)], "", "", (), {}, 0, 0),)),
+     "refers to buffer 0 but the message has 0 buffers"),
+    ("flat:BatchResult", ((), (1, 2)), "compute_ns must be three integers"),
+    ("flat:BatchResult", ((("CODE", 5),), (1, 2, 3)), "field 'message' has a value"),
+    ("flat:BatchResult", ((("m", "1", "not a list", "", {}),), (1, 2, 3)),
+     "malformed tensor list"),
+    ("flat:BatchResult", "nothing", "expected an array of field values"),
+])
+def test_malformed_flat_kinds_are_refused(kind: str, values: Any, message: str) -> None:
+    header = (1, kind, "a", "b", None, None, None, values)
+    with pytest.raises(InvalidArgument, match=message):
+        decode([b"\x01", msgpack.packb(header)])
