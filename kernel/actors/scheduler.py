@@ -95,7 +95,7 @@ class _Version:
     config: ModelConfig
     signature: ModelSignature
     batcher: DynamicBatcher
-    max_queue_size: int
+    plan: _Plan
     slots: list[_Slot]
     queue: deque[_Queued] = field(default_factory=deque)
     running: int = 0  # batches sent to instances and not answered
@@ -107,16 +107,35 @@ class _Version:
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
 
 
-def _priority_level(priority: int, config: ModelConfig) -> int:
-    """The queue level of a request (SPEC 5.2): with ``priority_levels`` configured, 1 is the
-    highest; 0 or a value out of range takes ``default_priority_level``, as in Triton. Without
-    priority levels every request is on one level."""
-    levels = int(config.dynamic_batching.priority_levels)
-    if not levels:
-        return 0
-    if 1 <= priority <= levels:
-        return priority
-    return int(config.dynamic_batching.default_priority_level) or levels
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What every request of a version needs from its config, read from the protobuf once."""
+
+    priority_levels: int
+    default_priority_level: int
+    default_timeout_us: int
+    max_queue_size: int
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> _Plan:
+        dynamic = config.dynamic_batching
+        levels = int(dynamic.priority_levels)
+        return cls(
+            priority_levels=levels,
+            default_priority_level=int(dynamic.default_priority_level) or levels,
+            default_timeout_us=int(dynamic.default_queue_policy.default_timeout_microseconds),
+            max_queue_size=int(dynamic.default_queue_policy.max_queue_size),
+        )
+
+    def level(self, priority: int) -> int:
+        """The queue level of a request (SPEC 5.2): with ``priority_levels`` configured, 1 is
+        the highest; 0 or a value out of range takes ``default_priority_level``, as in Triton.
+        Without priority levels every request is on one level."""
+        if not self.priority_levels:
+            return 0
+        if 1 <= priority <= self.priority_levels:
+            return priority
+        return self.default_priority_level
 
 
 def _enqueue(queue: deque[_Queued], queued: _Queued) -> None:
@@ -164,7 +183,7 @@ class SchedulerActor(Actor):
         if current is not None and not current.retired:
             replaced, current.slots = current.slots, slots
             current.config, current.signature = config, ModelSignature.from_config(config)
-            current.batcher = _batcher(config)
+            current.batcher, current.plan = _batcher(config), _Plan.of(config)
         else:
             versions[message.version] = current = _Version(
                 message.model,
@@ -172,7 +191,7 @@ class SchedulerActor(Actor):
                 config,
                 ModelSignature.from_config(config),
                 _batcher(config),
-                int(config.dynamic_batching.default_queue_policy.max_queue_size),
+                _Plan.of(config),
                 slots,
             )
         current.ensemble = ensemble
@@ -347,24 +366,18 @@ class SchedulerActor(Actor):
         """Queue ``request`` on ``version`` and wait for its answer (the path of every
         request, ensemble steps included); raises the error it got."""
         batch_size = check_request(request, version.signature)
-        if version.max_queue_size and len(version.queue) >= version.max_queue_size:
+        plan = version.plan
+        if plan.max_queue_size and len(version.queue) >= plan.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
-        queued = _Queued(
-            request,
-            batch_size,
-            shape_key,
-            arrived_ns,
-            level=_priority_level(request.priority, version.config),
-        )
+        queued = _Queued(request, batch_size, shape_key, arrived_ns,
+                         level=plan.level(request.priority))
         _enqueue(version.queue, queued)
         own_batch = self._pump(version, queued)
         if own_batch is not None:
             # This request's own task runs the batch it is in: no hand-off to another task.
             await self._run_batch(version, *own_batch)
-        timeout_us = request.timeout_us or int(
-            version.config.dynamic_batching.default_queue_policy.default_timeout_microseconds
-        )
+        timeout_us = request.timeout_us or plan.default_timeout_us
         if not queued.done.is_set():
             if timeout_us:
                 with anyio.move_on_after(timeout_us / 1e6):
