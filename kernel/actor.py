@@ -18,7 +18,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -38,9 +38,13 @@ def _snake(name: str) -> str:
 
 
 class Actor:
-    """Base of every actor. ``address`` is unique in the whole server."""
+    """Base of every actor. ``address`` is unique in the whole server. The kinds in
+    ``DIRECT`` may also be handled in the task of an asker in this process
+    (``Router.call``): for the inference path, where a task per message is most of the
+    cost. Their handlers then get ``None`` for the envelope."""
 
     address: str = ""
+    DIRECT: ClassVar[tuple[type[Message], ...]] = ()
 
     def __init__(self, router: Router, address: str | None = None) -> None:
         self.router = router
@@ -68,7 +72,9 @@ class Actor:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Register with the router, start, serve messages until cancelled, then stop."""
-        self.router.register(self.address, self.accept)
+        direct = {kind: self._handler_for(kind) for kind in self.DIRECT}
+        self.router.register(self.address, self.accept,
+                             {kind: h for kind, h in direct.items() if h is not None})
         try:
             await self.on_start()
             task_status.started()

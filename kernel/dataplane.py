@@ -100,7 +100,7 @@ class DataPlane:
                 # Before any actor sees it: a bad name never reaches the disk, the index or
                 # a log line.
                 check_model_name(model)
-            return await self._router.ask(owner, request)
+            return await self._router.call(owner, request)  # an inference: in this task
         if isinstance(request, SharedMemoryInferRequest):
             return await self._infer_in_shared_memory(request)
         if isinstance(request, _SHARED_MEMORY_REQUESTS):
@@ -160,7 +160,7 @@ class DataPlane:
             for name, location in request.output_regions.items()
         }
         plain = replace(request.request, inputs=inputs)
-        reply = await self._router.ask(_OWNER[InferRequest], plain)
+        reply = await self._router.call(_OWNER[InferRequest], plain)
         if not isinstance(reply, InferResponse):
             raise Internal(f"an inference request was answered with a {reply.kind()}")
         outputs: list[Tensor | SharedMemoryOutput] = []

@@ -6,7 +6,10 @@ the process link: the main process binds a ZeroMQ ROUTER (the hub) and each exec
 connects a DEALER (its uplink) whose routing id is its address, so the same ``ask`` reaches an
 actor whatever process it lives in. Asks carry ids and deadlines; every ask gets its reply or a
 typed error: ``DeadlineExceeded``, or ``ActorGone``/``ExecutorCrashed`` when the peer goes.
-This module turns exceptions into ``Failure`` replies, and nothing else does.
+Two cheaper forms serve the inference path: ``ask_then`` hands the reply to a callback instead
+of a waiting task, and ``call`` runs a local actor's direct handler (``Actor.DIRECT``) in the
+caller's own task, with no envelope at all. This module turns exceptions into errors for an
+asker (``Failure`` replies on the wire), and nothing else does.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -29,9 +32,9 @@ from inferd.protocols import wire
 from inferd.protocols.errors import (
     ActorGone,
     DeadlineExceeded,
-    ErrorCode,
     ExecutorCrashed,
     InferdError,
+    Internal,
     InvalidArgument,
 )
 from inferd.protocols.messages import Envelope, Failure, Message, ReleaseSegments
@@ -42,10 +45,18 @@ log = logging.getLogger(__name__)
 _HUB = "main"  # the peer name an executor's link gives the main process
 
 
+OnReply = Callable[["Message | InferdError"], None]
+DirectHandler = Callable[[Any, None], Awaitable["Message | None"]]
+_NO_HANDLERS: dict[type[Message], DirectHandler] = {}
+
+
 @dataclass(slots=True)
 class _PendingAsk:
+    """An ask waiting for its reply: a future its asker awaits, or a callback (``ask_then``)."""
+
     dst: str
-    reply: asyncio.Future[Message]
+    reply: asyncio.Future[Message] | None
+    on_reply: OnReply | None = None
 
 
 def _expire(reply: asyncio.Future[Message], dst: str, kind: str, timeout: float) -> None:
@@ -63,18 +74,28 @@ class Router:
         self._ids = itertools.count(1)
         self._actors: dict[str, Callable[[Envelope], None]] = {}
         self._pending: dict[int, _PendingAsk] = {}
+        self._direct: dict[str, dict[type[Message], DirectHandler]] = {}
         self._link: ProcessLink | None = None
 
     # ------------------------------------------------------------------ local actors
 
-    def register(self, address: str, accept: Callable[[Envelope], None]) -> None:
-        """Make ``address`` reachable; ``accept`` takes each envelope for it without blocking."""
+    def register(
+        self,
+        address: str,
+        accept: Callable[[Envelope], None],
+        direct: dict[type[Message], DirectHandler] | None = None,
+    ) -> None:
+        """Make ``address`` reachable; ``accept`` takes each envelope for it without blocking.
+        ``direct`` are the handlers ``call`` may run in its caller's task, by message kind."""
         if address in self._actors:
             raise ValueError(f"actor address {address!r} is taken")
         self._actors[address] = accept
+        if direct:
+            self._direct[address] = direct
 
     def unregister(self, address: str) -> None:
         self._actors.pop(address, None)
+        self._direct.pop(address, None)
         self.fail_pending_to(address, ActorGone(f"actor '{address}' stopped"))
 
     def attach(self, link: ProcessLink) -> None:
@@ -106,6 +127,43 @@ class Router:
             if expiry is not None:
                 expiry.cancel()
 
+    def ask_then(self, dst: str, body: Message, on_reply: OnReply) -> None:
+        """Send ``body`` to ``dst`` and call ``on_reply`` with its reply, or with the error it
+        replied with or ``ActorGone``/``ExecutorCrashed``, on the event loop: an ask that
+        needs no task to wait in. ``on_reply`` may run before this returns (a local actor
+        that answers at once) and must not raise."""
+        msg_id = next(self._ids)
+        self._pending[msg_id] = _PendingAsk(dst, None, on_reply)
+        try:
+            self.deliver(Envelope(msg_id, self.name, dst, body))
+        except Exception as error:  # noqa: BLE001 - the caller hears it through on_reply
+            pending = self._pending.pop(msg_id, None)
+            if pending is not None:
+                on_reply(self._as_error(error, body))
+
+    async def call(self, dst: str, body: Message) -> Message:
+        """``ask`` for an actor of this process that takes ``body``'s kind directly
+        (``Actor.DIRECT``): its handler runs in the caller's task, with no envelope, task or
+        future. The reply and the errors are what ``ask`` gives; any other ``dst`` is asked."""
+        handler = self._direct.get(dst, _NO_HANDLERS).get(type(body))
+        if handler is None:
+            return await self.ask(dst, body)
+        try:
+            reply = await handler(body, None)
+        except Exception as error:  # noqa: BLE001 - converted exactly as a Failure reply is
+            raise self._as_error(error, body) from error
+        if reply is None:
+            raise Internal(f"actor '{dst}' answered {type(body).__name__} with nothing")
+        return reply
+
+    def _as_error(self, error: BaseException, body: Message) -> InferdError:
+        """What an exception from a handler is to its asker: an ``InferdError`` as it is,
+        anything else an ``Internal`` error (and a log line: it is a bug)."""
+        if isinstance(error, InferdError):
+            return error
+        log.error("unexpected error handling %s", type(body).__name__, exc_info=error)
+        return Internal(f"{type(error).__name__}: {error}")
+
     def reply(self, request: Envelope, body: Message | None) -> None:
         """Answer ``request`` (a ``None`` body answers nothing: the request was a tell)."""
         if body is not None:
@@ -113,13 +171,8 @@ class Router:
 
     def reply_failure(self, request: Envelope, error: BaseException) -> None:
         """The one place an exception becomes a wire error."""
-        if isinstance(error, InferdError):
-            failure = Failure(error.code.value, error.message)
-        else:
-            log.exception("unexpected error handling %s", type(request.body).__name__,
-                          exc_info=error)
-            failure = Failure(ErrorCode.INTERNAL.value, f"{type(error).__name__}: {error}")
-        self.tell(request.src, failure, reply_to=request.msg_id)
+        known = self._as_error(error, request.body)
+        self.tell(request.src, Failure(known.code.value, known.message), reply_to=request.msg_id)
 
     # ------------------------------------------------------------------ delivery
 
@@ -129,6 +182,8 @@ class Router:
         if envelope.reply_to is not None and envelope.dst == self.name:
             pending = self._pending.get(envelope.reply_to)
             if pending is not None:
+                if pending.on_reply is not None:
+                    del self._pending[envelope.reply_to]
                 self._resolve(pending, envelope.body)
             return  # a late reply: its asker gave up
         accept = self._actors.get(envelope.dst)
@@ -148,6 +203,8 @@ class Router:
         if envelope.reply_to is not None:
             log.debug("dropping reply for %s: its process is gone", envelope.dst)
         elif (pending := self._pending.get(envelope.msg_id)) is not None:
+            if pending.on_reply is not None:
+                del self._pending[envelope.msg_id]
             self._fail(pending, error)
         elif envelope.src != self.name:
             self.reply_failure(envelope, error)  # a remote asker must not hang
@@ -158,17 +215,23 @@ class Router:
     def _resolve(self, pending: _PendingAsk, body: Message) -> None:
         if isinstance(body, Failure):
             self._fail(pending, InferdError.from_code(body.code, body.message))
-        elif not pending.reply.done():
+        elif pending.on_reply is not None:
+            pending.on_reply(body)
+        elif pending.reply is not None and not pending.reply.done():
             pending.reply.set_result(body)
 
     def _fail(self, pending: _PendingAsk, error: InferdError) -> None:
-        if not pending.reply.done():
+        if pending.on_reply is not None:
+            pending.on_reply(error)
+        elif pending.reply is not None and not pending.reply.done():
             pending.reply.set_exception(error)
 
     def fail_pending_to(self, dst: str, error: InferdError) -> None:
         """Fail every ask waiting on ``dst`` (its actor stopped or its process died)."""
-        for pending in list(self._pending.values()):
+        for msg_id, pending in list(self._pending.items()):
             if pending.dst == dst:
+                if pending.on_reply is not None:
+                    del self._pending[msg_id]
                 self._fail(pending, error)
 
 

@@ -19,6 +19,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -41,6 +42,7 @@ from inferd.protocols.messages import (
     InferBatch,
     InferRequest,
     InferResponse,
+    Message,
     ModelConfigReply,
     ModelConfigRequest,
     ModelMetadata,
@@ -103,6 +105,7 @@ class _Version:
     retired: bool = False
     statistics: VersionStatistics = field(default_factory=VersionStatistics)
     wake_pending: bool = False
+    pumping: bool = False  # _pump is running: a batch finishing meanwhile leaves it to it
     pinned: int = 0  # ensemble requests that fixed this version and still need it
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
 
@@ -162,6 +165,7 @@ def _batcher(config: ModelConfig) -> DynamicBatcher:
 
 class SchedulerActor(Actor):
     address = "scheduler"
+    DIRECT = (InferRequest,)  # a frontend's request runs in its own task (Router.call)
 
     def __init__(self, router: Router) -> None:
         super().__init__(router)
@@ -351,7 +355,9 @@ class SchedulerActor(Actor):
 
     # ------------------------------------------------------------------ inference
 
-    async def on_infer_request(self, request: InferRequest, envelope: Envelope) -> InferResponse:
+    async def on_infer_request(
+        self, request: InferRequest, envelope: Envelope | None
+    ) -> InferResponse:
         arrived_ns = time.perf_counter_ns()
         if self._closed:
             raise Unavailable(SHUTTING_DOWN)
@@ -373,10 +379,7 @@ class SchedulerActor(Actor):
         queued = _Queued(request, batch_size, shape_key, arrived_ns,
                          level=plan.level(request.priority))
         _enqueue(version.queue, queued)
-        own_batch = self._pump(version, queued)
-        if own_batch is not None:
-            # This request's own task runs the batch it is in: no hand-off to another task.
-            await self._run_batch(version, *own_batch)
+        self._pump(version)
         timeout_us = request.timeout_us or plan.default_timeout_us
         if not queued.done.is_set():
             if timeout_us:
@@ -402,31 +405,28 @@ class SchedulerActor(Actor):
         assert result is not None
         return queued
 
-    def _pump(
-        self, version: _Version, caller: _Queued | None = None
-    ) -> tuple[_Slot, list[_Queued]] | None:
-        """Start as many batches as there are free instances and ready batches. The batch
-        holding ``caller`` is returned for the caller's task to run; the others get tasks."""
-        own_batch = None
-        while version.queue:
-            slot = min(version.slots, key=_load_of, default=None)
-            if slot is None or slot.in_flight >= BATCHES_IN_FLIGHT_PER_INSTANCE:
-                break
-            if slot.in_flight and not version.batcher.complete(version.queue):
-                break  # the batch grows here until an instance is free
-            count = version.batcher.take(version.queue, time.perf_counter_ns())
-            if count == 0:
-                self._wake_later(version)
-                break
-            batch = [version.queue.popleft() for _ in range(count)]
-            slot.in_flight += 1
-            version.running += 1
-            version.in_service += len(batch)
-            if caller is not None and own_batch is None and caller in batch:
-                own_batch = (slot, batch)
-            else:
-                self.spawn(self._run_batch, version, slot, batch)
-        return own_batch
+    def _pump(self, version: _Version) -> None:
+        """Start as many batches as there are free instances and ready batches. A batch that
+        finishes at once (an executor in this process) pumps again only when this returns:
+        this loop sees the instance it freed."""
+        if version.pumping:
+            return
+        version.pumping = True
+        try:
+            while version.queue:
+                slot = min(version.slots, key=_load_of, default=None)
+                if slot is None or slot.in_flight >= BATCHES_IN_FLIGHT_PER_INSTANCE:
+                    break
+                if slot.in_flight and not version.batcher.complete(version.queue):
+                    break  # the batch grows here until an instance is free
+                count = version.batcher.take(version.queue, time.perf_counter_ns())
+                if count == 0:
+                    self._wake_later(version)
+                    break
+                batch = [version.queue.popleft() for _ in range(count)]
+                self._start_batch(version, slot, batch)
+        finally:
+            version.pumping = False
 
     def _wake_later(self, version: _Version) -> None:
         if version.wake_pending:
@@ -443,19 +443,36 @@ class SchedulerActor(Actor):
 
         self.spawn(wake)
 
-    async def _run_batch(self, version: _Version, slot: _Slot, batch: list[_Queued]) -> None:
+    def _start_batch(self, version: _Version, slot: _Slot, batch: list[_Queued]) -> None:
+        """Send ``batch`` to ``slot``'s instance; ``_finish_batch`` takes the reply, with no
+        task waiting for it (a request's task waits only for its own result)."""
+        slot.in_flight += 1
+        version.running += 1
+        version.in_service += len(batch)
         started_ns = time.perf_counter_ns()
         for queued in batch:
             queued.started_ns = started_ns
         message = InferBatch(
             version.model, version.version, slot.instance, tuple(q.request for q in batch)
         )
-        try:
-            reply = await self.router.ask(slot.executor, message)
-            if not isinstance(reply, BatchResult) or len(reply.results) != len(batch):
-                raise Internal(f"executor '{slot.executor}' answered a batch of {len(batch)}"
-                               f" with {type(reply).__name__}")
-            results: list[InferResponse | InferdError] = [
+        self.router.ask_then(slot.executor, message,
+                             partial(self._finish_batch, version, slot, batch))
+
+    def _finish_batch(
+        self, version: _Version, slot: _Slot, batch: list[_Queued], reply: Message | InferdError
+    ) -> None:
+        slot.in_flight -= 1
+        version.running -= 1
+        version.in_service -= len(batch)
+        results: list[InferResponse | InferdError]
+        if isinstance(reply, InferdError):
+            results = [reply] * len(batch)
+        elif not isinstance(reply, BatchResult) or len(reply.results) != len(batch):
+            error = Internal(f"executor '{slot.executor}' answered a batch of {len(batch)}"
+                             f" with {type(reply).__name__}")
+            results = [error] * len(batch)
+        else:
+            results = [
                 InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
                 for r in reply.results
             ]
@@ -464,15 +481,6 @@ class SchedulerActor(Actor):
             )
             for queued in batch:
                 queued.compute_ns = reply.compute_ns
-        except InferdError as error:
-            results = [error] * len(batch)
-        except Exception as error:  # noqa: BLE001 - never leave a request waiting
-            log.exception("batch for %s failed", version.model)
-            results = [Internal(f"{type(error).__name__}: {error}")] * len(batch)
-        finally:
-            slot.in_flight -= 1
-            version.running -= 1
-            version.in_service -= len(batch)
         for queued, result in zip(batch, results, strict=True):
             queued.result = result
             queued.done.set()

@@ -18,6 +18,7 @@ from inferd.protocols.errors import (
     ActorGone,
     DeadlineExceeded,
     ExecutorCrashed,
+    Internal,
     InvalidArgument,
     Unavailable,
     Unsupported,
@@ -191,3 +192,59 @@ async def test_tell_expects_no_reply(linked) -> None:  # type: ignore[no-untyped
     with anyio.fail_after(5):
         while "told" not in probe.seen:
             await anyio.sleep(0.01)
+
+
+class DirectProbe(Probe):
+    """A probe whose HealthRequest may also run in its asker's task (Router.call)."""
+
+    DIRECT = (HealthRequest,)
+
+    async def on_health_request(  # type: ignore[override]
+        self, message: HealthRequest, envelope: Envelope | None
+    ) -> HealthStatus:
+        self.direct.append(envelope is None)
+        return await super().on_health_request(message, envelope)  # type: ignore[arg-type]
+
+    def __init__(self, router: Router, address: str) -> None:
+        super().__init__(router, address)
+        self.direct: list[bool] = []
+
+
+async def test_call_runs_a_direct_handler_in_the_callers_task_with_asks_errors() -> None:
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        probe = DirectProbe(router, "probe")
+        await tasks.start(probe.run)
+        assert await router.call("probe", HealthRequest("live")) == HealthStatus(True)
+        with pytest.raises(InvalidArgument, match="probe says no"):
+            await router.call("probe", HealthRequest("bad"))
+        with pytest.raises(Internal, match="RuntimeError: boom"):
+            await router.call("probe", HealthRequest("crash"))
+        assert probe.direct == [True, True, True]
+        # A kind that is not direct, or an actor elsewhere, is asked as usual.
+        with pytest.raises(Unsupported, match="does not handle IndexRequest"):
+            await router.call("probe", IndexRequest())
+        with pytest.raises(ActorGone, match="no actor at address 'nobody'"):
+            await router.call("nobody", HealthRequest("live"))
+        tasks.cancel_scope.cancel()
+
+
+async def test_ask_then_hands_the_reply_or_the_error_to_a_callback() -> None:
+    router = Router("main")
+    replies: list[object] = []
+    async with anyio.create_task_group() as tasks:
+        probe = Probe(router, "probe")
+        await tasks.start(probe.run)
+        for what in ("live", "bad", "never"):
+            router.ask_then("probe", HealthRequest(what), replies.append)
+        router.ask_then("nobody", HealthRequest("live"), replies.append)
+        with anyio.fail_after(5):
+            while len(replies) < 3:
+                await anyio.sleep(0.01)
+        router.fail_pending_to("probe", ActorGone("probe went"))
+        tasks.cancel_scope.cancel()
+    assert isinstance(replies[0], ActorGone) and "no actor at address 'nobody'" in str(replies[0])
+    assert replies[1] == HealthStatus(True)
+    assert isinstance(replies[2], InvalidArgument)
+    assert isinstance(replies[3], ActorGone) and "probe went" in str(replies[3])
+    assert router._pending == {}

@@ -164,6 +164,8 @@ class EchoRouter:
         )
         return InferResponse(request.model, "1", outputs)
 
+    call = ask  # the data plane sends inferences to a local scheduler with Router.call
+
 
 def handle(dataplane: DataPlane, request: Message) -> Message:
     async def run() -> Message:
