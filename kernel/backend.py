@@ -34,7 +34,8 @@ class BackendSpec:
     ``platforms`` are the config ``platform`` values that select it (e.g. ``onnxruntime_onnx``).
     ``default_filename`` is the model file looked for in a version folder. ``isolate`` asks
     for a process of its own, so a framework that conflicts with others never shares an
-    interpreter with them.
+    interpreter with them. ``gpu_packages`` are distributions any one of which, installed,
+    lets the backend run on a GPU (``inferd.kernel.devices``: what ``KIND_AUTO`` becomes).
     """
 
     name: str
@@ -42,6 +43,7 @@ class BackendSpec:
     platforms: tuple[str, ...] = ()
     default_filename: str = ""
     isolate: bool = False
+    gpu_packages: tuple[str, ...] = ()
 
     def load_class(self) -> type[Backend]:
         module_name, _, class_name = self.entry.partition(":")

@@ -147,12 +147,15 @@ def normalize(
     backends: BackendRegistry,
     default_filename_present: Callable[[str], bool] | None = None,
     gpu_ids: Sequence[int] = (),
+    backend_uses_gpu: Callable[[str], bool] | None = None,
 ) -> ModelConfig:
     """Return a copy of ``config`` with Triton's defaults filled in.
 
     ``default_filename_present(name)`` says whether a version folder holds a file or folder
     of that name; it is used to infer the backend when the config names none. ``gpu_ids``
-    are the GPUs of this machine: without any, ``KIND_AUTO`` groups become ``KIND_CPU``.
+    are the GPUs of this machine (a ``KIND_GPU`` group naming none gets them all);
+    ``KIND_AUTO`` groups become ``KIND_GPU`` when there are any and ``backend_uses_gpu``
+    (every backend unless given) says the model's backend can run on one, else ``KIND_CPU``.
     """
     normalized = ModelConfig()
     normalized.CopyFrom(config)
@@ -161,7 +164,8 @@ def normalize(
     present = default_filename_present or (lambda filename: False)
     if normalized.platform != ENSEMBLE_PLATFORM:
         _fill_backend(normalized, backends, present)
-        _fill_instance_groups(normalized, gpu_ids)
+        on_gpu = backend_uses_gpu is None or backend_uses_gpu(normalized.backend)
+        _fill_instance_groups(normalized, gpu_ids, auto_on_gpu=on_gpu)
         _fill_pinned_memory(normalized)
     if normalized.version_policy.WhichOneof("policy_choice") is None:
         normalized.version_policy.latest.num_versions = 1
@@ -253,14 +257,17 @@ def _fill_backend(
         config.platform = BACKEND_PLATFORMS[config.backend]
 
 
-def _fill_instance_groups(config: ModelConfig, gpu_ids: Sequence[int]) -> None:
+def _fill_instance_groups(
+    config: ModelConfig, gpu_ids: Sequence[int], *, auto_on_gpu: bool
+) -> None:
     if not config.instance_group:
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == InstanceGroup.KIND_AUTO:
-            on_gpu = bool(gpu_ids) and all(gpu in gpu_ids for gpu in group.gpus)
+            on_gpu = (auto_on_gpu and bool(gpu_ids)
+                      and all(gpu in gpu_ids for gpu in group.gpus))
             group.kind = InstanceGroup.KIND_GPU if on_gpu else InstanceGroup.KIND_CPU
         # A negative count is left for validation to report.
         if group.count == 0:

@@ -2,7 +2,8 @@
 
 Owns Triton's validation rules (name, backend/platform, batch sizes, inputs and outputs,
 instance groups, version policy) and the ensemble dataflow checks (every tensor read is
-written, no cycles, every output written, composing models known). Every failure is an
+written, no cycles, every output written, composing models known), and the GPUs a config
+names against those of the machine (``check_gpus``). Every failure is an
 ``InvalidArgument`` whose message names the model and the offending field, step or tensor.
 It must not change the config, fill in defaults (``inferd.kernel.modelconfig.normalize`` does
 that first) or touch the file system.
@@ -10,7 +11,7 @@ that first) or touch the file system.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from tritonclient.grpc import model_config_pb2
@@ -270,6 +271,27 @@ def _check_instance_groups(config: ModelConfig, model: str) -> None:
                           model_config_pb2.ModelInstanceGroup.KIND_MODEL) and group.gpus:
             kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
             _fail(model, f"{label} has kind {kind} but lists 'gpus' {list(group.gpus)}")
+
+
+def check_gpus(config: ModelConfig, gpu_ids: Sequence[int]) -> None:
+    """Raise ``InvalidArgument``, with Triton's messages, unless every ``KIND_GPU`` group of
+    ``config`` (normalized: ``KIND_AUTO`` resolved, missing ``gpus`` filled) names only GPUs
+    in ``gpu_ids``, the GPUs of this machine."""
+    for group in config.instance_group:
+        if group.kind != model_config_pb2.ModelInstanceGroup.KIND_GPU:
+            continue
+        where = f"instance group {group.name} of model {config.name}"
+        if not group.gpus:
+            if not gpu_ids:
+                raise InvalidArgument(f"{where} has kind KIND_GPU but no GPUs are available")
+            raise InvalidArgument(f"{where} has kind KIND_GPU but specifies no GPUs")
+        for gpu in group.gpus:
+            if gpu not in gpu_ids:
+                available = ", ".join(map(str, gpu_ids)) or "none"
+                raise InvalidArgument(
+                    f"{where} specifies invalid or unsupported gpu id {gpu}. GPUs this "
+                    f"server can use are: {available}"
+                )
 
 
 def _check_version_policy(config: ModelConfig, model: str) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.devices import can_use_gpu, visible_gpus
+from inferd.kernel.modelconfig_validation import check_gpus
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
     ModelConfig,
@@ -47,6 +49,7 @@ class ModelRepository:
         backends: BackendRegistry,
         *,
         auto_complete: bool = True,
+        gpu_ids: Sequence[int] | None = None,
     ) -> None:
         unique: dict[str, Path] = {}
         for root in roots:
@@ -54,6 +57,8 @@ class ModelRepository:
         self.roots: tuple[Path, ...] = tuple(unique.values())
         self._backends = backends
         self._auto_complete = auto_complete
+        # The GPUs configs may name: this machine's (inferd.kernel.devices) unless given.
+        self.gpu_ids = tuple(visible_gpus() if gpu_ids is None else gpu_ids)
 
     def list_models(self) -> tuple[tuple[str, ...], dict[str, str]]:
         """Every model folder name in the roots, sorted, and why some cannot be loaded."""
@@ -119,8 +124,11 @@ class ModelRepository:
             return any((model_dir / str(version) / filename).exists() for version in available)
 
         config = normalize(
-            config, folder_name=name, backends=self._backends, default_filename_present=present
+            config, folder_name=name, backends=self._backends, default_filename_present=present,
+            gpu_ids=self.gpu_ids,
+            backend_uses_gpu=lambda backend: can_use_gpu(self._backends.get(backend)),
         )
+        check_gpus(config, self.gpu_ids)
         completes_later = self._auto_complete and backend_can_auto_complete(config)
         if not has_config:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)

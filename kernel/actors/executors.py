@@ -22,6 +22,7 @@ import anyio.abc
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.devices import pinned_environment
 from inferd.kernel.router import ProcessLink, Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import ExecutorCrashed, InferdError, Unavailable
@@ -195,8 +196,8 @@ class ExecutorPoolActor(Actor):
         if spec is not None and spec.isolate:
             return f"executor/{spec.name}", {}
         if load.device.startswith("gpu:"):
-            index = load.device.partition(":")[2]
-            return f"executor/gpu{index}", {"CUDA_VISIBLE_DEVICES": index}
+            index = int(load.device.partition(":")[2])
+            return f"executor/gpu{index}", pinned_environment(index)
         cpu = [n for n in self._executors if n.startswith("executor/cpu")]
         return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
 

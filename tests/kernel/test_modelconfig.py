@@ -423,3 +423,28 @@ def test_instance_counts_and_kinds_are_bounded() -> None:
                                '"instance_group": [{"kind": 7}]}')
     with pytest.raises(InvalidArgument, match="unknown 'kind' 7"):
         validate(config, folder_name="m", complete=False)
+
+
+def test_auto_kind_stays_on_the_cpu_for_a_backend_that_cannot_use_the_gpus() -> None:
+    config = normalize(parse_config_text(SIMPLE, "c"), folder_name="simple",
+                       backends=registry(), gpu_ids=(0, 1),
+                       backend_uses_gpu=lambda backend: backend != "onnxruntime")
+    [group] = config.instance_group
+    assert group.kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert list(group.gpus) == []
+
+
+def test_gpu_groups_are_checked_against_the_machines_gpus() -> None:
+    from inferd.kernel.modelconfig_validation import check_gpus
+
+    on_gpu = normalized(SIMPLE + "instance_group [ { kind: KIND_GPU } ]")
+    with pytest.raises(InvalidArgument, match=r"^instance group simple_0 of model simple has "
+                       "kind KIND_GPU but no GPUs are available$"):
+        check_gpus(on_gpu, ())
+    listed = normalized(SIMPLE + "instance_group [ { kind: KIND_GPU gpus: [0, 3] } ]")
+    check_gpus(listed, (0, 1, 2, 3))
+    with pytest.raises(InvalidArgument, match=r"^instance group simple_0 of model simple "
+                       r"specifies invalid or unsupported gpu id 3\. GPUs this server can use "
+                       "are: 0, 1$"):
+        check_gpus(listed, (0, 1))
+    check_gpus(normalized(SIMPLE), ())  # CPU groups need no GPU

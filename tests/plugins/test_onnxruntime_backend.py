@@ -495,7 +495,13 @@ def test_instances_are_placed_per_group_and_gpu(monkeypatch: pytest.MonkeyPatch)
         Placement(True, 0),
         Placement(True, 1),
     ]
-    assert instance_placements(config, cuda_available=False) == [Placement(False)] * 4
+    # No silent fallback: a GPU group without CUDA fails the load, saying why.
+    with pytest.raises(Unavailable, match="instance group '' is KIND_GPU but onnxruntime "
+                       "has no CUDAExecutionProvider here; install onnxruntime-gpu"):
+        instance_placements(config, cuda_available=False)
+    auto = parse_config('name: "m" instance_group [{ kind: KIND_AUTO count: 2 }]')
+    assert instance_placements(auto, cuda_available=False) == [Placement(False)] * 2
+    assert instance_placements(auto, cuda_available=True) == [Placement(True, 0)] * 2
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert instance_placements(config, cuda_available=True)[2:] == [Placement(True, 0)] * 2

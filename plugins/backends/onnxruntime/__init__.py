@@ -15,6 +15,7 @@ ONNXRUNTIME_BACKEND = BackendSpec(
     entry="inferd.plugins.backends.onnxruntime.backend:OnnxRuntimeBackend",
     platforms=("onnxruntime_onnx",),
     default_filename="model.onnx",
+    gpu_packages=("onnxruntime-gpu",),
 )
 
 

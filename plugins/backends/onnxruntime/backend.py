@@ -64,27 +64,24 @@ def instance_placements(config: ModelConfig, cuda_available: bool) -> list[Place
     placements: list[Placement] = []
     for group in config.instance_group:
         count = max(group.count, 1)
-        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_CPU or (
-            group.kind == model_config_pb2.ModelInstanceGroup.KIND_MODEL
+        kind = group.kind
+        if kind in (model_config_pb2.ModelInstanceGroup.KIND_CPU,
+                    model_config_pb2.ModelInstanceGroup.KIND_MODEL) or (
+            kind == model_config_pb2.ModelInstanceGroup.KIND_AUTO and not cuda_available
         ):
             placements.extend(Placement(cuda=False) for _ in range(count))
             continue
-        gpus: list[int | None] = list(group.gpus) or [None]
-        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU and not cuda_available:
-            log.warning(
-                "model '%s': instance group '%s' asks for a GPU but onnxruntime has no "
-                "CUDA provider here; its instances run on the CPU",
-                config.name,
-                group.name,
+        if not cuda_available:  # never a silent fallback to the CPU
+            raise Unavailable(
+                f"model '{config.name}': instance group '{group.name}' is KIND_GPU but "
+                f"onnxruntime has no {CUDA_PROVIDER} here; install onnxruntime-gpu "
+                "(inferd[onnx-gpu]) in place of onnxruntime on a machine with an NVIDIA GPU, "
+                "or make the group KIND_CPU"
             )
-        for gpu in gpus:
-            placement = Placement(cuda=False)
-            if cuda_available:
-                placement = Placement(
-                    cuda=True, device_id=0 if gpu is None else _local_device_id(gpu)
-                )
+        for gpu in list(group.gpus) or [0]:
+            placement = Placement(cuda=True, device_id=_local_device_id(gpu))
             placements.extend(placement for _ in range(count))
-    return placements or [Placement(cuda=cuda_available)]
+    return placements or [Placement(cuda=False)]
 
 
 def _local_device_id(gpu: int) -> int:
@@ -177,9 +174,20 @@ def open_session(
     if placement.cuda:
         providers.insert(0, (CUDA_PROVIDER, {"device_id": str(placement.device_id)}))
     try:
-        return onnxruntime.InferenceSession(str(path), sess_options=options, providers=providers)
+        session = onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=providers
+        )
     except Exception as error:
         raise InvalidArgument(f"onnxruntime could not load {path}: {error}") from None
+    if placement.cuda and CUDA_PROVIDER not in session.get_providers():
+        # onnxruntime falls back to the CPU when CUDA cannot start (a driver or library
+        # missing): a GPU instance that would quietly run on the CPU fails its load instead.
+        raise Unavailable(
+            f"onnxruntime could not use {CUDA_PROVIDER} on device {placement.device_id} for "
+            f"{path.name} (it would run on {', '.join(session.get_providers())}); see the "
+            "executor's log for onnxruntime's reason"
+        )
+    return session
 
 
 class OnnxRuntimeBackend(Backend):

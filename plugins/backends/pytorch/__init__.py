@@ -17,6 +17,8 @@ PYTORCH_BACKEND = BackendSpec(
     entry="inferd.plugins.backends.pytorch.backend:PyTorchBackend",
     platforms=("pytorch_libtorch",),
     default_filename="model.pt",
+    # A CUDA build of torch installs NVIDIA's CUDA runtime wheels; the CPU build does not.
+    gpu_packages=("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime"),
 )
 
 
