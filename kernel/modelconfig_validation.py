@@ -47,6 +47,7 @@ def validate(config: ModelConfig, *, folder_name: str, complete: bool) -> None:
     _check_dynamic_batching(config, model)
     _check_sequence_batching(config, model)
     _check_instance_groups(config, model)
+    _check_executor_parameter(config, model)
     _check_version_policy(config, model)
     _check_model_file_names(config, model)
     if config.platform == ENSEMBLE_PLATFORM:
@@ -271,6 +272,29 @@ def _check_instance_groups(config: ModelConfig, model: str) -> None:
                           model_config_pb2.ModelInstanceGroup.KIND_MODEL) and group.gpus:
             kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
             _fail(model, f"{label} has kind {kind} but lists 'gpus' {list(group.gpus)}")
+
+
+EXECUTOR_PARAMETER = "INFERD_EXECUTOR"
+"""The config parameter that gives a model an executor process of its own: ``isolated``
+(the model's instances live in a process no other model shares) or ``shared`` (the
+default: the executor of its device, or of its backend when the backend asks for one)."""
+EXECUTOR_CHOICES = ("shared", "isolated")
+
+
+def executor_isolated(config: ModelConfig) -> bool:
+    """Whether ``config`` (validated) asks for an executor process of its own."""
+    parameter = config.parameters.get(EXECUTOR_PARAMETER)
+    return parameter is not None and parameter.string_value == "isolated"
+
+
+def _check_executor_parameter(config: ModelConfig, model: str) -> None:
+    parameter = config.parameters.get(EXECUTOR_PARAMETER)
+    if parameter is not None and parameter.string_value not in EXECUTOR_CHOICES:
+        _fail(model, f"parameter {EXECUTOR_PARAMETER} must be one of "
+              f"{', '.join(EXECUTOR_CHOICES)}, got {parameter.string_value!r}")
+    if parameter is not None and config.platform == ENSEMBLE_PLATFORM:
+        _fail(model, f"parameter {EXECUTOR_PARAMETER} has no meaning for an ensemble, which"
+              " runs in the server itself")
 
 
 def check_gpus(config: ModelConfig, gpu_ids: Sequence[int]) -> None:

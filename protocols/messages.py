@@ -329,6 +329,7 @@ class LoadVersion(Message):
     device: str = "cpu"  # "cpu" or "gpu:<index>"
     auto_complete: bool = True
     options: dict[str, Any] = field(default_factory=dict)
+    isolated: bool = False  # in an executor process of the model's own
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_ensembles import EnsembleControl
 from inferd.kernel.dependencies import EnsembleDependencies
-from inferd.kernel.modelconfig_validation import validate
+from inferd.kernel.modelconfig_validation import executor_isolated, validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
@@ -407,6 +407,7 @@ class ControlActor(EnsembleControl, Actor):
             instance_count=sum(max(1, g.count) for g in config.instance_group) or 1,
             device=_device(config),
             auto_complete=not self._settings.disable_auto_complete_config,
+            isolated=executor_isolated(config),
         )
         timeout = self._settings.model_load_timeout_secs
         started = time.monotonic()

@@ -1,11 +1,13 @@
 """The executor pool actor: starts, places work on, watches and restarts executor processes.
 
-It owns which executors exist (CPU pool, one per GPU, one per isolated backend, or one inline
-in the main process) and which load lives on which executor. Control loads and unloads through
-it; the scheduler sends batches straight to the executor addresses it reports. When a process
-dies, every ask waiting on it fails with ``ExecutorCrashed``, control is told so it can mark
-and later reload the models that lived there, and the process is started again with back-off.
-It never touches a model or a tensor itself.
+It owns which executors exist (CPU pool, one per GPU, one per isolated backend, one per model
+whose config asks for a process of its own (``INFERD_EXECUTOR: "isolated"``, stopped when the
+model is unloaded), or one inline in the main process) and which load lives on which
+executor. Control loads and unloads through it; the scheduler sends batches straight to the
+executor addresses it reports. When a process dies, every ask waiting on it fails with
+``ExecutorCrashed``, control is told so it can mark and later reload the models that lived
+there, and that process alone is started again with back-off. It never touches a model or a
+tensor itself.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ CONTROL_ADDRESS = "control"
 HELLO_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 10.0
 RESTART_BACKOFF_SECS = (0.5, 1.0, 2.0, 5.0, 10.0)
+# The executor of a model with parameter INFERD_EXECUTOR "isolated" is this and its name.
+ISOLATED_PREFIX = "executor/model/"
 
 
 @dataclass(slots=True)
@@ -53,6 +57,8 @@ class _Executor:
     ready: anyio.Event = field(default_factory=anyio.Event)
     crashes: int = 0
     started_once: bool = False
+    isolated: bool = False  # one model's own: stopped when that model's last load goes
+    retired: bool = False  # stopped on purpose: not restarted until a load needs it again
 
 
 class ExecutorPoolActor(Actor):
@@ -132,13 +138,28 @@ class ExecutorPoolActor(Actor):
 
     # ------------------------------------------------------------------ processes
 
-    async def _ensure_started(self, name: str, environment: dict[str, str]) -> None:
+    async def _ensure_started(
+        self, name: str, environment: dict[str, str], *, isolated: bool = False
+    ) -> None:
         executor = self._executors.get(name)
         if executor is None:
-            executor = self._executors[name] = _Executor(name, environment)
+            executor = self._executors[name] = _Executor(name, environment, isolated=isolated)
             self._load_counts.setdefault(name, 0)
             await self._spawn(executor)
+        elif executor.retired:
+            if executor.process is not None:
+                await executor.process.wait()  # still stopping
+            executor.retired = False
+            executor.crashes = 0
+            executor.started_once = False  # a fresh process: nothing of it to reload
+            await self._spawn(executor)
         await executor.ready.wait()
+
+    async def _retire(self, executor: _Executor) -> None:
+        """Stop an isolated executor whose model has no load left in it."""
+        executor.retired = True
+        log.info("stopping %s: its model is unloaded", executor.name)
+        await self._stop_process(executor)
 
     async def _spawn(self, executor: _Executor) -> None:
         command = [
@@ -158,7 +179,7 @@ class ExecutorPoolActor(Actor):
 
     async def _watch(self, executor: _Executor, process: anyio.abc.Process) -> None:
         code = await process.wait()
-        if self._stopping:
+        if self._stopping or executor.retired:
             return
         reason = f"executor process {executor.name} (pid {process.pid}) exited with code {code}"
         log.error("%s; restarting it", reason)
@@ -172,6 +193,8 @@ class ExecutorPoolActor(Actor):
         executor.crashes += 1
         backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
         await anyio.sleep(backoff)
+        if executor.retired or self._stopping:  # its model was unloaded meanwhile
+            return
         await self._spawn(executor)
 
     async def on_executor_hello(self, hello: ExecutorHello, envelope: Envelope) -> None:
@@ -192,12 +215,15 @@ class ExecutorPoolActor(Actor):
         """The executor a load goes to, and the environment that executor starts with."""
         if self._settings.executor_inline:
             return "executor/inline", {}
+        gpu = int(load.device.partition(":")[2]) if load.device.startswith("gpu:") else None
+        environment = {} if gpu is None else pinned_environment(gpu)
+        if load.isolated:
+            return f"{ISOLATED_PREFIX}{load.model}", environment
         spec = self._backends.get(load.backend)
         if spec is not None and spec.isolate:
             return f"executor/{spec.name}", {}
-        if load.device.startswith("gpu:"):
-            index = int(load.device.partition(":")[2])
-            return f"executor/gpu{index}", pinned_environment(index)
+        if gpu is not None:
+            return f"executor/gpu{gpu}", environment
         cpu = [n for n in self._executors if n.startswith("executor/cpu")]
         return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
 
@@ -206,13 +232,17 @@ class ExecutorPoolActor(Actor):
             raise Unavailable("server is shutting down")
         name, environment = self._place(load)
         if name != "executor/inline":
-            await self._ensure_started(name, environment)
+            await self._ensure_started(name, environment, isolated=load.isolated)
         self._load_counts[name] = self._load_counts.get(name, 0) + 1
         try:
             loaded = await self.router.ask(name, load)
         except BaseException:
             self._load_counts[name] -= 1
             self._abandoned.discard(load.load_id)
+            executor = self._executors.get(name)
+            if executor is not None and executor.isolated and not self._load_counts[name]:
+                with anyio.CancelScope(shield=True):
+                    await self._retire(executor)
             raise
         assert isinstance(loaded, VersionLoaded)
         self._loads[load.load_id] = name
@@ -235,3 +265,7 @@ class ExecutorPoolActor(Actor):
             await self.router.ask(name, UnloadVersion(load_id))
         except ExecutorCrashed:
             pass  # the process took the instances with it
+        executor = self._executors.get(name)
+        if (executor is not None and executor.isolated and not self._load_counts[name]
+                and not self._stopping):
+            await self._retire(executor)
