@@ -36,6 +36,8 @@ class BackendSpec:
     for a process of its own, so a framework that conflicts with others never shares an
     interpreter with them. ``gpu_packages`` are distributions any one of which, installed,
     lets the backend run on a GPU (``inferd.kernel.devices``: what ``KIND_AUTO`` becomes).
+    ``process_per_instance`` puts each instance of its models in an executor process of its
+    own (``inferd.kernel.placement``), as Triton runs a python model's instances in stubs.
     """
 
     name: str
@@ -44,6 +46,7 @@ class BackendSpec:
     default_filename: str = ""
     isolate: bool = False
     gpu_packages: tuple[str, ...] = ()
+    process_per_instance: bool = False
 
     def load_class(self) -> type[Backend]:
         module_name, _, class_name = self.entry.partition(":")

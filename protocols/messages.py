@@ -315,9 +315,11 @@ class ReleaseSegments(Message):
 
 @dataclass(frozen=True, slots=True)
 class LoadVersion(Message):
-    """Control -> executor: load one version of a model with ``instance_count`` instances.
-    ``config`` is a serialized ModelConfig; ``load_id`` names this load, so a reload can
-    bring up a second copy of the same version beside the one serving."""
+    """Control -> executor pool -> executors: load one version of a model with
+    ``instance_count`` instances. ``config`` is a serialized ModelConfig; ``load_id`` names
+    this load, so a reload can bring up a second copy of the same version beside the one
+    serving. The pool splits a load over executor processes (``inferd.kernel.placement``):
+    each executor gets the config narrowed to its own instance groups and their count."""
 
     load_id: int
     model: str
@@ -326,10 +328,9 @@ class LoadVersion(Message):
     config: bytes
     path: str
     instance_count: int
-    device: str = "cpu"  # "cpu" or "gpu:<index>"
     auto_complete: bool = True
     options: dict[str, Any] = field(default_factory=dict)
-    isolated: bool = False  # in an executor process of the model's own
+    isolated: bool = False  # in executor processes of the model's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +341,8 @@ class VersionLoaded(Message):
     config: bytes
     instance_ids: tuple[int, ...]
     executor: str = ""
+    # (executor, instance id) of every instance, for a load the pool split over executors
+    instances: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,7 @@ class _Version:
     state: str
     reason: str = ""
     load_id: int = 0
-    executor: str = ""
+    executors: tuple[str, ...] = ()  # the processes its instances live in
     load_secs: float = 0.0
 
 
@@ -300,11 +300,11 @@ class ControlActor(EnsembleControl, Actor):
         lost = set()
         for name, model in self._models.items():
             for number, version in model.versions.items():
-                if version.executor == message.name and version.state == State.READY:
+                if message.name in version.executors and version.state == State.READY:
                     version.state = State.UNAVAILABLE
                     version.reason = f"{message.reason}; reloading"
                     lost.add(name)
-                    self.spawn(self._retire, name, number)
+                    self.spawn(self._retire, name, number, version)
         self._orphans.setdefault(message.name, set()).update(lost)
         self._refresh_dependents(*lost)
 
@@ -318,8 +318,13 @@ class ControlActor(EnsembleControl, Actor):
         except InferdError as error:
             log.error("reloading %s after its executor restarted failed: %s", name, error.message)
 
-    async def _retire(self, name: str, number: int) -> None:
+    async def _retire(self, name: str, number: int, version: _Version) -> None:
+        """A version that lost an executor stops serving; the instances it still has in its
+        other executors go (the reload brings up every part again)."""
         await self.router.ask(SCHEDULER, RetireVersion(name, number))
+        if len(version.executors) > 1:
+            await self.router.ask(EXECUTORS, UnloadVersion(version.load_id))
+            version.load_id = 0
 
     # ------------------------------------------------------------------ load and unload
 
@@ -405,7 +410,6 @@ class ControlActor(EnsembleControl, Actor):
             config=resolved.config,
             path=resolved.path,
             instance_count=sum(max(1, g.count) for g in config.instance_group) or 1,
-            device=_device(config),
             auto_complete=not self._settings.disable_auto_complete_config,
             isolated=executor_isolated(config),
         )
@@ -433,11 +437,12 @@ class ControlActor(EnsembleControl, Actor):
             await self.router.ask(EXECUTORS, UnloadVersion(load_id))
             self._fail_version(model, number, serving, error.message)
             raise
-        instances = tuple((loaded.executor, i) for i in loaded.instance_ids)
+        instances = loaded.instances or tuple((loaded.executor, i) for i in loaded.instance_ids)
         await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances))
         old_load = serving.load_id if serving is not None else 0
         model.versions[number] = _Version(
-            State.READY, "", load_id, loaded.executor, time.monotonic() - started
+            State.READY, "", load_id, tuple(dict.fromkeys(e for e, _ in instances)),
+            time.monotonic() - started
         )
         self._refresh_dependents(name)
         if old_load:
@@ -490,9 +495,3 @@ class ControlActor(EnsembleControl, Actor):
                 tasks.start_soon(self._unload, name)
         return Ack()
 
-
-def _device(config: ModelConfig) -> str:
-    for group in config.instance_group:
-        if group.kind == group.KIND_GPU:
-            return f"gpu:{group.gpus[0] if group.gpus else 0}"
-    return "cpu"

@@ -17,12 +17,14 @@ import logging
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import anyio
 import anyio.abc
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
+from inferd.kernel import placement
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
 from inferd.kernel.router import ProcessLink, Router
@@ -45,8 +47,10 @@ CONTROL_ADDRESS = "control"
 HELLO_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 10.0
 RESTART_BACKOFF_SECS = (0.5, 1.0, 2.0, 5.0, 10.0)
-# The executor of a model with parameter INFERD_EXECUTOR "isolated" is this and its name.
+# A model's own executors (INFERD_EXECUTOR "isolated", or a process per instance) are named
+# this, the model's name and their part's suffix (kernel/placement.py).
 ISOLATED_PREFIX = "executor/model/"
+INLINE = "executor/inline"
 
 
 @dataclass(slots=True)
@@ -79,7 +83,7 @@ class ExecutorPoolActor(Actor):
         self._link = link
         self._executors: dict[str, _Executor] = {}
         self._load_counts: dict[str, int] = {}
-        self._loads: dict[int, str] = {}
+        self._loads: dict[int, list[str]] = {}  # load id -> the executors of its parts
         self._abandoned: set[int] = set()
         self._stopping = False
         self._options = {
@@ -96,9 +100,7 @@ class ExecutorPoolActor(Actor):
         async with anyio.create_task_group() as tasks:
             await tasks.start(super().run)
             if self._settings.executor_inline:
-                inline = ExecutorActor(
-                    self.router, "executor/inline", self._backends, self._options
-                )
+                inline = ExecutorActor(self.router, INLINE, self._backends, self._options)
                 await tasks.start(inline.run)
             else:
                 names = [f"executor/cpu{i}" for i in range(max(1, self._settings.cpu_executors))]
@@ -186,8 +188,9 @@ class ExecutorPoolActor(Actor):
         if self._link is not None:
             self._link.forget(executor.name, reason)
         self.router.fail_pending_to(executor.name, ExecutorCrashed(reason))
-        for load_id in [i for i, name in self._loads.items() if name == executor.name]:
-            del self._loads[load_id]
+        for names in self._loads.values():  # what lived there is gone with it
+            while executor.name in names:
+                names.remove(executor.name)
         self._load_counts[executor.name] = 0
         self.router.tell(CONTROL_ADDRESS, ExecutorLost(executor.name, reason))
         executor.crashes += 1
@@ -211,45 +214,78 @@ class ExecutorPoolActor(Actor):
 
     # ------------------------------------------------------------------ placement
 
-    def _place(self, load: LoadVersion) -> tuple[str, dict[str, str]]:
-        """The executor a load goes to, and the environment that executor starts with."""
+    def _parts(self, load: LoadVersion, config: ModelConfig) -> list[placement.Part]:
         if self._settings.executor_inline:
-            return "executor/inline", {}
-        gpu = int(load.device.partition(":")[2]) if load.device.startswith("gpu:") else None
-        environment = {} if gpu is None else pinned_environment(gpu)
-        if load.isolated:
-            return f"{ISOLATED_PREFIX}{load.model}", environment
+            return [placement.whole(config)]
+        spec = self._backends.get(load.backend)
+        per_instance = spec is not None and spec.process_per_instance
+        return placement.split(config, isolated=load.isolated, per_instance=per_instance)
+
+    def _executor_for(self, load: LoadVersion, part: placement.Part) -> tuple[str, dict[str, str]]:
+        """The executor ``part`` goes to, and the environment that executor starts with."""
+        if self._settings.executor_inline:
+            return INLINE, {}
+        environment = {} if part.gpu is None else pinned_environment(part.gpu)
+        device = "" if part.gpu is None else f"/gpu{part.gpu}"
+        if part.own:
+            return f"{ISOLATED_PREFIX}{load.model}{part.suffix}", environment
         spec = self._backends.get(load.backend)
         if spec is not None and spec.isolate:
-            return f"executor/{spec.name}", {}
-        if gpu is not None:
-            return f"executor/gpu{gpu}", environment
+            return f"executor/{spec.name}{device}", environment
+        if part.gpu is not None:
+            return f"executor/gpu{part.gpu}", environment
         cpu = [n for n in self._executors if n.startswith("executor/cpu")]
         return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
 
     async def on_load_version(self, load: LoadVersion, envelope: Envelope) -> VersionLoaded:
+        """Load ``load`` in every executor its parts go to, at once; all or nothing."""
         if self._stopping:
             raise Unavailable("server is shutting down")
-        name, environment = self._place(load)
-        if name != "executor/inline":
-            await self._ensure_started(name, environment, isolated=load.isolated)
+        config = ModelConfig()
+        config.ParseFromString(load.config)
+        parts = self._parts(load, config)
+        outcomes: list[tuple[str, VersionLoaded] | BaseException] = [
+            RuntimeError("not run")] * len(parts)
+
+        async def load_part(index: int, part: placement.Part) -> None:
+            try:
+                outcomes[index] = await self._load_part(load, config, part)
+            except Exception as error:  # noqa: BLE001 - collected, raised below
+                outcomes[index] = error
+
+        async with anyio.create_task_group() as tasks:
+            for index, part in enumerate(parts):
+                tasks.start_soon(load_part, index, part)
+        loaded = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+        self._loads[load.load_id] = [name for name, _ in loaded]
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failures or load.load_id in self._abandoned:  # failed, or its asker gave up
+            self._abandoned.discard(load.load_id)
+            with anyio.CancelScope(shield=True):
+                await self._unload(load.load_id)
+            if failures:
+                raise failures[0]
+        return _merged(config, loaded)
+
+    async def _load_part(
+        self, load: LoadVersion, config: ModelConfig, part: placement.Part
+    ) -> tuple[str, VersionLoaded]:
+        name, environment = self._executor_for(load, part)
+        if name != INLINE:
+            await self._ensure_started(name, environment, isolated=part.own)
         self._load_counts[name] = self._load_counts.get(name, 0) + 1
+        request = replace(load, config=part.config(config), instance_count=part.instance_count)
         try:
-            loaded = await self.router.ask(name, load)
+            loaded = await self.router.ask(name, request)
         except BaseException:
             self._load_counts[name] -= 1
-            self._abandoned.discard(load.load_id)
             executor = self._executors.get(name)
             if executor is not None and executor.isolated and not self._load_counts[name]:
                 with anyio.CancelScope(shield=True):
                     await self._retire(executor)
             raise
         assert isinstance(loaded, VersionLoaded)
-        self._loads[load.load_id] = name
-        if load.load_id in self._abandoned:  # its asker timed out meanwhile
-            self._abandoned.discard(load.load_id)
-            await self._unload(load.load_id)
-        return loaded
+        return name, loaded
 
     async def on_unload_version(self, unload: UnloadVersion, envelope: Envelope) -> Ack:
         if unload.load_id not in self._loads:
@@ -259,7 +295,11 @@ class ExecutorPoolActor(Actor):
         return Ack()
 
     async def _unload(self, load_id: int) -> None:
-        name = self._loads.pop(load_id)
+        async with anyio.create_task_group() as tasks:
+            for name in self._loads.pop(load_id, ()):
+                tasks.start_soon(self._unload_from, name, load_id)
+
+    async def _unload_from(self, name: str, load_id: int) -> None:
         self._load_counts[name] = max(0, self._load_counts.get(name, 1) - 1)
         try:
             await self.router.ask(name, UnloadVersion(load_id))
@@ -269,3 +309,16 @@ class ExecutorPoolActor(Actor):
         if (executor is not None and executor.isolated and not self._load_counts[name]
                 and not self._stopping):
             await self._retire(executor)
+
+
+def _merged(config: ModelConfig, loaded: list[tuple[str, VersionLoaded]]) -> VersionLoaded:
+    """One answer for a load split over executors: the first part's completed config (auto-
+    complete fills the same in every part) with the version's own instance groups again,
+    and every instance, as (executor, instance id)."""
+    completed = ModelConfig()
+    completed.ParseFromString(loaded[0][1].config)
+    del completed.instance_group[:]
+    completed.instance_group.extend(config.instance_group)
+    instances = tuple((name, i) for name, part in loaded for i in part.instance_ids)
+    return VersionLoaded(completed.SerializeToString(), tuple(i for _, i in instances),
+                         loaded[0][0], instances)

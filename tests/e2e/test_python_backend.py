@@ -232,3 +232,30 @@ def test_bls_with_inline_executors(inferd: InferdHarness) -> None:
                 np.testing.assert_array_equal(result["OUTPUT0"], first + second)
             result = infer("bls_async", inputs)
             np.testing.assert_array_equal(result["OUTPUT1"], second - first)
+
+
+# ---------------------------------------------------------------- instances as processes
+
+
+def test_instances_of_a_python_model_run_at_once_in_processes_of_their_own(
+        inferd: InferdHarness) -> None:
+    root = inferd.copy_models(inferd.repository(), PYTHON_MODELS, "spinner")
+    server = inferd.start(root)
+    records: list[np.ndarray] = []
+
+    def spin() -> None:
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            seconds = httpclient.InferInput("SECONDS", [1], "FP32")
+            seconds.set_data_from_numpy(np.array([1.0], np.float32))
+            records.append(client.infer("spinner", [seconds]).as_numpy("RECORD"))
+
+    threads = [threading.Thread(target=spin) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(records) == 2, server.log()
+    (first_pid, first_began, first_ended), (second_pid, second_began, second_ended) = records
+    assert first_pid != second_pid != server.process.pid  # two instances, two processes
+    # Both spun (holding their interpreter's lock) through a common stretch of time.
+    assert max(first_began, second_began) < min(first_ended, second_ended), records

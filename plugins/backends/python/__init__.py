@@ -15,6 +15,9 @@ PYTHON_BACKEND = BackendSpec(
     name="python",
     entry="inferd.plugins.backends.python.backend:PythonBackend",
     default_filename="model.py",
+    # As Triton's stubs: each instance in a process of its own, so instances of pure-Python
+    # code run at once instead of taking turns on one interpreter lock.
+    process_per_instance=True,
 )
 
 
