@@ -7,8 +7,9 @@ module level, unchanged from how they would run in Triton: ``add_sub`` (Triton's
 ``strings`` (BYTES pre-processing, with a helper module next to its model.py), ``bls_sync`` and
 ``bls_async`` (BLS calls to ``simple`` through the server's scheduler, with ``exec()`` and
 ``await async_exec()``), ``checker`` (a TritonError in one response) and ``raiser`` (an
-exception out of ``execute``). One server (model instances in an executor process) serves
-the module; a second one runs the BLS models with inline executors.
+exception out of ``execute``). One server (each model instance in an executor process of its
+own) serves the module; a second one runs the BLS models with inline executors; a third shows
+two instances of ``spinner`` running at once in two processes.
 """
 
 from __future__ import annotations
