@@ -1,8 +1,9 @@
 """The pytorch backend end to end: one real ``inferd serve`` serving the ONNX ``simple``
 model, a TorchScript model (``model.pt``, Triton's ``INPUT__0`` / ``OUTPUT__0`` names) and a
 ``torch.export`` program (``model.pt2`` with no config: auto-completed from its signature)
-side by side, called through tritonclient's HTTP and gRPC clients. A ``KIND_GPU`` pytorch
-model on this GPU-less machine fails its load with a clear reason while the others serve.
+side by side with a python model (``add_sub``), called through tritonclient's HTTP and gRPC
+clients. A ``KIND_GPU`` pytorch model on this GPU-less machine fails its load with a clear
+reason while the others serve.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ torch = pytest.importorskip("torch")
 InferdHarness = Any
 ServerHandle = Any
 PROTOCOLS = ("http", "grpc")
+PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 
@@ -67,6 +69,7 @@ def torch_repository(harness: InferdHarness) -> Path:
         dynamic_shapes=({0: torch.export.Dim("n", max=4096)},) * 2,
     )
     torch.export.save(program, str(root / "exported" / "1" / "model.pt2"))
+    harness.copy_models(root, PYTHON_MODELS, "add_sub")  # and a python model beside them
     return root
 
 
@@ -97,7 +100,7 @@ def infer(client: Any, protocol: str, model: str, inputs: dict[str, np.ndarray],
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_onnx_torchscript_and_exported_models_serve_side_by_side(
+def test_onnx_torchscript_exported_and_python_models_serve_side_by_side(
     server: ServerHandle, protocol: str
 ) -> None:
     client = connect(server, protocol)
@@ -115,6 +118,11 @@ def test_onnx_torchscript_and_exported_models_serve_side_by_side(
     exported = infer(client, protocol, "exported", {"x": x, "y": y}, ["scaled", "shifted"])
     np.testing.assert_array_equal(exported["scaled"], x * 2)
     np.testing.assert_array_equal(exported["shifted"], x + y)
+    p, q = x[:4], np.full(4, 0.5, np.float32)
+    python = infer(client, protocol, "add_sub", {"INPUT0": p, "INPUT1": q},
+                   ["OUTPUT0", "OUTPUT1"])
+    np.testing.assert_array_equal(python["OUTPUT0"], p + q)
+    np.testing.assert_array_equal(python["OUTPUT1"], p - q)
 
 
 def test_the_exported_models_config_is_completed_from_its_signature(
