@@ -33,6 +33,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 import serving
+from inferd.kernel.server import format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = 1024
@@ -166,18 +167,12 @@ def main(argv: list[str] | None = None) -> int:
                 speedup = f"{rate / twin:.2f}×" if twin else ""
                 rows.append((name, name.rsplit("_", 1)[1], f"{rate:,.1f}",
                              f"{rate * args.batch:,.0f}", f"{p50:,.2f}", speedup))
-            print(serving_table(("model", "device", "req/s", "rows/s", "p50 ms", "×CPU"), rows))
+            print(format_table(("model", "device", "req/s", "rows/s", "p50 ms", "×CPU"), rows))
             print(f"server log: {server.log_tail()}" if problems else "", flush=True)
     for problem in problems:
         print(f"FAIL  {problem}")
     print("PASS" if not problems else f"{len(problems)} problem(s)")
     return 1 if problems else 0
-
-
-def serving_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
-                     .rstrip() for row in (header, *rows))
 
 
 if __name__ == "__main__":
