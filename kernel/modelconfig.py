@@ -175,7 +175,7 @@ def normalize(
 
 def backend_can_auto_complete(config: ModelConfig) -> bool:
     """Whether the config's backend fills in missing inputs/outputs from the model file."""
-    if config.backend in ("onnxruntime", "python"):
+    if config.backend in ("onnxruntime", "python", "tensorrt"):
         return True
     backend: str = config.backend
     return backend == "pytorch" and config.default_model_filename == TORCH_EXPORT_FILENAME

@@ -202,7 +202,8 @@ class ModelRepository:
     def _check_config_may_be_missing(
         self, name: str, model_dir: Path, config: ModelConfig, completes_later: bool
     ) -> None:
-        missing = f"model '{name}' has no {CONFIG_FILENAME} ({model_dir / CONFIG_FILENAME})"
+        # Clients read this (the index): it names the model, never the server's folders.
+        missing = f"model '{name}' has no {CONFIG_FILENAME}"
         if not config.backend and config.platform != ENSEMBLE_PLATFORM:
             candidates = model_file_candidates(self._backends)
             looked_for = ", ".join(filename for filename, _ in candidates)

@@ -1,6 +1,7 @@
 """Instance kinds on a machine without GPUs, end to end: a ``KIND_GPU`` model fails its load
 with Triton's message and nothing runs on the CPU in its place, while the other models serve;
-``KIND_AUTO`` and a config without ``instance_group`` run on the CPU."""
+``KIND_AUTO`` and a config without ``instance_group`` run on the CPU, where a TensorRT engine
+cannot."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def test_a_gpu_model_without_gpus_fails_with_tritons_message_while_the_others_se
     simple_copy(root, "on_gpu", "instance_group [ { kind: KIND_GPU count: 1 } ]\n")
     simple_copy(root, "on_gpu_one", "instance_group [ { kind: KIND_GPU gpus: [1] } ]\n")
     simple_copy(root, "auto", "instance_group [ { kind: KIND_AUTO count: 2 } ]\n")
+    engine = root / "engine"
+    (engine / "1").mkdir(parents=True)
+    (engine / "1" / "model.plan").write_bytes(b"not a real engine")  # no config.pbtxt at all
     server = inferd.start(root, "--exit-on-error=false")
     with server.client() as client:
         index = {entry.name: entry for entry in client.index()}
@@ -42,6 +46,9 @@ def test_a_gpu_model_without_gpus_fails_with_tritons_message_while_the_others_se
     assert ("instance group on_gpu_one_0 of model on_gpu_one specifies invalid or unsupported"
             " gpu id 1. GPUs this server can use are: none") in index["on_gpu_one"].reason
     assert index["auto"].state == index["simple"].state == "READY"
+    # A TensorRT engine: KIND_AUTO is the CPU here, and TensorRT refuses it before anything.
+    assert index["engine"].state == "UNAVAILABLE"
+    assert "is KIND_CPU, but TensorRT engines run on GPUs only" in index["engine"].reason
 
     with httpclient.InferenceServerClient(server.http_url) as http:
         config = http.get_model_config("auto")

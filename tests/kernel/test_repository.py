@@ -27,6 +27,8 @@ def registry() -> BackendRegistry:
     backends.add(BackendSpec(name="python", entry="x:y", default_filename="model.py"))
     backends.add(BackendSpec(name="tensorrt", entry="x:y", platforms=("tensorrt_plan",),
                              default_filename="model.plan"))
+    backends.add(BackendSpec(name="pytorch", entry="x:y", platforms=("pytorch_libtorch",),
+                             default_filename="model.pt"))
     return backends
 
 
@@ -168,14 +170,16 @@ def test_missing_config_is_auto_completed_for_onnx(tmp_path: Path) -> None:
 
 def test_missing_config_is_an_error_without_auto_complete(tmp_path: Path) -> None:
     make_model(tmp_path, "bare", config=None)
-    with pytest.raises(InvalidArgument, match=r"has no config.pbtxt .* auto-complete is disabled"):
+    with pytest.raises(InvalidArgument, match=r"has no config.pbtxt, and auto-complete is disabled"):
         ModelRepository([tmp_path], registry(), auto_complete=False).resolve("bare")
 
 
 def test_missing_config_for_a_backend_that_cannot_complete(tmp_path: Path) -> None:
-    make_model(tmp_path, "engine", config=None, versions={"1": "model.plan"})
-    with pytest.raises(InvalidArgument, match="backend 'tensorrt' cannot auto-complete"):
-        ModelRepository([tmp_path], registry()).resolve("engine")
+    # TorchScript files do not say their inputs and outputs (torch.export programs do).
+    make_model(tmp_path, "scripted", config=None, versions={"1": "model.pt"})
+    with pytest.raises(InvalidArgument, match=r"^model 'scripted' has no config.pbtxt, and "
+                       "backend 'pytorch' cannot auto-complete a config$"):
+        ModelRepository([tmp_path], registry()).resolve("scripted")
 
 
 def test_missing_config_and_no_model_file(tmp_path: Path) -> None:
