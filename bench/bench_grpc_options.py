@@ -642,14 +642,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="perf_analyzer concurrency, comma-separated (default 1,8)")
     parser.add_argument("--pair-concurrency", type=int, default=4,
                         help="each of the two clients' concurrency (default 4)")
-    parser.add_argument("--window-ms", type=int, default=2500,
-                        help="perf_analyzer measurement window (default 2500)")
-    parser.add_argument("--stability", type=int, default=bench_kserve.DEFAULT_STABILITY,
-                        help=f"perf_analyzer -s (default {bench_kserve.DEFAULT_STABILITY})")
-    parser.add_argument("--max-trials", type=int, default=6,
-                        help="perf_analyzer -r: most windows per run (default 6)")
-    parser.add_argument("--retries", type=int, default=0,
-                        help="runs more, windows doubled, when one never settles (default 0)")
+    bench_kserve.add_window_options(parser, window_ms=2500, max_trials=6, retries=0)
     parser.add_argument("--seconds", type=float, default=360.0,
                         help="time budget of the whole run: a point that might not fit in "
                              "what is left is skipped (default 360)")

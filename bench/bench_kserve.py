@@ -436,6 +436,23 @@ def results_table(measurements: Sequence[Measurement], baseline: Baseline) -> st
 # ------------------------------------------------------------------------------ main
 
 
+def add_window_options(
+    parser: argparse.ArgumentParser, *, window_ms: int, max_trials: int, retries: int
+) -> None:
+    """The flags of how every perf_analyzer run of a bench measures: window, stability,
+    windows per run, runs more when one never settles."""
+    parser.add_argument("--window-ms", type=int, default=window_ms,
+                        help=f"perf_analyzer measurement window (default {window_ms})")
+    parser.add_argument("--stability", type=int, default=DEFAULT_STABILITY,
+                        help="perf_analyzer -s: the last three windows must agree within this "
+                             f"%% (default {DEFAULT_STABILITY})")
+    parser.add_argument("--max-trials", type=int, default=max_trials,
+                        help=f"perf_analyzer -r: most windows per run (default {max_trials})")
+    parser.add_argument("--retries", type=int, default=retries,
+                        help=f"runs more, windows doubled, when one never settles "
+                             f"(default {retries})")
+
+
 def parse_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -444,20 +461,11 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="perf_analyzer against inferd serve over KServe HTTP and gRPC, next to "
                     "the same model called in-process through onnxruntime.")
-    parser.add_argument("--window-ms", type=int, default=3000,
-                        help="perf_analyzer measurement window (default 3000)")
+    add_window_options(parser, window_ms=3000, max_trials=10, retries=1)
     parser.add_argument("--concurrency", default="1,8",
                         help="requests in flight, comma-separated (default 1,8)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS),
                         help="http, grpc or both (default http,grpc)")
-    parser.add_argument("--stability", type=int, default=DEFAULT_STABILITY,
-                        help="perf_analyzer -s: the last three windows must agree within this "
-                             f"%% (default {DEFAULT_STABILITY})")
-    parser.add_argument("--max-trials", type=int, default=10,
-                        help="perf_analyzer -r: most windows per measurement (default 10)")
-    parser.add_argument("--retries", type=int, default=1,
-                        help="when perf_analyzer cannot settle, run it again this many times, "
-                             "doubling the window each time (default 1)")
     parser.add_argument("--baseline-seconds", type=float, default=3.0,
                         help="how long to call onnxruntime in-process (default 3)")
     parser.add_argument("--skip-setup", action="store_true",

@@ -551,14 +551,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                              f"{','.join(point.key for point in POINTS)})")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS),
                         help="http, grpc or both (default http,grpc)")
-    parser.add_argument("--window-ms", type=int, default=2500,
-                        help="perf_analyzer measurement window (default 2500)")
-    parser.add_argument("--stability", type=int, default=bench_kserve.DEFAULT_STABILITY,
-                        help=f"perf_analyzer -s (default {bench_kserve.DEFAULT_STABILITY})")
-    parser.add_argument("--max-trials", type=int, default=6,
-                        help="perf_analyzer -r: most windows per run (default 6)")
-    parser.add_argument("--retries", type=int, default=1,
-                        help="runs more, windows doubled, when one never settles (default 1)")
+    bench_kserve.add_window_options(parser, window_ms=2500, max_trials=6, retries=1)
     parser.add_argument("--baseline-seconds", type=float, default=2.0,
                         help="in-process onnxruntime time per model and batch (default 2)")
     parser.add_argument("--skip-setup", action="store_true",
