@@ -12,24 +12,26 @@ tensor itself.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 import anyio
 import anyio.abc
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
-from inferd.kernel import placement
+from inferd.kernel import execution_env, placement
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
 from inferd.kernel.router import ProcessLink, Router
 from inferd.kernel.settings import Settings
-from inferd.protocols.errors import ExecutorCrashed, InferdError, Unavailable
+from inferd.protocols.errors import ExecutorCrashed, InferdError, InvalidArgument, Unavailable
 from inferd.protocols.messages import (
     Ack,
     Envelope,
@@ -63,6 +65,7 @@ class _Executor:
     started_once: bool = False
     isolated: bool = False  # one model's own: stopped when that model's last load goes
     retired: bool = False  # stopped on purpose: not restarted until a load needs it again
+    python: str = ""  # another environment's interpreter (EXECUTION_ENV_PATH); "" is ours
 
 
 class ExecutorPoolActor(Actor):
@@ -141,11 +144,13 @@ class ExecutorPoolActor(Actor):
     # ------------------------------------------------------------------ processes
 
     async def _ensure_started(
-        self, name: str, environment: dict[str, str], *, isolated: bool = False
+        self, name: str, environment: dict[str, str], *, isolated: bool = False,
+        python: str = "",
     ) -> None:
         executor = self._executors.get(name)
         if executor is None:
-            executor = self._executors[name] = _Executor(name, environment, isolated=isolated)
+            executor = self._executors[name] = _Executor(
+                name, environment, isolated=isolated, python=python)
             self._load_counts.setdefault(name, 0)
             await self._spawn(executor)
         elif executor.retired:
@@ -164,8 +169,10 @@ class ExecutorPoolActor(Actor):
         await self._stop_process(executor)
 
     async def _spawn(self, executor: _Executor) -> None:
+        start = (execution_env.command(Path(executor.python)) if executor.python
+                 else [sys.executable, "-m", "inferd.kernel.executor_process"])
         command = [
-            sys.executable, "-m", "inferd.kernel.executor_process",
+            *start,
             "--name", executor.name, "--hub", self._hub,
             "--options", json.dumps(self._options),
             "--parent-pid", str(os.getpid()),
@@ -244,12 +251,13 @@ class ExecutorPoolActor(Actor):
         config = ModelConfig()
         config.ParseFromString(load.config)
         parts = self._parts(load, config)
+        python = await self._interpreter(load, config)
         outcomes: list[tuple[str, VersionLoaded] | BaseException] = [
             RuntimeError("not run")] * len(parts)
 
         async def load_part(index: int, part: placement.Part) -> None:
             try:
-                outcomes[index] = await self._load_part(load, config, part)
+                outcomes[index] = await self._load_part(load, config, part, python)
             except Exception as error:  # noqa: BLE001 - collected, raised below
                 outcomes[index] = error
 
@@ -267,12 +275,30 @@ class ExecutorPoolActor(Actor):
                 raise failures[0]
         return _merged(config, loaded)
 
+    async def _interpreter(self, load: LoadVersion, config: ModelConfig) -> str:
+        """The interpreter of the environment a python model asks for (``EXECUTION_ENV_PATH``,
+        unpacked and checked in a thread), or "" for the server's own."""
+        spec = self._backends.get(load.backend)
+        wanted = execution_env.requested(config, Path(load.path))
+        if wanted is None or spec is None or not spec.process_per_instance:
+            return ""
+        if self._settings.executor_inline:
+            raise InvalidArgument(f"model '{load.model}': {execution_env.PARAMETER} needs "
+                                  "executor processes; the server runs with --executor-inline")
+        try:
+            python = await anyio.to_thread.run_sync(execution_env.interpreter, wanted)
+        except InvalidArgument as error:
+            raise InvalidArgument(f"model '{load.model}': {error.message}") from None
+        return str(python)
+
     async def _load_part(
-        self, load: LoadVersion, config: ModelConfig, part: placement.Part
+        self, load: LoadVersion, config: ModelConfig, part: placement.Part, python: str
     ) -> tuple[str, VersionLoaded]:
         name, environment = self._executor_for(load, part)
+        if python:  # processes of another interpreter are never shared with ours
+            name += "@" + hashlib.sha256(python.encode()).hexdigest()[:8]
         if name != INLINE:
-            await self._ensure_started(name, environment, isolated=part.own)
+            await self._ensure_started(name, environment, isolated=part.own, python=python)
         self._load_counts[name] = self._load_counts.get(name, 0) + 1
         request = replace(load, config=part.config(config), instance_count=part.instance_count)
         try:
