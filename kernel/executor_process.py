@@ -41,11 +41,10 @@ async def serve(name: str, hub: str, options: dict[str, object], parent_pid: int
     backends = Plugins.load().backends()
     context = zmq.Context()
     router = Router(name)
-    memory = LinkMemory(
-        parent_pid,
-        threshold=int(options.get("link_shm_threshold", link_memory.DEFAULT_THRESHOLD)),
-        capacity=int(options.get("link_shm_capacity", link_memory.DEFAULT_CAPACITY)),
-    )
+    threshold = options.get("link_shm_threshold", link_memory.DEFAULT_THRESHOLD)
+    capacity = options.get("link_shm_capacity", link_memory.DEFAULT_CAPACITY)
+    assert isinstance(threshold, int) and isinstance(capacity, int)  # the pool's JSON options
+    memory = LinkMemory(parent_pid, threshold=threshold, capacity=capacity)
     link = ProcessLink.uplink(router, context, hub, name, memory)
     actor = ExecutorActor(router, name, backends, options)
     try:

@@ -48,7 +48,8 @@ class Part:
         del narrowed.instance_group[:]
         for group in self.groups:
             narrowed.instance_group.add().ParseFromString(group)
-        return narrowed.SerializeToString()
+        serialized: bytes = narrowed.SerializeToString()
+        return serialized
 
 
 def split(config: ModelConfig, *, isolated: bool, per_instance: bool) -> list[Part]:
