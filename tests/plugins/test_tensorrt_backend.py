@@ -50,13 +50,13 @@ class FakeCuda:
     def cudaSetDevice(self, device: int) -> tuple[int]:  # noqa: N802
         return (0,)
 
-    def cudaStreamCreate(self) -> tuple[int, str]:  # noqa: N802
-        return 0, "stream"
+    def cudaStreamCreate(self) -> tuple[int, int]:  # noqa: N802
+        return 0, 7  # cuda-python's cudaStream_t: int() of it is the handle
 
-    def cudaStreamSynchronize(self, stream: str) -> tuple[int]:  # noqa: N802
+    def cudaStreamSynchronize(self, stream: int) -> tuple[int]:  # noqa: N802
         return (0,)
 
-    def cudaStreamDestroy(self, stream: str) -> tuple[int]:  # noqa: N802
+    def cudaStreamDestroy(self, stream: int) -> tuple[int]:  # noqa: N802
         return (0,)
 
     def cudaMalloc(self, size: int) -> tuple[int, int]:  # noqa: N802
@@ -70,7 +70,7 @@ class FakeCuda:
         return (0,)
 
     def cudaMemcpyAsync(self, dst: int, src: int, size: int, kind: int,  # noqa: N802
-                        stream: str) -> tuple[int]:
+                        stream: int) -> tuple[int]:
         ctypes.memmove(dst, src, size)
         return (0,)
 
@@ -113,7 +113,8 @@ class FakeContext:
         self.addresses: dict[str, int] = {}
         self.runs = 0
 
-    def set_optimization_profile_async(self, profile: int, stream: str) -> bool:
+    def set_optimization_profile_async(self, profile: int, stream: int) -> bool:
+        assert stream == 7  # TensorRT takes the stream's handle, an int
         self.profile = profile
         return True
 
@@ -131,7 +132,8 @@ class FakeContext:
         self.addresses[name] = pointer
         return True
 
-    def execute_async_v3(self, stream: str) -> bool:
+    def execute_async_v3(self, stream: int) -> bool:
+        assert stream == 7
         count = int(np.prod(self.shapes["INPUT"]))
         source = np.ctypeslib.as_array((ctypes.c_float * count).from_address(
             self.addresses["INPUT"]))

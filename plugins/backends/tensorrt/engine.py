@@ -119,11 +119,12 @@ class Context:
         self._cuda = cuda
         _check(cuda.cudaSetDevice(device), "cudaSetDevice")
         self._stream = _check(cuda.cudaStreamCreate(), "cudaStreamCreate")
+        self._stream_handle = int(self._stream)  # what TensorRT's calls take
         self._context = engine.create_execution_context()
         if self._context is None:
             raise Internal("TensorRT could not create an execution context (out of GPU memory?)")
         if profile:
-            self._context.set_optimization_profile_async(profile, self._stream)
+            self._context.set_optimization_profile_async(profile, self._stream_handle)
         self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
 
     def run(self, inputs: dict[str, np.ndarray], outputs: Sequence[tuple[str, np.dtype]]
@@ -145,7 +146,7 @@ class Context:
             result = np.empty(shape, dtype)
             context.set_tensor_address(name, self._buffer(name, result.nbytes))
             results.append(result)
-        if not context.execute_async_v3(self._stream):
+        if not context.execute_async_v3(self._stream_handle):
             raise Internal("TensorRT failed to run the engine (see the executor's log)")
         device_to_host = cuda.cudaMemcpyKind.cudaMemcpyDeviceToHost
         for (name, _), result in zip(outputs, results, strict=True):
