@@ -18,14 +18,18 @@ import abc
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import Instance, split_batch
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
-from inferd.protocols.tensors import from_numpy
+from inferd.protocols.tensors import config_type_to_datatype, from_numpy
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelInput, ModelOutput
 
 # Indexes into an instance's phase clock (index 0 holds when the current phase began).
 _INPUT_PHASE, _INFER_PHASE, _OUTPUT_PHASE = 1, 2, 3
@@ -47,6 +51,23 @@ class PlannedTensor(Protocol):
 
     @property
     def reshape(self) -> tuple[int, ...] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredTensor:
+    """A ``PlannedTensor`` read straight from a config entry: what a backend that binds
+    tensors by name needs (onnxruntime, TensorRT)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+
+    @classmethod
+    def of(cls, entry: ModelInput | ModelOutput) -> ConfiguredTensor:
+        reshape = tuple(entry.reshape.shape) if entry.HasField("reshape") else None
+        datatype = config_type_to_datatype(model_config_pb2.DataType.Name(entry.data_type))
+        return cls(entry.name, datatype, tuple(entry.dims), reshape)
 
 
 PlanT = TypeVar("PlanT", bound=PlannedTensor)

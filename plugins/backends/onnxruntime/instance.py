@@ -14,26 +14,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.batched_instance import BatchedInstance, BatchPlan, PreparedRequest
+from inferd.kernel.batched_instance import (
+    BatchedInstance,
+    BatchPlan,
+    ConfiguredTensor,
+    PreparedRequest,
+)
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import Tensor
-from inferd.protocols.tensors import config_type_to_datatype
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 
-@dataclass(frozen=True, slots=True)
-class TensorPlan:
-    """One configured tensor. ``reshape`` is the shape the session sees when the config
-    reshapes the tensor (without the batch dimension), and ``dims`` the shape clients see."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
+# The configured tensors, by name, as the batch skeleton reads them.
+TensorPlan = ConfiguredTensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +42,9 @@ class ExecutionPlan(BatchPlan[TensorPlan]):
             model=model,
             version=str(version),
             batching=config.max_batch_size > 0,
-            inputs={entry.name: _tensor_plan(entry) for entry in config.input},
-            outputs=tuple(_tensor_plan(entry) for entry in config.output),
+            inputs={entry.name: ConfiguredTensor.of(entry) for entry in config.input},
+            outputs=tuple(ConfiguredTensor.of(entry) for entry in config.output),
         )
-
-
-def _tensor_plan(entry: ModelInput | ModelOutput) -> TensorPlan:
-    reshape = tuple(entry.reshape.shape) if entry.HasField("reshape") else None
-    return TensorPlan(
-        name=entry.name,
-        datatype=config_type_to_datatype(model_config_pb2.DataType.Name(entry.data_type)),
-        dims=tuple(entry.dims),
-        reshape=reshape,
-    )
 
 
 class OnnxRuntimeInstance(BatchedInstance[TensorPlan, dict[str, np.ndarray], list[np.ndarray]]):

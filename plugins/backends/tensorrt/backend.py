@@ -20,12 +20,17 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
-from inferd.kernel.batched_instance import BatchedInstance, BatchPlan, PreparedRequest
+from inferd.kernel.batched_instance import (
+    BatchedInstance,
+    BatchPlan,
+    ConfiguredTensor,
+    PreparedRequest,
+)
 from inferd.kernel.config_completion import configured_shape, fill_tensor_entry, shapes_agree
 from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 from inferd.protocols.messages import Tensor
-from inferd.protocols.tensors import config_type_to_datatype, numpy_dtype
+from inferd.protocols.tensors import numpy_dtype
 
 DEFAULT_FILENAME = "model.plan"
 PLATFORM = "tensorrt_plan"
@@ -33,26 +38,16 @@ BACKEND = "tensorrt"
 KIND = model_config_pb2.ModelInstanceGroup
 
 
-@dataclass(frozen=True, slots=True)
-class TensorPlan:
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
+TensorPlan = ConfiguredTensor
 
 
 @dataclass(frozen=True, slots=True)
 class EnginePlan(BatchPlan[TensorPlan]):
     @classmethod
     def from_config(cls, config: ModelConfig, model: str, version: int) -> EnginePlan:
-        def plan(entry: Any) -> TensorPlan:
-            datatype = config_type_to_datatype(model_config_pb2.DataType.Name(entry.data_type))
-            reshape = tuple(entry.reshape.shape) if entry.HasField("reshape") else None
-            return TensorPlan(entry.name, datatype, tuple(entry.dims), reshape)
-
         return cls(model=model, version=str(version), batching=config.max_batch_size > 0,
-                   inputs={entry.name: plan(entry) for entry in config.input},
-                   outputs=tuple(plan(entry) for entry in config.output))
+                   inputs={entry.name: ConfiguredTensor.of(entry) for entry in config.input},
+                   outputs=tuple(ConfiguredTensor.of(entry) for entry in config.output))
 
 
 def complete_config(config: ModelConfig, signature: trt_engine.Signature) -> ModelConfig:
