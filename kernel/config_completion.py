@@ -5,13 +5,15 @@ Owns Triton's rules that do not depend on the framework: filling a tensor entry'
 and dims from the model (dropping the batch dimension, and the dims ``[1]`` reshaped to
 ``[]`` convention for a scalar), the shape a config entry gives the model, and when that
 shape agrees with the model's (``-1`` matches anything). Pure functions on protobuf entries;
-the error texts, which name the framework, stay with each backend.
+the error texts name the framework by what each backend passes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from inferd.protocols.errors import InvalidArgument
 
 from tritonclient.grpc import model_config_pb2
 
@@ -52,3 +54,28 @@ def shapes_agree(expected: Sequence[int], shape: Sequence[int]) -> bool:
         want == DYNAMIC or have == DYNAMIC or want == have
         for want, have in zip(expected, shape, strict=True)
     )
+
+
+def check_shape(
+    entry: ModelInput | ModelOutput, model_shape: Sequence[int], *, max_batch_size: int,
+    where: str, source: str, batch_hint: str = "",
+) -> None:
+    """Raise ``InvalidArgument`` unless ``entry``'s shape agrees with ``model_shape`` (the
+    model's, batch dimension included when ``max_batch_size`` batches, which it must then
+    leave dynamic). ``where`` names the tensor, ``source`` the model ("the ONNX model"),
+    ``batch_hint`` how to give it a dynamic batch dimension."""
+    shape = tuple(model_shape)
+    if max_batch_size > 0:
+        if not shape or shape[0] != DYNAMIC:
+            raise InvalidArgument(
+                f"{where}: max_batch_size is {max_batch_size} but {source}'s shape "
+                f"{list(shape)} has no dynamic first dimension to batch along{batch_hint}"
+            )
+        shape = shape[1:]
+    expected = configured_shape(entry)
+    if not shapes_agree(expected, shape):
+        note = " (without the batch dimension)" if max_batch_size > 0 else ""
+        raise InvalidArgument(
+            f"{where}: the configuration's shape {list(expected)} does not match {source}'s "
+            f"shape {list(shape)}{note}"
+        )

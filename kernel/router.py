@@ -270,6 +270,9 @@ class ProcessLink:
         )
         self.views = link_memory.SegmentViews(memory.server_pid, self._send_release)
         self.closed = False
+        # One bound hook per peer, not one per message: this is every request's path.
+        self._spills: dict[str, wire.Spill] = {}
+        self._views: dict[str, wire.Unspill] = {}
 
     @classmethod
     def hub(
@@ -312,9 +315,21 @@ class ProcessLink:
             head: list[Any] = [peer.encode(), b""]
         else:
             peer, head = _HUB, [b""]
-        spill = partial(self.segments.spill, peer) if self.segments.enabled else None
+        spill = self._spill_to(peer) if self.segments.enabled else None
         self.socket.send([*head, *wire.encode(envelope, spill)])  # no high-water mark
         return True
+
+    def _spill_to(self, peer: str) -> wire.Spill:
+        spill = self._spills.get(peer)
+        if spill is None:
+            spill = self._spills[peer] = partial(self.segments.spill, peer)
+        return spill
+
+    def _view_from(self, peer: str) -> wire.Unspill:
+        view = self._views.get(peer)
+        if view is None:
+            view = self._views[peer] = partial(self.views.view, peer)
+        return view
 
     def forget(self, peer: str, reason: str) -> None:
         """``peer``'s process died: messages for it now fail with ``reason``, the segments it
@@ -345,7 +360,7 @@ class ProcessLink:
         else:
             peer, payload = _HUB, frames[1:]
         try:
-            envelope = wire.decode(payload, partial(self.views.view, peer))
+            envelope = wire.decode(payload, self._view_from(peer))
         except InvalidArgument as error:
             log.error("malformed message from %s dropped: %s", peer, error)
             return

@@ -245,17 +245,16 @@ def encode(envelope: Envelope, spill: Spill | None = None) -> list[bytes | memor
     tensor's bytes instead of a buffer frame."""
     body = envelope.body
     kind = type(body).__name__
+    encoder = _Encoder(spill)
     try:
         flat = _FLAT_ENCODERS.get(type(body))
-        if flat is not None:
-            encoder = _Encoder(spill)
-            values = flat(encoder, body)
-            if values is not None:
-                header = (envelope.msg_id, _FLAT_PREFIX + kind, envelope.src, envelope.dst,
-                          envelope.reply_to, envelope.deadline, envelope.trace, values)
-                encoder.frames[1] = encoder.descriptor_packer.pack(header)
-                return encoder.frames
-        encoder = _Encoder(spill)  # a fresh one: a flat attempt may have taken frames
+        # A flat encoder declines (None) before it takes any tensor's frame.
+        values = flat(encoder, body) if flat is not None else None
+        if values is not None:
+            header = (envelope.msg_id, _FLAT_PREFIX + kind, envelope.src, envelope.dst,
+                      envelope.reply_to, envelope.deadline, envelope.trace, values)
+            encoder.frames[1] = encoder.descriptor_packer.pack(header)
+            return encoder.frames
         header = (envelope.msg_id, kind, envelope.src, envelope.dst, envelope.reply_to,
                   envelope.deadline, envelope.trace, _codec_for_instance(body).values_of(body))
         encoder.frames[1] = _packer(encoder.pack_extension).pack(header)

@@ -98,3 +98,17 @@ def test_a_killed_server_has_its_segments_removed_by_its_executor(
     server.wait_exit(WAIT_SECS)
     server.clean_exit = False
     wait_until(lambda: segments(pid) == {}, "segments unlinked by the orphaned executor", server)
+
+
+def test_the_link_memory_flags_are_checked(inferd: InferdHarness) -> None:
+    for flag, value in (("--executor-shm-threshold", "-1"), ("--executor-shm-threshold", "big"),
+                        ("--executor-shm-capacity", "0")):
+        server = inferd.launch(None, f"{flag}={value}")
+        assert server.wait_exit(60) == 2, server.log()
+        assert flag in server.log() and "expected a number of bytes" in server.log()
+
+
+def test_a_threshold_of_zero_sends_every_tensor_as_a_frame(inferd: InferdHarness) -> None:
+    server = inferd.start(inferd.repository("identity_fp32"), "--executor-shm-threshold=0")
+    identity_over_both_protocols(server, np.ones(ELEMENTS, np.float32))
+    assert segments(server.process.pid) == {}

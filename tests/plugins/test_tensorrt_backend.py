@@ -232,7 +232,7 @@ def test_the_groups_profile_picks_the_instances_optimization_profile(tmp_path: P
      "input 'INPUT' has data type TYPE_INT32 but the engine's is TYPE_FP32"),
     ('max_batch_size: 8 input [{ name: "INPUT" data_type: TYPE_FP32 dims: [5] }] '
      "instance_group [{ kind: KIND_GPU gpus: [0] }]",
-     r"input 'INPUT' has dims \[5\] but the engine's shape is \[-1, 4\]"),
+     r"input 'INPUT': the configuration's shape \[5\] does not match the engine's shape \[4\]"),
 ])
 def test_a_config_that_disagrees_with_the_engine_fails_the_load(
         tmp_path: Path, config_text: str, message: str) -> None:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.config_completion import configured_shape, fill_tensor_entry, shapes_agree
+from inferd.kernel.config_completion import DYNAMIC, check_shape, fill_tensor_entry
 from inferd.protocols.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 PLATFORM = "onnxruntime_onnx"
 BACKEND = "onnxruntime"
@@ -27,8 +27,6 @@ BACKEND = "onnxruntime"
 # Triton's --backend-config=default-max-batch-size: what a batchable model gets when its config
 # says nothing about batching.
 DEFAULT_MAX_BATCH_SIZE = 4
-
-DYNAMIC = -1
 
 _ORT_TYPE_TO_CONFIG_TYPE: dict[str, int] = {
     "tensor(bool)": model_config_pb2.TYPE_BOOL,
@@ -147,27 +145,8 @@ def _validate_tensors(
                 f"{where}: the configuration says {_type_name(entry.data_type)} but the ONNX "
                 f"model has {_type_name(tensor.data_type)} ({tensor.onnx_type})"
             )
-        _validate_shape(config, where, entry, tensor)
-
-
-def _validate_shape(
-    config: ModelConfig, where: str, entry: ModelInput | ModelOutput, tensor: ModelTensor
-) -> None:
-    model_shape = tensor.shape
-    if config.max_batch_size > 0:
-        if not model_shape or model_shape[0] != DYNAMIC:
-            raise InvalidArgument(
-                f"{where}: max_batch_size is {config.max_batch_size} but the ONNX model's shape "
-                f"{list(model_shape)} has no dynamic first dimension to batch along"
-            )
-        model_shape = model_shape[1:]
-    expected = configured_shape(entry)
-    if not shapes_agree(expected, model_shape):
-        batch_note = " (without the batch dimension)" if config.max_batch_size > 0 else ""
-        raise InvalidArgument(
-            f"{where}: the configuration's shape {list(expected)} does not match the ONNX "
-            f"model's shape {list(model_shape)}{batch_note}"
-        )
+        check_shape(entry, tensor.shape, max_batch_size=config.max_batch_size, where=where,
+                    source="the ONNX model")
 
 
 def _names(tensors: Any) -> str:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.config_completion import configured_shape, fill_tensor_entry, shapes_agree
+from inferd.kernel.config_completion import check_shape, fill_tensor_entry
 from inferd.plugins.backends.pytorch.naming import bind_program
-from inferd.plugins.backends.pytorch.programs import DYNAMIC, TensorSignature
+from inferd.plugins.backends.pytorch.programs import TensorSignature
 from inferd.plugins.backends.pytorch.tensors import type_name
 from inferd.protocols.errors import InvalidArgument
 
@@ -97,20 +97,7 @@ def _check(
             f"{where}: the configuration says {type_name(entry.data_type)} but the exported "
             f"program has {type_name(signature.data_type)}"
         )
-    shape = signature.shape
-    if config.max_batch_size > 0:
-        if not shape or shape[0] != DYNAMIC:
-            raise InvalidArgument(
-                f"{where}: max_batch_size is {config.max_batch_size} but the program's shape "
-                f"{list(shape)} has no dynamic first dimension to batch along (export it with "
-                f"a torch.export.Dim for that dimension)"
-            )
-        shape = shape[1:]
-    expected = configured_shape(entry)
-    if not shapes_agree(expected, shape):
-        note = " (without the batch dimension)" if config.max_batch_size > 0 else ""
-        raise InvalidArgument(
-            f"{where}: the configuration's shape {list(expected)} does not match the exported "
-            f"program's shape {list(shape)}{note}"
-        )
+    check_shape(entry, signature.shape, max_batch_size=config.max_batch_size, where=where,
+                source="the exported program",
+                batch_hint=" (export it with a torch.export.Dim for that dimension)")
 

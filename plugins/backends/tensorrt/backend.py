@@ -26,7 +26,7 @@ from inferd.kernel.batched_instance import (
     ConfiguredTensor,
     PreparedRequest,
 )
-from inferd.kernel.config_completion import configured_shape, fill_tensor_entry, shapes_agree
+from inferd.kernel.config_completion import check_shape, fill_tensor_entry
 from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 from inferd.protocols.messages import Tensor
@@ -75,7 +75,6 @@ def complete_config(config: ModelConfig, signature: trt_engine.Signature) -> Mod
 def check_config(config: ModelConfig, signature: trt_engine.Signature) -> None:
     """Raise ``InvalidArgument`` where ``config`` and the engine disagree."""
     model = config.name
-    batching = config.max_batch_size > 0
     for kind, tensors, entries in (("input", signature.inputs, config.input),
                                    ("output", signature.outputs, config.output)):
         engine_tensors = {t.name: t for t in tensors}
@@ -94,16 +93,8 @@ def check_config(config: ModelConfig, signature: trt_engine.Signature) -> None:
                     f"model '{model}': {kind} '{entry.name}' has data type "
                     f"{model_config_pb2.DataType.Name(entry.data_type)} but the engine's is "
                     f"{model_config_pb2.DataType.Name(tensor.data_type)}")
-            shape = tensor.shape[1:] if batching else tensor.shape
-            if batching and (not tensor.shape or tensor.shape[0] != -1):
-                raise InvalidArgument(
-                    f"model '{model}': max_batch_size {config.max_batch_size} needs a dynamic "
-                    f"first dimension in {kind} '{entry.name}', the engine's shape is "
-                    f"{list(tensor.shape)}")
-            if not shapes_agree(configured_shape(entry), shape):
-                raise InvalidArgument(
-                    f"model '{model}': {kind} '{entry.name}' has dims {list(entry.dims)} but "
-                    f"the engine's shape is {list(tensor.shape)}")
+            check_shape(entry, tensor.shape, max_batch_size=config.max_batch_size,
+                        where=f"model '{model}', {kind} '{entry.name}'", source="the engine")
 
 
 def instance_profiles(config: ModelConfig) -> list[int]:
