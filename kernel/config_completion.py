@@ -11,7 +11,7 @@ the error texts name the framework by what each backend passes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.protocols.errors import InvalidArgument
 
@@ -22,6 +22,45 @@ if TYPE_CHECKING:
 
 # A dimension the model leaves open.
 DYNAMIC = -1
+
+# Triton's --backend-config=default-max-batch-size: what a batchable model gets when its config
+# says nothing about batching.
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
+class SignatureTensor(Protocol):
+    """One input or output as a model file describes it: ``shape`` has ``DYNAMIC`` for every
+    open dimension, the batch dimension included."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def data_type(self) -> int: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+def batchable(tensors: Sequence[SignatureTensor]) -> bool:
+    """Whether a model batches: every tensor's first dimension is open."""
+    return bool(tensors) and all(t.shape and t.shape[0] == DYNAMIC for t in tensors)
+
+
+def complete_declared(entries: Any, model_tensors: Sequence[SignatureTensor], batching: bool
+                      ) -> None:
+    """Triton's rule for a config's input (or output) list: empty, it gets every tensor of
+    the model; otherwise only the entries it declares are filled in."""
+    if not entries:
+        for tensor in model_tensors:
+            fill_tensor_entry(entries.add(name=tensor.name), tensor.data_type, tensor.shape,
+                              batching)
+        return
+    by_name = {t.name: t for t in model_tensors}
+    for entry in entries:
+        if entry.name in by_name:
+            tensor = by_name[entry.name]
+            fill_tensor_entry(entry, tensor.data_type, tensor.shape, batching)
 
 
 def fill_tensor_entry(

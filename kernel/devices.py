@@ -67,6 +67,21 @@ def pinned_environment(gpu: int, environ: Mapping[str, str] | None = None) -> di
     return {"CUDA_VISIBLE_DEVICES": entries[gpu] if gpu < len(entries) else str(gpu)}
 
 
+def local_device_id(gpu: int, environ: Mapping[str, str] | None = None) -> int:
+    """The CUDA device number a framework uses in this process for GPU ``gpu`` (an id as
+    configs name it)."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return gpu
+    ids = [device.strip() for device in visible.split(",") if device.strip()]
+    if str(gpu) in ids:
+        return ids.index(str(gpu))
+    # The kernel pins each GPU executor to its device, so the GPU an instance was sent to is
+    # the one its process sees first.
+    return 0
+
+
 def _installed(distribution: str) -> bool:
     try:
         importlib.metadata.distribution(distribution)

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.config_completion import DYNAMIC, check_shape, fill_tensor_entry
+from inferd.kernel.config_completion import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DYNAMIC,
+    batchable,
+    check_shape,
+    complete_declared,
+)
 from inferd.protocols.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -23,10 +29,6 @@ if TYPE_CHECKING:
 
 PLATFORM = "onnxruntime_onnx"
 BACKEND = "onnxruntime"
-
-# Triton's --backend-config=default-max-batch-size: what a batchable model gets when its config
-# says nothing about batching.
-DEFAULT_MAX_BATCH_SIZE = 4
 
 _ORT_TYPE_TO_CONFIG_TYPE: dict[str, int] = {
     "tensor(bool)": model_config_pb2.TYPE_BOOL,
@@ -82,32 +84,15 @@ def complete_config(
     # Like Triton, batching is inferred only when the config says nothing about the tensors:
     # declared dims would otherwise be ambiguous about whether they include the batch dim.
     declares_tensors = bool(completed.input) or bool(completed.output)
-    if completed.max_batch_size == 0 and not declares_tensors and _batchable([*inputs, *outputs]):
+    if completed.max_batch_size == 0 and not declares_tensors and batchable([*inputs, *outputs]):
         completed.max_batch_size = DEFAULT_MAX_BATCH_SIZE
         if completed.WhichOneof("scheduling_choice") is None:
             completed.dynamic_batching.SetInParent()
 
     batching = completed.max_batch_size > 0
-    _complete_tensors(completed.input, inputs, batching)
-    _complete_tensors(completed.output, outputs, batching)
+    complete_declared(completed.input, inputs, batching)
+    complete_declared(completed.output, outputs, batching)
     return completed
-
-
-def _batchable(tensors: Sequence[ModelTensor]) -> bool:
-    return bool(tensors) and all(t.shape and t.shape[0] == DYNAMIC for t in tensors)
-
-
-def _complete_tensors(declared: Any, model_tensors: Sequence[ModelTensor], batching: bool) -> None:
-    if not declared:
-        for tensor in model_tensors:
-            fill_tensor_entry(declared.add(name=tensor.name), tensor.data_type, tensor.shape,
-                              batching)
-        return
-    by_name = {t.name: t for t in model_tensors}
-    for entry in declared:
-        if entry.name in by_name:
-            tensor = by_name[entry.name]
-            fill_tensor_entry(entry, tensor.data_type, tensor.shape, batching)
 
 
 def validate_config(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.devices import local_device_id
 from inferd.plugins.backends.onnxruntime.autocomplete import (
     complete_config,
     model_tensor,
@@ -79,22 +79,9 @@ def instance_placements(config: ModelConfig, cuda_available: bool) -> list[Place
                 "or make the group KIND_CPU"
             )
         for gpu in list(group.gpus) or [0]:
-            placement = Placement(cuda=True, device_id=_local_device_id(gpu))
+            placement = Placement(cuda=True, device_id=local_device_id(gpu))
             placements.extend(placement for _ in range(count))
     return placements or [Placement(cuda=False)]
-
-
-def _local_device_id(gpu: int) -> int:
-    """The device number onnxruntime uses for physical GPU ``gpu`` in this process."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return gpu
-    ids = [device.strip() for device in visible.split(",") if device.strip()]
-    if str(gpu) in ids:
-        return ids.index(str(gpu))
-    # The kernel pins each GPU executor to its device, so the GPU this instance was sent to
-    # is the one this process sees first.
-    return 0
 
 
 def _intra_op_threads(context: ModelContext) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.devices import local_device_id
 from inferd.plugins.backends.pytorch.autocomplete import (
     complete_exported,
     copy_config,
@@ -73,19 +73,9 @@ def instance_devices(torch: ModuleType, config: ModelConfig) -> list[Any]:
                 f"the CPU, use KIND_CPU for that"
             )
         for gpu in list(group.gpus) or [0]:
-            device = torch.device("cuda", _local_device_id(gpu))
+            device = torch.device("cuda", local_device_id(gpu))
             devices.extend(device for _ in range(count))
     return devices or [torch.device("cpu")]
-
-
-def _local_device_id(gpu: int) -> int:
-    """The CUDA device number torch uses in this process for physical GPU ``gpu``."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return gpu
-    ids = [device.strip() for device in visible.split(",") if device.strip()]
-    # The kernel pins each GPU executor to its device, so a GPU not listed is the first.
-    return ids.index(str(gpu)) if str(gpu) in ids else 0
 
 
 def _model_path(context: ModelContext) -> Path:
