@@ -10,6 +10,9 @@ EXTRAS ?= onnx,test
 # leaves it out (the pytorch models are then UNAVAILABLE and their tests skipped).
 WITH_TORCH ?= 1
 TORCH_PIN := torch==2.13.0
+# The tensorflow backend's framework, the CPU build (tensorflow-cpu; its tests need it).
+# WITH_TF=0 leaves it out (the TensorFlow models are then UNAVAILABLE and their tests skipped).
+WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
@@ -19,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	if [ "$(WITH_TORCH)" = 1 ]; then $(PY) -m pip install --quiet "$(TORCH_PIN)"; fi
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)$(if $(filter 1,$(WITH_TORCH)),$(comma)torch)]"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)$(if $(filter 1,$(WITH_TORCH)),$(comma)torch)$(if $(filter 1,$(WITH_TF)),$(comma)tensorflow)]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -49,6 +49,8 @@ __all__ = [
 InstanceGroup = model_config_pb2.ModelInstanceGroup
 
 MODEL_FILES: tuple[tuple[str, str], ...] = (
+    ("model.savedmodel", "tensorflow"),
+    ("model.graphdef", "tensorflow"),
     ("model.plan", "tensorrt"),
     ("model.onnx", "onnxruntime"),
     ("model.pt", "pytorch"),
@@ -57,7 +59,14 @@ MODEL_FILES: tuple[tuple[str, str], ...] = (
 )
 """(default model file, backend) in the order Triton looks for them in a version folder."""
 
-BACKEND_PLATFORMS = {backend: platform for platform, backend in PLATFORM_BACKENDS.items()}
+# A backend's platform; the first listed where a backend has several (TensorFlow's formats,
+# told apart by their model file: FILE_PLATFORMS).
+BACKEND_PLATFORMS = {backend: platform for platform, backend in reversed(PLATFORM_BACKENDS.items())}
+FILE_PLATFORMS = {
+    "model.savedmodel": "tensorflow_savedmodel",
+    "model.graphdef": "tensorflow_graphdef",
+}
+PLATFORM_FILES = {platform: filename for filename, platform in FILE_PLATFORMS.items()}
 TORCH_EXPORT_FILENAME = "model.pt2"
 SEQUENCE_IDLE_DEFAULT_MICROSECONDS = 1_000_000
 
@@ -177,6 +186,8 @@ def backend_can_auto_complete(config: ModelConfig) -> bool:
     """Whether the config's backend fills in missing inputs/outputs from the model file."""
     if config.backend in ("onnxruntime", "python", "tensorrt"):
         return True
+    if config.platform == "tensorflow_savedmodel":
+        return True  # a GraphDef says too little of its tensors (as in Triton)
     backend: str = config.backend
     return backend == "pytorch" and config.default_model_filename == TORCH_EXPORT_FILENAME
 
@@ -250,11 +261,14 @@ def _fill_backend(
         return
     if not config.default_model_filename:
         own_files = [filename for filename, backend in candidates if backend == config.backend]
+        if config.platform in PLATFORM_FILES:
+            own_files = [PLATFORM_FILES[config.platform]]
         chosen = next((f for f in own_files if present(f)), own_files[0] if own_files else "")
         config.default_model_filename = chosen
     torch_export = config.default_model_filename == TORCH_EXPORT_FILENAME
     if not config.platform and config.backend in BACKEND_PLATFORMS and not torch_export:
-        config.platform = BACKEND_PLATFORMS[config.backend]
+        config.platform = FILE_PLATFORMS.get(config.default_model_filename,
+                                             BACKEND_PLATFORMS[config.backend])
 
 
 def _fill_instance_groups(

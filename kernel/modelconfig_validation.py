@@ -25,6 +25,8 @@ PLATFORM_BACKENDS: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
     "tensorrt_plan": "tensorrt",
+    "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow",
 }
 """Platforms Triton ties to exactly one backend; other backends take no platform."""
 

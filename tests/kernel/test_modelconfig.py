@@ -160,6 +160,9 @@ def test_normalize_does_not_change_its_argument() -> None:
         (("model.py",), "python", "", "model.py"),
         (("model.custom",), "custom", "", "model.custom"),
         (("model.plan", "model.onnx"), "tensorrt", "tensorrt_plan", "model.plan"),
+        (("model.savedmodel",), "tensorflow", "tensorflow_savedmodel", "model.savedmodel"),
+        (("model.graphdef",), "tensorflow", "tensorflow_graphdef", "model.graphdef"),
+        (("model.onnx", "model.graphdef"), "tensorflow", "tensorflow_graphdef", "model.graphdef"),
         ((), "", "", ""),
     ],
 )
@@ -180,11 +183,24 @@ def test_backend_is_inferred_from_model_files(
         ('backend: "python"', "python", ""),
         ('platform: "custom_plat"', "custom", "custom_plat"),
         ('default_model_filename: "model.onnx"', "onnxruntime", "onnxruntime_onnx"),
+        ('backend: "tensorflow"', "tensorflow", "tensorflow_savedmodel"),
+        ('platform: "tensorflow_graphdef"', "tensorflow", "tensorflow_graphdef"),
+        ('default_model_filename: "model.graphdef"', "tensorflow", "tensorflow_graphdef"),
     ],
 )
 def test_backend_and_platform_infer_each_other(text: str, backend: str, platform: str) -> None:
     config = normalized(text)
     assert (config.backend, config.platform) == (backend, platform)
+
+
+def test_a_tensorflow_platform_picks_its_own_file_and_only_savedmodels_auto_complete() -> None:
+    graphdef = normalized('platform: "tensorflow_graphdef"', files=("model.savedmodel",))
+    assert graphdef.default_model_filename == "model.graphdef"
+    assert not backend_can_auto_complete(graphdef)
+    savedmodel = normalized('backend: "tensorflow"', files=("model.graphdef", "model.savedmodel"))
+    assert (savedmodel.platform, savedmodel.default_model_filename) == (
+        "tensorflow_savedmodel", "model.savedmodel")
+    assert backend_can_auto_complete(savedmodel)
 
 
 def test_explicit_backend_picks_its_file_that_exists() -> None:

@@ -184,7 +184,8 @@ def test_missing_config_for_a_backend_that_cannot_complete(tmp_path: Path) -> No
 
 def test_missing_config_and_no_model_file(tmp_path: Path) -> None:
     make_model(tmp_path, "mystery", config=None, versions={"1": "weights.bin"})
-    with pytest.raises(InvalidArgument, match=r"no model file .* \(looked for model.plan, "):
+    with pytest.raises(InvalidArgument, match=r"no model file .* \(looked for model.savedmodel, "
+                       r"model.graphdef, model.plan, "):
         ModelRepository([tmp_path], registry()).resolve("mystery")
 
 
