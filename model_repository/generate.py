@@ -1,7 +1,7 @@
 """Writes the example models of inferd's default model repository into this folder.
 
-Owns the example ONNX models (``simple``, ``mlp``, ``identity_fp32``, and the OCR pipeline's
-detector ``craft`` and refiner ``refinenet``): their graphs, built with the ``onnx`` helper
+Owns the example ONNX models (``simple``, ``mlp``, ``identity_fp32``, the stateful
+``accumulate``, and the OCR pipeline's detector ``craft`` and refiner ``refinenet``): their graphs, built with the ``onnx`` helper
 API, and their ``config.pbtxt``. The OCR pipeline's python steps and its ensemble are plain
 files in their folders. Deterministic and idempotent:
 a file whose content is already right is not rewritten, so its modification time, which the
@@ -84,6 +84,33 @@ output [
 """
 
 
+ACCUMULATE_CONFIG = """\
+name: "accumulate"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+# A stateful model: the running sum of a sequence's INPUTs. The server keeps the sum between
+# the requests of a sequence (implicit state ACC_IN -> ACC_OUT, zero at START) and tells the
+# model where a sequence starts (START, 1 on its first request).
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [
+    {
+      input_name: "ACC_IN"
+      output_name: "ACC_OUT"
+      data_type: TYPE_FP32
+      dims: [ 1 ]
+      initial_state { name: "zero" data_type: TYPE_FP32 dims: [ 1 ] zero_data: true }
+    }
+  ]
+}
+"""
+
+
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(
         graph,
@@ -109,6 +136,27 @@ def simple_model() -> onnx.ModelProto:
         "simple",
         [tensor("INPUT0"), tensor("INPUT1")],
         [tensor("OUTPUT0"), tensor("OUTPUT1")],
+    )
+    return _model(graph)
+
+
+def accumulate_model() -> onnx.ModelProto:
+    """A running sum kept as implicit state: OUTPUT = ACC_OUT = INPUT at START, else
+    ACC_IN + INPUT."""
+
+    def tensor(name: str, element: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, element, ["batch", 1])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["START"], ["starting"], to=TensorProto.BOOL),
+            helper.make_node("Add", ["ACC_IN", "INPUT"], ["continued"]),
+            helper.make_node("Where", ["starting", "INPUT", "continued"], ["ACC_OUT"]),
+            helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"]),
+        ],
+        "accumulate",
+        [tensor("INPUT"), tensor("START", TensorProto.INT32), tensor("ACC_IN")],
+        [tensor("OUTPUT"), tensor("ACC_OUT")],
     )
     return _model(graph)
 
@@ -257,6 +305,7 @@ MODELS: dict[str, tuple[str, Callable[[], onnx.ModelProto]]] = {
     "simple": (SIMPLE_CONFIG, simple_model),
     "mlp": (MLP_CONFIG, mlp_model),
     "identity_fp32": (IDENTITY_FP32_CONFIG, identity_fp32_model),
+    "accumulate": (ACCUMULATE_CONFIG, accumulate_model),
     "craft": (CRAFT_CONFIG, craft_model),
     "refinenet": (REFINENET_CONFIG, refinenet_model),
 }

@@ -381,6 +381,7 @@ class ServeVersion(Message):
     version: int
     config: bytes
     instances: tuple[tuple[str, int], ...]
+    path: str = ""  # the model's folder (a sequence model's initial_state/ files are there)
 
 
 @dataclass(frozen=True, slots=True)

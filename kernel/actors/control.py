@@ -27,6 +27,7 @@ from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import executor_isolated, validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.router import Router
+from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
     DeadlineExceeded,
@@ -433,12 +434,15 @@ class ControlActor(EnsembleControl, Actor):
         completed.ParseFromString(loaded.config)
         try:
             validate(completed, folder_name=name, complete=True)
+            if completed.HasField("sequence_batching"):
+                SequencePlan.of(completed, Path(resolved.path))
         except InvalidArgument as error:
             await self.router.ask(EXECUTORS, UnloadVersion(load_id))
             self._fail_version(model, number, serving, error.message)
             raise
         instances = loaded.instances or tuple((loaded.executor, i) for i in loaded.instance_ids)
-        await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances))
+        await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances,
+                                                      resolved.path))
         old_load = serving.load_id if serving is not None else 0
         model.versions[number] = _Version(
             State.READY, "", load_id, tuple(dict.fromkeys(e for e, _ in instances)),

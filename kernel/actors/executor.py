@@ -32,6 +32,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
 from inferd.kernel.router import Router
+from inferd.kernel.sequence_plan import client_config, execution_config
 from inferd.protocols.errors import InferdError, Internal, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
@@ -148,7 +149,8 @@ class ExecutorActor(Actor):
             name=message.model,
             version=message.version,
             model_dir=Path(message.path),
-            config=config,
+            # A sequence model's control and state tensors are ordinary tensors to a backend.
+            config=execution_config(config),
             auto_complete=message.auto_complete,
             options={**self._options, **message.options},
             infer=self._infer_function(asyncio.get_running_loop()),
@@ -174,7 +176,8 @@ class ExecutorActor(Actor):
             thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
             self._instances[instance_id] = _LoadedInstance(instance, thread, message.load_id)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
-        return VersionLoaded(model.config.SerializeToString(), ids, self.address)
+        served = client_config(model.config, config)
+        return VersionLoaded(served.SerializeToString(), ids, self.address)
 
     def _infer_function(
         self, loop: asyncio.AbstractEventLoop

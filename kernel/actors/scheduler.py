@@ -8,8 +8,9 @@ batch's results are handed back per request. Control tells it which versions to 
 (``ServeVersion``, which also swaps instances on reload) and which to retire (``RetireVersion``,
 answered once in-flight work is done). A request to an ensemble is handed to the
 ``EnsembleRunner``, which runs each step as a request through the composing model's own queue
-here, so ensemble steps batch with other traffic. It never loads models and never touches the
-repository.
+here, so ensemble steps batch with other traffic. A sequence model's requests go through its
+``SequenceBatcher`` instead of the queue (one batch per instance at a time, each sequence
+bound to a slot of one instance). It never loads models and never touches the repository.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -29,6 +31,8 @@ from inferd.kernel.batcher import DynamicBatcher
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.modelconfig import config_to_json_text
 from inferd.kernel.router import Router
+from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
+from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, NotFound, Unavailable
@@ -108,6 +112,12 @@ class _Version:
     pumping: bool = False  # _pump is running: a batch finishing meanwhile leaves it to it
     pinned: int = 0  # ensemble requests that fixed this version and still need it
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
+    sequences: SequenceBatcher[_Queued] | None = None  # set for a sequence model
+
+    def busy(self) -> bool:
+        """Whether requests are queued, running or still to come for an ensemble."""
+        waiting = self.sequences.pending() if self.sequences is not None else 0
+        return bool(self.queue or self.running or self.pinned or waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +161,17 @@ def _enqueue(queue: deque[_Queued], queued: _Queued) -> None:
 
 def _load_of(slot: _Slot) -> int:
     return slot.in_flight
+
+
+def _sequences(config: ModelConfig, path: str, slots: list[_Slot],
+               current: SequenceBatcher[_Queued] | None) -> SequenceBatcher[_Queued] | None:
+    """The sequence batcher of a sequence model: the current one while its instance count
+    holds (its sequences and their state live on), else a new one."""
+    if not config.HasField("sequence_batching"):
+        return None
+    if current is not None and current.instances == len(slots):
+        return current
+    return SequenceBatcher(SequencePlan.of(config, Path(path) if path else None), len(slots))
 
 
 def _batcher(config: ModelConfig) -> DynamicBatcher:
@@ -199,6 +220,7 @@ class SchedulerActor(Actor):
                 slots,
             )
         current.ensemble = ensemble
+        current.sequences = _sequences(config, message.path, slots, current.sequences)
         self._ever_served.setdefault(message.model, set()).add(message.version)
         self._pump(current)
         while any(slot.in_flight for slot in replaced):
@@ -210,7 +232,7 @@ class SchedulerActor(Actor):
         if version is None:
             return Ack()
         version.retired = True
-        while version.queue or version.running or version.pinned:
+        while version.busy():
             await anyio.sleep(IDLE_POLL_SECS)
         versions = self._served[message.model]
         if versions.get(message.version) is version:
@@ -221,17 +243,16 @@ class SchedulerActor(Actor):
         """Shutdown: wait (bounded) for the queues to empty, then refuse what is left and
         everything new, so no request is sent to an executor about to unload its models."""
         with anyio.move_on_after(message.timeout):
-            while any(
-                v.queue or v.running or v.pinned
-                for vs in self._served.values()
-                for v in vs.values()
-            ):
+            while any(v.busy() for vs in self._served.values() for v in vs.values()):
                 await anyio.sleep(IDLE_POLL_SECS)
         self._closed = True
         for versions in self._served.values():
             for version in versions.values():
-                while version.queue:
-                    queued = version.queue.popleft()
+                left = list(version.queue)
+                version.queue.clear()
+                if version.sequences is not None:
+                    left += version.sequences.drain()
+                for queued in left:
                     queued.result = Unavailable(SHUTTING_DOWN)
                     queued.done.set()
         return Ack()
@@ -348,7 +369,8 @@ class SchedulerActor(Actor):
                     (
                         "nv_inference_pending_request_count",
                         labels,
-                        len(version.queue) + version.in_service,
+                        len(version.queue) + version.in_service + (
+                            version.sequences.pending() if version.sequences else 0),
                     ),
                 ]
         return Metrics(tuple(samples))
@@ -378,7 +400,10 @@ class SchedulerActor(Actor):
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
         queued = _Queued(request, batch_size, shape_key, arrived_ns,
                          level=plan.level(request.priority))
-        _enqueue(version.queue, queued)
+        if version.sequences is not None:
+            version.sequences.admit(queued, request, batch_size, arrived_ns)
+        else:
+            _enqueue(version.queue, queued)
         self._pump(version)
         timeout_us = request.timeout_us or plan.default_timeout_us
         if not queued.done.is_set():
@@ -411,6 +436,9 @@ class SchedulerActor(Actor):
         this loop sees the instance it freed."""
         if version.pumping:
             return
+        if version.sequences is not None:
+            self._pump_sequences(version, version.sequences)
+            return
         version.pumping = True
         try:
             while version.queue:
@@ -428,10 +456,32 @@ class SchedulerActor(Actor):
         finally:
             version.pumping = False
 
+    def _pump_sequences(self, version: _Version, sequences: SequenceBatcher[_Queued]) -> None:
+        """Start the next batch of every instance that runs none (one at a time each, so a
+        request sees the state its sequence's previous request left)."""
+        version.pumping = True
+        try:
+            now_ns = time.perf_counter_ns()
+            sequences.expire(now_ns)
+            started = True
+            while started:  # an executor in this process answers at once: go round again
+                started = False
+                for index, slot in enumerate(version.slots):
+                    batch = sequences.next_batch(index, now_ns)
+                    if batch is not None:
+                        self._start_sequence_batch(version, slot, batch)
+                        started = True
+        finally:
+            version.pumping = False
+        self._wake_later(version)
+
     def _wake_later(self, version: _Version) -> None:
         if version.wake_pending:
             return
-        wake_ns = version.batcher.wake_at(version.queue)
+        if version.sequences is not None:
+            wake_ns = version.sequences.wake_at()
+        else:
+            wake_ns = version.batcher.wake_at(version.queue)
         if wake_ns is None:
             return
         version.wake_pending = True
@@ -464,24 +514,56 @@ class SchedulerActor(Actor):
         slot.in_flight -= 1
         version.running -= 1
         version.in_service -= len(batch)
-        results: list[InferResponse | InferdError]
-        if isinstance(reply, InferdError):
-            results = [reply] * len(batch)
-        elif not isinstance(reply, BatchResult) or len(reply.results) != len(batch):
-            error = Internal(f"executor '{slot.executor}' answered a batch of {len(batch)}"
-                             f" with {type(reply).__name__}")
-            results = [error] * len(batch)
-        else:
-            results = [
-                InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
-                for r in reply.results
-            ]
-            version.statistics.record_batch(
-                sum(q.batch_size for q in batch), len(batch), reply.compute_ns
-            )
-            for queued in batch:
-                queued.compute_ns = reply.compute_ns
+        results = self._results(version, slot, batch, reply)
         for queued, result in zip(batch, results, strict=True):
+            queued.result = result
+            queued.done.set()
+        self._pump(version)
+
+    def _results(self, version: _Version, slot: _Slot, batch: list[_Queued],
+                 reply: Message | InferdError, count: int | None = None
+                 ) -> list[InferResponse | InferdError]:
+        """One result per request of an executor's reply to a batch of ``count`` requests
+        (``batch`` are the real ones, recorded in the statistics)."""
+        count = len(batch) if count is None else count
+        if isinstance(reply, InferdError):
+            return [reply] * count
+        if not isinstance(reply, BatchResult) or len(reply.results) != count:
+            error = Internal(f"executor '{slot.executor}' answered a batch of {count}"
+                             f" with {type(reply).__name__}")
+            return [error] * count
+        version.statistics.record_batch(
+            sum(q.batch_size for q in batch), len(batch), reply.compute_ns
+        )
+        for queued in batch:
+            queued.compute_ns = reply.compute_ns
+        return [
+            InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
+            for r in reply.results
+        ]
+
+    def _start_sequence_batch(self, version: _Version, slot: _Slot,
+                              batch: SequenceBatch[_Queued]) -> None:
+        real = [entry.item for entry in batch.real if entry.item is not None]
+        slot.in_flight += 1
+        version.running += 1
+        version.in_service += len(real)
+        started_ns = time.perf_counter_ns()
+        for queued in real:
+            queued.started_ns = started_ns
+        message = InferBatch(version.model, version.version, slot.instance, batch.requests)
+        self.router.ask_then(slot.executor, message,
+                             partial(self._finish_sequence_batch, version, slot, batch, real))
+
+    def _finish_sequence_batch(self, version: _Version, slot: _Slot,
+                               batch: SequenceBatch[_Queued], real: list[_Queued],
+                               reply: Message | InferdError) -> None:
+        slot.in_flight -= 1
+        version.running -= 1
+        version.in_service -= len(real)
+        results = self._results(version, slot, real, reply, count=len(batch.entries))
+        assert version.sequences is not None
+        for queued, result in version.sequences.complete(batch, results, time.perf_counter_ns()):
             queued.result = result
             queued.done.set()
         self._pump(version)
