@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.protocols.errors import InferdError, InvalidArgument
+from inferd.protocols.errors import InferdError, InvalidArgument, Unsupported
 from inferd.protocols.messages import InferRequest, InferResponse
+
+Emit = Callable[[int, "InferResponse | InferdError | None", bool], None]
+"""How a decoupled instance sends a response: ``emit(index, result, final)``."""
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -97,6 +100,10 @@ class ModelContext:
     """Send a request to any model of this server and wait for its response (the timeout in
     seconds, or ``None``), from an instance thread; raises ``InferdError``. ``None`` when
     the model is loaded outside a server."""
+    infer_stream: Callable[[InferRequest, float | None],
+                           Iterator[InferResponse | InferdError]] | None = None
+    """``infer`` for a model that may answer any number of times (a decoupled one): its
+    responses (or errors) as they come, the timeout bounding each wait."""
 
     @property
     def version_dir(self) -> Path:
@@ -124,6 +131,14 @@ class Instance(abc.ABC):
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         """Run a batch; return one response or one error per request, in order."""
+
+    def execute_decoupled(self, requests: Sequence[InferRequest], emit: Emit) -> None:
+        """Run a batch of a decoupled model: send each request's responses, zero or more,
+        through ``emit(index, result, final)`` (``index`` into ``requests``; ``result`` a
+        response, an error, or ``None`` with ``final`` alone), from any thread, before or
+        after this returns, the last with ``final`` true. Backends whose models can be
+        decoupled override it."""
+        raise Unsupported(f"the {type(self).__name__} backend has no decoupled models")
 
     def close(self) -> None:
         """Release what the instance holds. Called once, after the last ``execute``."""

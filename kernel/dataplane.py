@@ -22,6 +22,7 @@ from inferd.kernel.shared_memory import (
     cuda_region_not_found,
     refuse_cuda_register,
 )
+from inferd.kernel.streams import ResponseStream
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.names import check_model_name
 from inferd.protocols.messages import (
@@ -50,6 +51,7 @@ from inferd.protocols.messages import (
     SharedMemoryStatusRequest,
     SharedMemoryUnregister,
     StatisticsRequest,
+    StreamInferRequest,
     Tensor,
     UnloadRequest,
 )
@@ -110,6 +112,15 @@ class DataPlane:
         if isinstance(request, MetricsRequest):
             return await self._metrics()
         raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
+
+    async def stream(self, request: InferRequest) -> ResponseStream:
+        """The responses to ``request`` as they come: one for a model that is not decoupled,
+        any number for one that is (gRPC's ``ModelStreamInfer``, HTTP's generate_stream)."""
+        check_model_name(request.model)
+        stream = await self._router.call(_OWNER[InferRequest], StreamInferRequest(request))
+        if not isinstance(stream, ResponseStream):
+            raise Internal(f"a stream request was answered with a {type(stream).__name__}")
+        return stream
 
     async def _metrics(self) -> Metrics:
         """Inference metrics come from the scheduler, load metrics from control."""

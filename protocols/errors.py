@@ -77,6 +77,20 @@ class Unsupported(InferdError):
     code = ErrorCode.UNSUPPORTED
 
 
+class DecoupledNotStreamed(Unsupported):
+    """A call that expects one response, to a decoupled model; a frontend says which of its
+    endpoints cannot serve it (``endpoint_message``), in Triton's words."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"model '{model}' is decoupled: it can only be called through a "
+                         "streaming endpoint")
+        self.model = model
+
+    @staticmethod
+    def endpoint_message(endpoint: str) -> str:
+        return f"{endpoint} doesn't support models with decoupled transaction policy"
+
+
 class Internal(InferdError):
     code = ErrorCode.INTERNAL
 

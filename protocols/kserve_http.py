@@ -328,7 +328,7 @@ def _inputs(
             tensor = tensor_from_buffer(name, datatype, dims, binary[offset : offset + binary_size])
             offset += binary_size
         else:
-            tensor = _tensor_from_json(name, datatype, dims, count, entry["data"], max_input_size)
+            tensor = tensor_from_json(name, datatype, dims, count, entry["data"], max_input_size)
         tensors.append(tensor)
     if offset != binary.nbytes:
         raise InvalidArgument(
@@ -374,7 +374,7 @@ def _shared_memory_location(parameters: dict[str, Any], what: str) -> SharedMemo
     return SharedMemoryRef(region, byte_size, offset)
 
 
-def _tensor_from_json(
+def tensor_from_json(
     name: str, datatype: str, dims: tuple[int, ...], count: int, data: Any, max_input_size: int
 ) -> Tensor:
     what = f"input '{name}'"
@@ -558,7 +558,7 @@ def encode_infer_response(
             if size:
                 buffers.append(buffer)
         else:
-            entry["data"] = _json_values(tensor)
+            entry["data"] = json_values(tensor)
         outputs.append(entry)
     document: dict[str, Any] = {}
     if response.id:
@@ -578,7 +578,7 @@ def encode_infer_response(
     return EncodedResponse(headers, (header, *buffers))
 
 
-def _json_values(tensor: Tensor) -> list[Any]:
+def json_values(tensor: Tensor) -> list[Any]:
     data = np.asarray(tensor.data)
     if tensor.datatype == "BYTES":
         texts: list[Any] = []

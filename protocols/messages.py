@@ -372,6 +372,50 @@ class BatchResult(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class StreamBatch(Message):
+    """Scheduler -> executor: run these requests of a decoupled model on one instance. Each
+    request's responses come back to the scheduler as ``StreamParts`` under its token, any
+    number, any time, until its final one; the reply (a ``BatchResult`` without results)
+    comes when the instance is free again."""
+
+    model: str
+    version: int
+    instance: int
+    requests: tuple[InferRequest, ...]
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamParts(Message):
+    """Executor -> scheduler: responses of decoupled requests. Part ``i`` belongs to the
+    request of ``tokens[i]``: a response, a ``Failure``, or ``None`` (a final flag alone);
+    ``finals[i]`` says it is that request's last."""
+
+    tokens: tuple[int, ...]
+    results: tuple[InferResponse | Failure | None, ...]
+    finals: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteStreamRequest(Message):
+    """Executor -> scheduler: stream the responses to ``request`` (a BLS call with
+    ``decoupled=True``) back to actor ``reply_to`` as ``StreamParts`` under ``token``."""
+
+    request: InferRequest
+    token: int
+    reply_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInferRequest(Message):
+    """Frontend -> scheduler, in the main process only: answered with a ``ResponseStream``
+    (``inferd.kernel.streams``) of the request's responses, one for a model that is not
+    decoupled, any number for one that is."""
+
+    request: InferRequest
+
+
+@dataclass(frozen=True, slots=True)
 class ServeVersion(Message):
     """Control -> scheduler: route requests for this version to these instances
     (``(executor address, instance id)`` pairs). Serving a version that is already served

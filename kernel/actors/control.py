@@ -435,6 +435,9 @@ class ControlActor(EnsembleControl, Actor):
         try:
             validate(completed, folder_name=name, complete=True)
             if completed.HasField("sequence_batching"):
+                if completed.model_transaction_policy.decoupled:
+                    raise InvalidArgument(f"model '{name}': a decoupled model with "
+                                          "sequence_batching is not supported by inferd")
                 SequencePlan.of(completed, Path(resolved.path))
         except InvalidArgument as error:
             await self.router.ask(EXECUTORS, UnloadVersion(load_id))

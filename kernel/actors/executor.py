@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,7 +34,13 @@ from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
-from inferd.protocols.errors import InferdError, Internal, NotFound, Unavailable
+from inferd.protocols.errors import (
+    DeadlineExceeded,
+    InferdError,
+    Internal,
+    NotFound,
+    Unavailable,
+)
 from inferd.protocols.messages import (
     Ack,
     BatchResult,
@@ -43,7 +50,10 @@ from inferd.protocols.messages import (
     InferRequest,
     InferResponse,
     LoadVersion,
+    RemoteStreamRequest,
     Shutdown,
+    StreamBatch,
+    StreamParts,
     UnloadVersion,
     VersionLoaded,
 )
@@ -104,6 +114,10 @@ class ExecutorActor(Actor):
         self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
         self.stopped = anyio.Event()
         self._background = BackgroundWorker()  # loads yield the CPU to inference
+        self._stream_tokens = itertools.count(1)
+        # BLS streams waiting for their responses, by token (queues read by instance threads).
+        self._bls_streams: dict[
+            int, queue.Queue[tuple[InferResponse | InferdError | None, bool]]] = {}
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
@@ -154,6 +168,7 @@ class ExecutorActor(Actor):
             auto_complete=message.auto_complete,
             options={**self._options, **message.options},
             infer=self._infer_function(asyncio.get_running_loop()),
+            infer_stream=self._infer_stream_function(asyncio.get_running_loop()),
         )
 
         def load() -> tuple[Model, list[Instance]]:
@@ -205,6 +220,48 @@ class ExecutorActor(Actor):
 
         return infer
 
+    def _infer_stream_function(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[InferRequest, float | None], Iterator[InferResponse | InferdError]]:
+        """``ModelContext.infer_stream``: the scheduler streams the responses back to this
+        actor as ``StreamParts`` (``on_stream_parts``), handed to the waiting thread."""
+
+        def infer_stream(request: InferRequest, timeout: float | None = None
+                         ) -> Iterator[InferResponse | InferdError]:
+            token = next(self._stream_tokens)
+            parts: queue.Queue[tuple[InferResponse | InferdError | None, bool]] = queue.Queue()
+            self._bls_streams[token] = parts
+            message = RemoteStreamRequest(request, token, self.address)
+            try:
+                loop.call_soon_threadsafe(self.router.tell, SCHEDULER_ADDRESS, message)
+            except RuntimeError as error:  # the loop is closed: the executor is going
+                del self._bls_streams[token]
+                raise Unavailable(f"the executor is shutting down: {error}") from None
+            try:
+                while True:
+                    try:
+                        result, final = parts.get(timeout=timeout)
+                    except queue.Empty:
+                        raise DeadlineExceeded("no response within the BLS timeout") from None
+                    if result is not None:
+                        yield result
+                    if final:
+                        return
+            finally:
+                self._bls_streams.pop(token, None)
+
+        return infer_stream
+
+    async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
+        """Responses of this executor's BLS streams (``infer_stream``)."""
+        for token, result, final in zip(message.tokens, message.results, message.finals,
+                                        strict=True):
+            parts = self._bls_streams.get(token)
+            if parts is not None:
+                answer = (InferdError.from_code(result.code, result.message)
+                          if isinstance(result, Failure) else result)
+                parts.put((answer, final))
+
     async def on_unload_version(self, message: UnloadVersion, envelope: Envelope) -> Ack:
         await self._unload(message.load_id)
         return Ack()
@@ -232,6 +289,39 @@ class ExecutorActor(Actor):
                 self.router.reply(envelope, _batch_result(batch, slot, _execute(slot, batch)))
                 return
         super().accept(envelope)
+
+    async def on_stream_batch(self, batch: StreamBatch, envelope: Envelope) -> BatchResult:
+        """A decoupled model's batch: each response goes to the scheduler as it is sent (from
+        the instance's thread, or later from any thread), in order; the reply says the
+        instance is free."""
+        slot = self._instances.get(batch.instance)
+        if slot is None:
+            raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
+        loop = asyncio.get_running_loop()
+        finished: set[int] = set()
+
+        def emit(index: int, result: InferResponse | InferdError | None, final: bool) -> None:
+            if final:
+                finished.add(index)
+            reply = _as_reply(result) if result is not None else None
+            parts = StreamParts((batch.tokens[index],), (reply,), (final,))
+            try:
+                loop.call_soon_threadsafe(self.router.tell, SCHEDULER_ADDRESS, parts)
+            except RuntimeError:  # the loop is closed: the executor is going
+                pass
+
+        started = time.perf_counter_ns()
+        try:
+            await slot.run(lambda: slot.instance.execute_decoupled(batch.requests, emit))
+        except Exception as error:  # noqa: BLE001 - a backend bug fails the batch's requests
+            log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=error)
+            failure = Internal(f"{type(error).__name__}: {error}")
+            for index in range(len(batch.requests)):
+                if index not in finished:
+                    emit(index, failure, True)
+        elapsed = time.perf_counter_ns() - started
+        slot.observe(elapsed)
+        return BatchResult((), (0, elapsed, 0))
 
     async def on_infer_batch(self, batch: InferBatch, envelope: Envelope) -> BatchResult:
         slot = self._instances.get(batch.instance)

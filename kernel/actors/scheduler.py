@@ -10,12 +10,15 @@ answered once in-flight work is done). A request to an ensemble is handed to the
 ``EnsembleRunner``, which runs each step as a request through the composing model's own queue
 here, so ensemble steps batch with other traffic. A sequence model's requests go through its
 ``SequenceBatcher`` instead of the queue (one batch per instance at a time, each sequence
-bound to a slot of one instance). It never loads models and never touches the repository.
+bound to a slot of one instance). A decoupled model's requests are answered through a
+``ResponseStream``: its instance sends each response as ``StreamParts`` under the request's
+token. It never loads models and never touches the repository.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -34,8 +37,16 @@ from inferd.kernel.router import Router
 from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import VersionStatistics
+from inferd.kernel.streams import ResponseStream
 from inferd.kernel.validation import ModelSignature, check_request
-from inferd.protocols.errors import InferdError, Internal, InvalidArgument, NotFound, Unavailable
+from inferd.protocols.errors import (
+    DecoupledNotStreamed,
+    InferdError,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 from inferd.protocols.messages import (
     Ack,
     BatchResult,
@@ -55,9 +66,13 @@ from inferd.protocols.messages import (
     RetireVersion,
     Metrics,
     MetricsRequest,
+    RemoteStreamRequest,
     ServeVersion,
     Statistics,
     StatisticsRequest,
+    StreamBatch,
+    StreamInferRequest,
+    StreamParts,
 )
 
 log = logging.getLogger(__name__)
@@ -92,6 +107,9 @@ class _Queued:
     started_ns: int = 0
     compute_ns: tuple[int, int, int] = (0, 0, 0)
     level: int = 0  # priority level: lower goes first
+    stream: ResponseStream | None = None  # a decoupled model's request: its responses go here
+    failed: bool = False  # a decoupled request answered with an error on the way
+    executor: str = ""  # where a decoupled request runs (its stream ends if that one restarts)
 
 
 @dataclass(eq=False, slots=True)
@@ -113,6 +131,7 @@ class _Version:
     pinned: int = 0  # ensemble requests that fixed this version and still need it
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
     sequences: SequenceBatcher[_Queued] | None = None  # set for a sequence model
+    decoupled: bool = False  # model_transaction_policy { decoupled: true }
 
     def busy(self) -> bool:
         """Whether requests are queued, running or still to come for an ensemble."""
@@ -186,7 +205,8 @@ def _batcher(config: ModelConfig) -> DynamicBatcher:
 
 class SchedulerActor(Actor):
     address = "scheduler"
-    DIRECT = (InferRequest,)  # a frontend's request runs in its own task (Router.call)
+    # A frontend's request runs in its own task (Router.call).
+    DIRECT = (InferRequest, StreamInferRequest)
 
     def __init__(self, router: Router) -> None:
         super().__init__(router)
@@ -194,6 +214,8 @@ class SchedulerActor(Actor):
         self._ever_served: dict[str, set[int]] = {}
         self._closed = False
         self._ensembles = EnsembleRunner(self._resolve, self._infer_on)
+        self._streams: dict[int, tuple[_Version, _Queued]] = {}  # by token: decoupled requests
+        self._tokens = itertools.count(1)
 
     # ------------------------------------------------------------------ routing table
 
@@ -221,6 +243,10 @@ class SchedulerActor(Actor):
             )
         current.ensemble = ensemble
         current.sequences = _sequences(config, message.path, slots, current.sequences)
+        current.decoupled = config.model_transaction_policy.decoupled
+        if replaced:  # a restarted executor's instances: its streams will not go on
+            self._fail_streams(current, Unavailable("the model's executor was restarted"),
+                               {slot.executor for slot in replaced})
         self._ever_served.setdefault(message.model, set()).add(message.version)
         self._pump(current)
         while any(slot.in_flight for slot in replaced):
@@ -237,6 +263,7 @@ class SchedulerActor(Actor):
         versions = self._served[message.model]
         if versions.get(message.version) is version:
             del versions[message.version]
+        self._fail_streams(version, Unavailable(f"model '{message.model}' was unloaded"))
         return Ack()
 
     async def on_drain(self, message: Drain, envelope: Envelope) -> Ack:
@@ -390,9 +417,91 @@ class SchedulerActor(Actor):
         assert isinstance(queued.result, InferResponse)
         return queued.result
 
+    async def on_stream_infer_request(
+        self, message: StreamInferRequest, envelope: Envelope | None
+    ) -> ResponseStream:
+        """The responses to a request, as a stream: one for a model that is not decoupled,
+        any number for one that is."""
+        request = message.request
+        if self._closed:
+            raise Unavailable(SHUTTING_DOWN)
+        version = self._resolve(request.model, request.version)
+        if not version.decoupled:
+            return ResponseStream(single=self.on_infer_request(request, None))
+        arrived_ns = time.perf_counter_ns()
+        batch_size = check_request(request, version.signature)
+        plan = version.plan
+        if plan.max_queue_size and len(version.queue) >= plan.max_queue_size:
+            raise Unavailable("Exceeds maximum queue size")
+        stream = ResponseStream()
+        queued = _Queued(request, batch_size, tuple(tuple(t.shape[1:]) for t in request.inputs),
+                         arrived_ns, level=plan.level(request.priority), stream=stream)
+        _enqueue(version.queue, queued)
+        self._pump(version)
+        return stream
+
+    async def on_remote_stream_request(self, message: RemoteStreamRequest,
+                                       envelope: Envelope) -> None:
+        """A BLS stream from an executor: its responses go back to ``reply_to`` as they come,
+        each as ``StreamParts``."""
+        reply_to, token = message.reply_to, message.token
+
+        def send(result: InferResponse | InferdError | None, final: bool) -> None:
+            part = (Failure(result.code.value, result.message)
+                    if isinstance(result, InferdError) else result)
+            self.router.tell(reply_to, StreamParts((token,), (part,), (final,)))
+
+        try:
+            stream = await self.on_stream_infer_request(StreamInferRequest(message.request), None)
+        except InferdError as error:
+            send(error, True)
+            return
+
+        async def relay() -> None:
+            async for result, final in stream:
+                send(result, final)
+
+        self.spawn(relay)
+
+    async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
+        """Responses of decoupled requests, from their executor, handed to their streams."""
+        for token, result, final in zip(message.tokens, message.results, message.finals,
+                                        strict=True):
+            entry = self._streams.get(token)
+            if entry is None:
+                continue  # its stream was already failed (unload, executor restart)
+            version, queued = entry
+            answer: InferResponse | InferdError | None = (
+                InferdError.from_code(result.code, result.message)
+                if isinstance(result, Failure) else result)
+            queued.failed = queued.failed or isinstance(answer, InferdError)
+            assert queued.stream is not None
+            queued.stream.put(answer, final)
+            if final:
+                self._end_stream(token, version, queued)
+
+    def _end_stream(self, token: int, version: _Version, queued: _Queued) -> None:
+        del self._streams[token]
+        version.statistics.record_request(
+            not queued.failed, time.perf_counter_ns() - queued.enqueued_ns,
+            queued.started_ns - queued.enqueued_ns)
+
+    def _fail_streams(self, version: _Version, error: InferdError,
+                      executors: set[str] | None = None) -> None:
+        """End the open streams of ``version`` (of ``executors`` only, when given) with
+        ``error``."""
+        for token, (owner, queued) in list(self._streams.items()):
+            if owner is version and (executors is None or queued.executor in executors):
+                assert queued.stream is not None
+                queued.failed = True
+                queued.stream.put(error, True)
+                self._end_stream(token, version, queued)
+
     async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int) -> _Queued:
         """Queue ``request`` on ``version`` and wait for its answer (the path of every
         request, ensemble steps included); raises the error it got."""
+        if version.decoupled:
+            raise DecoupledNotStreamed(version.model)
         batch_size = check_request(request, version.signature)
         plan = version.plan
         if plan.max_queue_size and len(version.queue) >= plan.max_queue_size:
@@ -502,9 +611,18 @@ class SchedulerActor(Actor):
         started_ns = time.perf_counter_ns()
         for queued in batch:
             queued.started_ns = started_ns
-        message = InferBatch(
-            version.model, version.version, slot.instance, tuple(q.request for q in batch)
-        )
+        requests = tuple(q.request for q in batch)
+        if version.decoupled:
+            tokens = tuple(next(self._tokens) for _ in batch)
+            for token, queued in zip(tokens, batch, strict=True):
+                self._streams[token] = (version, queued)
+                queued.executor = slot.executor
+            stream_batch = StreamBatch(version.model, version.version, slot.instance, requests,
+                                       tokens)
+            self.router.ask_then(slot.executor, stream_batch,
+                                 partial(self._finish_stream_batch, version, slot, batch, tokens))
+            return
+        message = InferBatch(version.model, version.version, slot.instance, requests)
         self.router.ask_then(slot.executor, message,
                              partial(self._finish_batch, version, slot, batch))
 
@@ -518,6 +636,28 @@ class SchedulerActor(Actor):
         for queued, result in zip(batch, results, strict=True):
             queued.result = result
             queued.done.set()
+        self._pump(version)
+
+    def _finish_stream_batch(self, version: _Version, slot: _Slot, batch: list[_Queued],
+                             tokens: tuple[int, ...], reply: Message | InferdError) -> None:
+        """A decoupled batch's instance is free; its requests' responses come on their own
+        (those of a batch that failed outright end with its error)."""
+        slot.in_flight -= 1
+        version.running -= 1
+        version.in_service -= len(batch)
+        if isinstance(reply, BatchResult):
+            version.statistics.record_batch(
+                sum(q.batch_size for q in batch), len(batch), reply.compute_ns)
+        else:
+            error = reply if isinstance(reply, InferdError) else Internal(
+                f"executor '{slot.executor}' answered a decoupled batch with "
+                f"{type(reply).__name__}")
+            for token, queued in zip(tokens, batch, strict=True):
+                if token in self._streams:
+                    assert queued.stream is not None
+                    queued.failed = True
+                    queued.stream.put(error, True)
+                    self._end_stream(token, version, queued)
         self._pump(version)
 
     def _results(self, version: _Version, slot: _Slot, batch: list[_Queued],

@@ -6,9 +6,12 @@ instance its own process), running ``TritonPythonModel.auto_complete_config`` at
 latter on an event loop private to the instance's thread) and ``finalize`` at close; and turning
 inferd requests into ``pb_utils`` requests and the returned responses back, with Triton's rules:
 one response per request, a response's error fails only its request, an exception from
-``execute`` fails every request of the call. Its instances never run on the executor's event
-loop, because a BLS call waits on that loop. The utility module itself is
-``triton_python_backend_utils``; which instance a thread serves is ``scope``'s.
+``execute`` fails every request of the call. A decoupled model (``model_transaction_policy {
+decoupled: true }``) sends its responses through each request's response sender instead, any
+number, from any thread, until the final flag; its ``execute`` returns ``None``. Its
+instances never run on the executor's event loop, because a BLS call waits on that loop.
+The utility module itself is ``triton_python_backend_utils``; which instance a thread serves
+is ``scope``'s.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import re
 import sys
 import threading
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -30,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.backend import Backend, Emit, Instance, Model, ModelContext
 from inferd.kernel.modelconfig import config_to_json
 from inferd.plugins.backends.python import scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
-from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unsupported
+from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import config_type_to_datatype
 
@@ -172,11 +176,6 @@ class PythonBackend(Backend):
             )
             if not config.name:
                 config.name = context.name
-            if config.model_transaction_policy.decoupled:
-                raise Unsupported(
-                    f"model '{context.name}' is decoupled, which inferd's python backend does "
-                    "not support"
-                )
         except BaseException:
             forget_module(module)
             raise
@@ -208,7 +207,8 @@ class PythonModel(Model):
         module, self._spare_module = self._spare_module, None
         if module is None:
             module = load_module(self.context.name, self.path)
-        instance_scope = scope.InstanceScope(self.context.infer, str(self.path.parent))
+        instance_scope = scope.InstanceScope(self.context.infer, str(self.path.parent),
+                                             self.context.infer_stream)
         if instance_scope.infer is not None:
             scope.set_process_default(instance_scope)
         try:
@@ -263,11 +263,11 @@ class PythonModel(Model):
                 )
                 return [failure] * count
         return [
-            self._result(request, response)
+            self.result(request, response)
             for request, response in zip(requests, returned, strict=True)
         ]
 
-    def _result(
+    def result(
         self, request: InferRequest, response: pb_utils.InferenceResponse | None
     ) -> InferResponse | InferdError:
         if response is None:
@@ -328,6 +328,44 @@ class PythonInstance(Instance):
             failure = model.failure(f"{type(error).__name__}: {error}")
             return [failure] * len(requests)
         return model.results(requests, returned)
+
+    def execute_decoupled(self, requests: Sequence[InferRequest], emit: Emit) -> None:
+        model = self._model
+        senders = []
+        pb_requests = []
+        for index, request in enumerate(requests):
+            pb_request = pb_utils.InferenceRequest.from_inferd(request, model.output_names)
+            sender = pb_utils.InferenceResponseSender(partial(self._send, emit, index, request))
+            pb_request.attach_response_sender(sender)
+            senders.append(sender)
+            pb_requests.append(pb_request)
+        try:
+            with scope.bound(self._scope):
+                returned = self._triton_model.execute(pb_requests)
+                if inspect.isawaitable(returned):
+                    returned = self._event_loop().run_until_complete(returned)
+        except Exception as error:  # noqa: BLE001 - Triton fails the requests still open
+            log.error("model '%s' failed to execute %d request(s)", model.context.name,
+                      len(requests), exc_info=error)
+            self._close_open(senders, emit, model.failure(f"{type(error).__name__}: {error}"))
+            return
+        if returned is not None:
+            self._close_open(senders, emit, model.failure(
+                "Python model '" + model.context.name + "' is using the decoupled mode and "
+                "the execute function must return None."))
+
+    def _send(self, emit: Emit, index: int, request: InferRequest,
+              response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        result = None if response is None else self._model.result(request, response)
+        emit(index, result, final)
+
+    @staticmethod
+    def _close_open(senders: list[pb_utils.InferenceResponseSender], emit: Emit,
+                    failure: InferdError) -> None:
+        """End every request whose sender is still open with ``failure``."""
+        for index, sender in enumerate(senders):
+            if sender.close():
+                emit(index, failure, True)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         # ``async def execute`` runs on a loop of this instance's own: the executor thread

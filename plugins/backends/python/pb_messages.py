@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from inferd.plugins.backends.python import scope
@@ -21,6 +22,7 @@ from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferRequest, InferResponse
 
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 
 
 class InferenceResponse:
@@ -92,6 +94,41 @@ class _Trace:
         return None
 
 
+class InferenceResponseSender:
+    """What ``request.get_response_sender()`` gives a decoupled model: ``send`` the request's
+    responses, any number, from any thread, the last with
+    ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (with a response, or alone)."""
+
+    def __init__(self, deliver: Callable[[InferenceResponse | None, bool], None]) -> None:
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException("Inference Response object must be provided when the "
+                                       "response flags is set to zero.")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"send expects an InferenceResponse, not "
+                                       f"{type(response).__name__}")
+        with self._lock:  # responses keep the order of the sends
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has "
+                                           "been closed.")
+            self._closed = final
+            self._deliver(response, final)
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def close(self) -> bool:
+        """Close the sender if it is open (the backend ends the request); whether it was."""
+        with self._lock:
+            was_open, self._closed = not self._closed, True
+        return was_open
+
+
 class InferenceRequest:
     """A request: the ones ``execute`` receives, or a BLS request a model builds with
     ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])`` and
@@ -127,6 +164,7 @@ class InferenceRequest:
         self._flags = int(flags)
         self._timeout = int(timeout)
         self._parameters = _checked_parameters(parameters)
+        self._response_sender: InferenceResponseSender | None = None
 
     @classmethod
     def from_inferd(cls, request: InferRequest, output_names: Sequence[str]) -> InferenceRequest:
@@ -189,10 +227,16 @@ class InferenceRequest:
     def is_cancelled(self) -> bool:
         return False
 
-    def get_response_sender(self) -> Any:
-        raise TritonModelException(
-            "inferd's python backend does not support decoupled models (response senders)"
-        )
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._response_sender is None:
+            raise TritonModelException(
+                "a response sender is given to the requests of decoupled models only "
+                "(model_transaction_policy { decoupled: true })")
+        return self._response_sender
+
+    def attach_response_sender(self, sender: InferenceResponseSender) -> None:
+        """Give this request (of a decoupled model) its sender; the backend does."""
+        self._response_sender = sender
 
     def set_release_flags(self, flags: int) -> None:
         if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
@@ -203,19 +247,24 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on its model through the server's scheduler and return its
         ``InferenceResponse``; a failure comes back as a response whose ``has_error()`` is
-        True. With ``decoupled`` an iterator over the one response is returned."""
-        response = _execute(_server_infer(), self)
-        return iter([response]) if decoupled else response
+        True. With ``decoupled`` an iterator over the model's responses, as they come (any
+        number for a decoupled model)."""
+        if decoupled:
+            return _stream(_server_infer_stream(), self)
+        return _execute(_server_infer(), self)
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        """``exec`` as an awaitable, for ``async def execute``: several can run at once."""
-        infer = _server_infer()
-        future = asyncio.get_running_loop().run_in_executor(None, _execute, infer, self)
+        """``exec`` as an awaitable, for ``async def execute``: several can run at once. With
+        ``decoupled`` it gives an iterator over every response once the model is done."""
         if not decoupled:
-            return future
+            infer = _server_infer()
+            return asyncio.get_running_loop().run_in_executor(None, _execute, infer, self)
+        infer_stream = _server_infer_stream()
 
         async def iterate() -> Iterator[InferenceResponse]:
-            return iter([await future])
+            responses = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: list(_stream(infer_stream, self)))
+            return iter(responses)
 
         return iterate()
 
@@ -227,6 +276,29 @@ def _server_infer() -> scope.ServerInfer:
             "BLS requests need a running inferd server; this model instance has none"
         )
     return current.infer
+
+
+def _server_infer_stream() -> scope.ServerInferStream:
+    current = scope.current()
+    if current is None or current.infer_stream is None:
+        raise TritonModelException(
+            "BLS requests need a running inferd server; this model instance has none"
+        )
+    return current.infer_stream
+
+
+def _stream(infer_stream: scope.ServerInferStream, request: InferenceRequest
+            ) -> Iterator[InferenceResponse]:
+    """The responses to a decoupled BLS request; a failure is a response with an error."""
+    timeout = request.timeout() / 1e6 if request.timeout() > 0 else None
+    try:
+        for result in infer_stream(request.to_inferd(), timeout):
+            if isinstance(result, InferdError):
+                yield InferenceResponse(error=TritonError.from_inferd(result))
+            else:
+                yield InferenceResponse.from_inferd(result)
+    except InferdError as error:
+        yield InferenceResponse(error=TritonError.from_inferd(error))
 
 
 def _execute(infer: scope.ServerInfer, request: InferenceRequest) -> InferenceResponse:

@@ -16,9 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferRequest, InferResponse
 
 ServerInfer = Callable[[InferRequest, "float | None"], InferResponse]
+ServerInferStream = Callable[[InferRequest, "float | None"],
+                             Iterator["InferResponse | InferdError"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class InstanceScope:
 
     infer: ServerInfer | None
     model_dir: str
+    infer_stream: ServerInferStream | None = None  # for BLS calls with decoupled=True
 
 
 _local = threading.local()

@@ -7,8 +7,9 @@ what model code uses from Triton's module, with Triton's names and behaviour: ``
 it to another model through this server's scheduler) and ``InferenceResponse``
 (``pb_messages``), ``TritonError`` and ``TritonModelException`` (``pb_errors``), ``ModelConfig``
 for ``auto_complete_config`` (``model_config``), and here ``Logger``, the config and type
-helpers and the ``TRITONSERVER_*`` flag constants. Decoupled models, response senders, custom
-metrics and the model-management calls are not offered. No I/O beyond logging.
+helpers and the ``TRITONSERVER_*`` flag constants. A decoupled model's requests give it an
+``InferenceResponseSender`` (``request.get_response_sender()``). Custom metrics and the
+model-management calls are not offered. No I/O beyond logging.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from inferd.plugins.backends.python.model_config import ModelConfig
 from inferd.plugins.backends.python.pb_errors import TritonError, TritonModelException
 from inferd.plugins.backends.python.pb_messages import (
     TRITONSERVER_REQUEST_RELEASE_ALL,
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     InferenceRequest,
     InferenceResponse,
+    InferenceResponseSender,
 )
 from inferd.plugins.backends.python.pb_tensor import TRITON_TYPE_NUMBERS, Tensor, bytes_elements
 from inferd.protocols.errors import InferdError
@@ -40,6 +43,7 @@ __all__ = [
     "TRITON_STRING_TO_NUMPY",
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceResponseSender",
     "Logger",
     "ModelConfig",
     "Tensor",
@@ -80,7 +84,6 @@ _DATATYPE_BY_TRITON_NUMBER = {number: name for name, number in TRITON_TYPE_NUMBE
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 

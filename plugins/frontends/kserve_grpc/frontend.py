@@ -16,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +35,7 @@ from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.errors import (
+    DecoupledNotStreamed,
     InferdError,
     Internal,
     InvalidArgument,
@@ -56,6 +58,7 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     ServerMetadata,
     ServerMetadataRequest,
+    SharedMemoryInferRequest,
     SharedMemoryInferResponse,
     SharedMemoryStatus,
     Statistics,
@@ -163,34 +166,60 @@ class KserveGrpcFrontend(Frontend):
     async def infer(
         self, request: wire.ParsedInferRequest
     ) -> InferResponse | SharedMemoryInferResponse:
+        message = self._decoded(request)
+        try:
+            if isinstance(message, InferRequest):
+                return await self.ask(message, InferResponse)
+            return await self.ask(message, SharedMemoryInferResponse)
+        except DecoupledNotStreamed:
+            raise Unsupported(DecoupledNotStreamed.endpoint_message("ModelInfer RPC")) from None
+
+    def _decoded(self, request: wire.ParsedInferRequest
+                 ) -> InferRequest | SharedMemoryInferRequest:
         if request.error:
             raise InvalidArgument(request.error)
-        message = convert.decode_infer_request(
+        return convert.decode_infer_request(
             request.header, request.raw_input_contents, self.max_input_size
         )
-        if isinstance(message, InferRequest):
-            return await self.ask(message, InferResponse)
-        return await self.ask(message, SharedMemoryInferResponse)
 
-    async def stream_answer(self, request: wire.ParsedInferRequest) -> list[Any]:
-        """The stream responses to one ``ModelStreamInfer`` request; a failure is a response
-        with ``error_message``, never an exception."""
+    async def stream_answer(self, request: wire.ParsedInferRequest,
+                            write: Callable[[Any], Awaitable[None]]) -> None:
+        """Write the stream responses to one ``ModelStreamInfer`` request as they come: one
+        for a model that is not decoupled, any number for one that is. A failure is a
+        response with ``error_message``, never an exception."""
         header = request.header
         try:
-            reply = await self.infer(request)
             empty_final = convert.empty_final_response_requested(header)
-            # Triton flags every response of a model that is not decoupled as final; asked
-            # for an empty final response, this one is not, and that closes the request.
-            response = convert.encode_infer_response(reply, final=not empty_final)
-            answers: list[Any] = [wire.serialize_stream_response(*response)]
-            if empty_final:
-                answers.append(convert.encode_empty_final_response(header))
-            return answers
+            message = self._decoded(request)
+            if not isinstance(message, InferRequest):  # shared memory: one response
+                reply = await self.ask(message, SharedMemoryInferResponse)
+                await self._write_response(write, reply, True, empty_final, header)
+                return
+            if not self.accepting:
+                raise Unavailable(SHUTTING_DOWN)
+            async for result, final in await self.dataplane.stream(message):
+                if isinstance(result, InferdError):
+                    await write(convert.encode_stream_error(header, result.message))
+                elif result is not None:
+                    await self._write_response(write, result, final, empty_final, header)
+                elif empty_final:  # the final flag alone
+                    await write(convert.encode_empty_final_response(header))
         except InferdError as error:
-            return [convert.encode_stream_error(header, error.message)]
+            await write(convert.encode_stream_error(header, error.message))
         except Exception as error:
             logger.exception("gRPC frontend failed on a streamed inference request")
-            return [convert.encode_stream_error(header, f"{type(error).__name__}: {error}")]
+            await write(convert.encode_stream_error(header, f"{type(error).__name__}: {error}"))
+
+    @staticmethod
+    async def _write_response(write: Callable[[Any], Awaitable[None]],
+                              reply: InferResponse | SharedMemoryInferResponse, final: bool,
+                              empty_final: bool, header: Any) -> None:
+        # Triton flags a request's last response final; asked for an empty final response,
+        # no response with outputs is, and the empty one closes the request.
+        response = convert.encode_infer_response(reply, final=final and not empty_final)
+        await write(wire.serialize_stream_response(*response))
+        if final and empty_final:
+            await write(convert.encode_empty_final_response(header))
 
 
 class _Rpc:
@@ -221,12 +250,12 @@ class _Rpc:
             )
 
 
-@dataclass(slots=True)
 class _StreamSlot:
-    """One stream request's place in the order responses are written in."""
+    """One stream request's place in the order responses are written in: its responses,
+    written as they come."""
 
-    done: anyio.Event = field(default_factory=anyio.Event)
-    responses: list[Any] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.send, self.receive = anyio.create_memory_object_stream[Any](math.inf)
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -289,13 +318,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             return response
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
-        # Requests run concurrently; their responses are written in request order, as Triton
-        # does for models that are not decoupled (every inferd model).
+        # Requests run concurrently; their responses are written in request order (a
+        # decoupled model's as they come, once the requests before it have finished).
         send, receive = anyio.create_memory_object_stream[_StreamSlot](STREAM_WINDOW)
 
         async def answer(request: Any, slot: _StreamSlot) -> None:
-            slot.responses = await self._frontend.stream_answer(request)
-            slot.done.set()
+            async with slot.send:
+                await self._frontend.stream_answer(request, slot.send.send)
 
         async def read(tasks: anyio.abc.TaskGroup) -> None:
             async with send:
@@ -308,9 +337,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             tasks.start_soon(read, tasks)
             async with receive:
                 async for slot in receive:
-                    await slot.done.wait()
-                    for response in slot.responses:
-                        await context.write(response)
+                    async with slot.receive:
+                        async for response in slot.receive:
+                            await context.write(response)
 
     # ------------------------------------------------------------------ repository API
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
@@ -33,9 +33,19 @@ from inferd.plugins.frontends.kserve_http.connection import (
     GuardedHttpProtocol,
     HttpLimits,
 )
+from inferd.kernel.streams import ResponseStream
 from inferd.protocols import content_coding
+from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
-from inferd.protocols.errors import ErrorCode, InferdError, Internal, InvalidArgument, http_status
+from inferd.protocols.errors import (
+    DecoupledNotStreamed,
+    ErrorCode,
+    InferdError,
+    Internal,
+    InvalidArgument,
+    Unsupported,
+    http_status,
+)
 from inferd.protocols.messages import (
     HealthRequest,
     HealthStatus,
@@ -103,6 +113,8 @@ class HttpResponse:
     # Only infer responses: tritonclient decompresses those, yet sends Accept-Encoding (aiohttp's
     # default) on every call and would choke on any other compressed reply.
     compressible: bool = False
+    # A body written as it is made (Server-Sent Events), after ``parts``; no content-length.
+    stream: AsyncIterator[bytes] | None = None
 
     @property
     def length(self) -> int:
@@ -226,6 +238,13 @@ class KserveHttpApp:
         headers = [
             (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers
         ]
+        if response.stream is not None:  # chunked: each event is written as it comes
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": headers})
+            async for chunk in response.stream:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         length = response.length
         headers.append((b"content-length", str(length).encode("ascii")))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
@@ -284,7 +303,10 @@ class KserveHttpApp:
             )
         else:
             infer_request, encoding = codec.decode_infer_request(*arguments)
-        reply = await self.ask(infer_request)
+        try:
+            reply = await self.ask(infer_request)
+        except DecoupledNotStreamed:
+            raise Unsupported(DecoupledNotStreamed.endpoint_message("HTTP end point")) from None
         if not isinstance(reply, (InferResponse, SharedMemoryInferResponse)):
             raise Internal(f"the data plane answered {type(reply).__name__}, not InferResponse")
         json_bytes = sum(
@@ -334,6 +356,45 @@ class KserveHttpApp:
         await self.ask(SharedMemoryUnregister(name, memory))
         return HttpResponse(200)
 
+    # ------------------------------------------------------------------ generate extension
+
+    async def generate(self, request: HttpRequest) -> HttpResponse:
+        """Triton's generate: exactly one response, as a JSON object."""
+        stream = await self._generate_stream(request)
+        answers = [(result, final) async for result, final in stream]
+        results = [result for result, _ in answers if result is not None]
+        if len(results) != 1:
+            return json_response(generate_codec.error_document(generate_codec.NOT_ONE_RESPONSE))
+        [result] = results
+        if isinstance(result, InferdError):
+            return error_response(http_status(ErrorCode(result.code)), result.message)
+        return json_response(generate_codec.encode_generate_response(result))
+
+    async def generate_stream(self, request: HttpRequest) -> HttpResponse:
+        """Triton's generate_stream: each response a Server-Sent Event, as it comes; a
+        request refused before it runs is a JSON error with its status."""
+        stream = await self._generate_stream(request)
+
+        async def events() -> AsyncIterator[bytes]:
+            async for result, _final in stream:
+                if isinstance(result, InferdError):
+                    document = generate_codec.error_document(result.message)
+                elif result is not None:
+                    document = generate_codec.encode_generate_response(result)
+                else:
+                    continue  # the final flag alone
+                yield generate_codec.server_sent_event(document)
+
+        return HttpResponse(200, headers=tuple(generate_codec.event_stream_headers()),
+                            stream=events())
+
+    async def _generate_stream(self, request: HttpRequest) -> ResponseStream:
+        model, version = _model_arguments(request)
+        metadata = _expect(await self.ask(ModelMetadataRequest(model, version)), ModelMetadata)
+        infer_request = generate_codec.decode_generate_request(
+            model, version, request.body, metadata, self.max_input_size)
+        return await self.dataplane.stream(infer_request)
+
 
 def _slices(parts: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """``parts`` with every part over ``WRITE_SLICE_BYTES`` cut into views (no copies)."""
@@ -375,6 +436,8 @@ _ROUTE_TABLE: tuple[tuple[str, dict[str, Handler]], ...] = (
     (_MODEL + "/config", {"GET": KserveHttpApp.model_config}),
     (_MODEL + "/stats", {"GET": KserveHttpApp.model_statistics}),
     (_MODEL + "/infer", {"POST": KserveHttpApp.infer}),
+    (_MODEL + "/generate", {"POST": KserveHttpApp.generate}),
+    (_MODEL + "/generate_stream", {"POST": KserveHttpApp.generate_stream}),
     (_REPOSITORY + "/index", {"POST": KserveHttpApp.index}),
     (_REPOSITORY + "/poll", {"POST": KserveHttpApp.poll}),
     (_REPOSITORY + "/models/([^/]+)/load", {"POST": KserveHttpApp.load}),

@@ -1,0 +1,56 @@
+"""The responses to one inference request as a frontend reads them, in order.
+
+A model that is not decoupled answers a request once; a decoupled one (Triton's
+``model_transaction_policy { decoupled: true }``) any number of times, then says it is done,
+with its last response or with a final flag alone. ``ResponseStream`` gives a frontend both
+the same way: ``async for result, final in stream``, each ``result`` an ``InferResponse``,
+an ``InferdError`` (that response failed; a decoupled model may go on), or ``None`` (the
+final flag alone), the last with ``final`` true. It lives in the main process only (the
+scheduler hands it to a frontend's task); nothing here crosses a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from inferd.protocols.errors import InferdError
+from inferd.protocols.messages import InferResponse
+
+StreamResult = InferResponse | InferdError | None
+
+
+class ResponseStream:
+    """Filled by the scheduler with ``put`` (or, for a single answer, from ``single``)."""
+
+    def __init__(self, single: Awaitable[InferResponse] | None = None) -> None:
+        self._single = single
+        self._parts: asyncio.Queue[tuple[StreamResult, bool]] = asyncio.Queue()
+        self._done = False
+
+    def put(self, result: StreamResult, final: bool) -> None:
+        self._parts.put_nowait((result, final))
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> tuple[StreamResult, bool]:
+        if self._done:
+            raise StopAsyncIteration
+        if self._single is not None:
+            single, self._single = self._single, None
+            self._done = True
+            try:
+                return await single, True
+            except InferdError as error:
+                return error, True
+        result, final = await self._parts.get()
+        self._done = final
+        return result, final
+
+    async def aclose(self) -> None:
+        """Stop reading (the client went away): a single answer not awaited yet is dropped."""
+        self._done = True
+        if self._single is not None and hasattr(self._single, "close"):
+            self._single.close()  # type: ignore[union-attr]
+        self._single = None
