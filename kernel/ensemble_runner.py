@@ -6,9 +6,11 @@ starts (pinned: a version being retired waits until the requests that chose it a
 it); each step becomes an ``InferRequest`` that goes through the composing model's own queue
 (the scheduler's request path, so it batches with other traffic) as soon as the tensors it
 reads exist; intermediate tensors are handed on as the same numpy arrays; the answer holds the
-requested ensemble outputs. It also owns the ensemble's statistics with their per-step
-breakdown. It never talks to executors or control: the scheduler gives it the way to resolve
-a model to a served version and to run a request on one; the plan comes from
+requested ensemble outputs. An ensemble whose last step is a decoupled model is answered as a
+stream: the other steps run once, then every response of the decoupled step becomes an
+ensemble response. It also owns the ensemble's statistics with their per-step breakdown. It
+never talks to executors or control: the scheduler gives it the way to resolve a model to a
+served version, to run a request on one and to open a stream on one; the plan comes from
 ``inferd.kernel.ensemble``.
 """
 
@@ -26,7 +28,14 @@ from inferd.kernel.ensemble import Dataflow, EnsemblePlan, EnsembleStep
 from inferd.kernel.modelconfig_validation import ENSEMBLE_PLATFORM
 from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
 from inferd.kernel.validation import ModelSignature, check_request
-from inferd.protocols.errors import InferdError, Internal, InvalidArgument
+from inferd.kernel.streams import ResponseStream
+from inferd.protocols.errors import (
+    DecoupledNotStreamed,
+    InferdError,
+    Internal,
+    InvalidArgument,
+    Unsupported,
+)
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 
 STEPS_KEY = "ensemble_steps"
@@ -109,6 +118,7 @@ class ServedVersion(Protocol):
     signature: ModelSignature
     statistics: VersionStatistics
     ensemble: EnsembleState | None
+    decoupled: bool
 
 
 class QueuedRequest(Protocol):
@@ -148,6 +158,14 @@ class _Outcome:
     compute_ns: tuple[int, int, int]
 
 
+@dataclass(slots=True)
+class _Deferred:
+    """The decoupled step of a streamed ensemble request: run once the others are done."""
+
+    index: int
+    request: InferRequest | None = None
+
+
 class EnsembleRunner(Generic[V]):
     """Runs ensemble requests. ``resolve(model, version)`` returns the served version a
     request would go to (raising Triton's unknown-model errors); ``infer(version, request,
@@ -157,9 +175,12 @@ class EnsembleRunner(Generic[V]):
         self,
         resolve: Callable[[str, str], V],
         infer: Callable[[V, InferRequest, int], Awaitable[QueuedRequest]],
+        stream: Callable[[V, InferRequest], Awaitable[ResponseStream]] | None = None,
     ) -> None:
         self._resolve = resolve
         self._infer = infer
+        self._stream = stream
+        self._relays: set[asyncio.Task[None]] = set()
 
     async def infer(self, version: V, request: InferRequest, arrived_ns: int) -> InferResponse:
         """Answer ``request`` to the ensemble ``version`` (resolved by the caller)."""
@@ -172,10 +193,72 @@ class EnsembleRunner(Generic[V]):
             version.statistics.record_request(False, time.perf_counter_ns() - arrived_ns, 0)
             raise
         try:
+            decoupled = _decoupled_steps(pin)
+            if decoupled:
+                raise DecoupledNotStreamed(version.model)
             outcome = await self._execute(pin, request, batch_size, arrived_ns)
         finally:
             self._release(pin)
         return outcome.response
+
+    async def stream(self, version: V, request: InferRequest, arrived_ns: int
+                     ) -> ResponseStream:
+        """Answer ``request`` to the ensemble ``version`` as a stream: one response, or, when
+        its last step is a decoupled model, one per response of that step."""
+        state = _state(version)
+        batch_size = check_request(request, version.signature)
+        wanted = request.outputs or state.plan.outputs
+        pin = self._pin(version, wanted, frozenset({version.model}))
+        decoupled = _decoupled_steps(pin)
+        if not decoupled or self._stream is None:
+            self._release(pin)
+            return ResponseStream(single=self.infer(version, request, arrived_ns))
+        try:
+            deferred = _Deferred(_streamable(state.plan, decoupled))
+            outcome = await self._execute(pin, request, batch_size, arrived_ns, deferred)
+            assert deferred.request is not None
+            step = state.plan.steps[deferred.index]
+            target = pin.steps[deferred.index].version
+            step_stream = await self._stream(target, deferred.request)
+        except BaseException:
+            self._release(pin)
+            raise
+        ensemble_stream = ResponseStream()
+        relay = asyncio.get_running_loop().create_task(self._relay(
+            pin, step, step_stream, ensemble_stream, outcome, wanted, request.id))
+        self._relays.add(relay)
+        relay.add_done_callback(self._relays.discard)
+        return ensemble_stream
+
+    async def _relay(self, pin: _Pin[V], step: EnsembleStep, step_stream: ResponseStream,
+                     ensemble_stream: ResponseStream, outcome: _Outcome,
+                     wanted: Iterable[str], request_id: str) -> None:
+        """Each response of the decoupled step, with the other steps' tensors, as an
+        ensemble response."""
+        version, plan = pin.version, _state(pin.version).plan
+        tensors = {tensor.name: tensor for tensor in outcome.response.outputs}
+        try:
+            async for result, final in step_stream:
+                if isinstance(result, InferResponse):
+                    written = {tensor.name: tensor for tensor in result.outputs}
+                    produced = dict(tensors)
+                    for model_output, tensor in step.outputs:
+                        if model_output in written:
+                            produced[tensor] = _renamed(written[model_output], tensor)
+                    missing = [name for name in wanted if name not in produced]
+                    answer: InferResponse | InferdError | None = (
+                        _step_failed(plan, step, Internal(
+                            f"model '{step.model}' returned no output '{missing[0]}'"))
+                        if missing else InferResponse(
+                            model=version.model, version=str(version.version),
+                            outputs=tuple(produced[name] for name in wanted), id=request_id))
+                elif isinstance(result, InferdError):
+                    answer = _step_failed(plan, step, result)
+                else:
+                    answer = None
+                ensemble_stream.put(answer, final)
+        finally:
+            self._release(pin)
 
     def check_ready(self, version: V) -> None:
         """Raise the error a request to ``version`` would get because a composing model has
@@ -218,10 +301,12 @@ class EnsembleRunner(Generic[V]):
     # ------------------------------------------------------------------ the dataflow
 
     async def _execute(
-        self, pin: _Pin[V], request: InferRequest, batch_size: int, arrived_ns: int
+        self, pin: _Pin[V], request: InferRequest, batch_size: int, arrived_ns: int,
+        deferred: _Deferred | None = None,
     ) -> _Outcome:
         """Run the steps of the pinned ensemble for ``request`` (already checked) and record
-        the ensemble's statistics."""
+        the ensemble's statistics. A ``deferred`` step is not sent: its request is kept
+        there, and the outcome holds every tensor the other steps made."""
         version = pin.version
         plan = _state(version).plan
         wanted = request.outputs or plan.outputs
@@ -252,14 +337,14 @@ class EnsembleRunner(Generic[V]):
                 # A step with nothing beside it runs in this task: a chain spawns no task.
                 step = ready[0]
                 try:
-                    outcome = await self._run_step(pin, step, request, tensors, flow)
+                    outcome = await self._run_step(pin, step, request, tensors, flow, deferred)
                 except Exception as error:  # noqa: BLE001 - a failed step fails the request
                     settle(step, None, error)
                 else:
                     settle(step, outcome, None)
             else:
                 for step in ready:
-                    coroutine = self._run_step(pin, step, request, tensors, flow)
+                    coroutine = self._run_step(pin, step, request, tensors, flow, deferred)
                     running[asyncio.get_running_loop().create_task(coroutine)] = step
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -275,11 +360,10 @@ class EnsembleRunner(Generic[V]):
         compute = (compute_ns[0], compute_ns[1], compute_ns[2])
         version.statistics.record_batch(batch_size, 1, compute)
         version.statistics.record_request(True, total_ns, queue_ns)
+        outputs = (tuple(tensors.values()) if deferred is not None
+                   else tuple(tensors[name] for name in wanted))
         response = InferResponse(
-            model=version.model,
-            version=str(version.version),
-            outputs=tuple(tensors[name] for name in wanted),
-            id=request.id,
+            model=version.model, version=str(version.version), outputs=outputs, id=request.id
         )
         return _Outcome(response, queue_ns, compute)
 
@@ -290,8 +374,10 @@ class EnsembleRunner(Generic[V]):
         request: InferRequest,
         tensors: dict[str, Tensor],
         flow: Dataflow,
+        deferred: _Deferred | None = None,
     ) -> _Outcome:
-        """Send one step to its pinned version and store what it writes in ``tensors``."""
+        """Send one step to its pinned version and store what it writes in ``tensors`` (the
+        ``deferred`` step's request is only kept)."""
         target = pin.steps[step.index]
         step_request = InferRequest(
             model=step.model,
@@ -307,6 +393,10 @@ class EnsembleRunner(Generic[V]):
             priority=request.priority,
             timeout_us=request.timeout_us,
         )
+        if deferred is not None and step.index == deferred.index:
+            deferred.request = step_request
+            empty = InferResponse(step.model, str(target.version.version), ())
+            return _Outcome(empty, 0, (0, 0, 0))
         statistics = _state(pin.version).step_statistics(step, target.version.version)
         started_ns = time.perf_counter_ns()
         try:
@@ -333,6 +423,26 @@ class EnsembleRunner(Generic[V]):
         if not isinstance(result, InferResponse):
             raise result if isinstance(result, InferdError) else Internal("step got no answer")
         return _Outcome(result, queued.started_ns - queued.enqueued_ns, queued.compute_ns)
+
+
+def _decoupled_steps(pin: _Pin[Any]) -> list[int]:
+    """The steps of a pinned ensemble (not of nested ones) that run a decoupled model."""
+    return [index for index, step_pin in pin.steps.items()
+            if step_pin.version.ensemble is None and step_pin.version.decoupled]
+
+
+def _streamable(plan: EnsemblePlan, decoupled: list[int]) -> int:
+    """The one decoupled step an ensemble can be streamed through: its outputs feed no other
+    step (so each of its responses is an ensemble response)."""
+    step = plan.steps[decoupled[0]]
+    written = {tensor for _, tensor in step.outputs}
+    feeds = any(tensor in written for other in plan.steps if other is not step
+                for _, tensor in other.inputs)
+    if len(decoupled) > 1 or feeds:
+        raise Unsupported(
+            f"in ensemble '{plan.name}', step '{step.model}' is decoupled: inferd streams an "
+            "ensemble through one decoupled step whose outputs are the ensemble's own")
+    return decoupled[0]
 
 
 def _state(version: ServedVersion) -> EnsembleState:

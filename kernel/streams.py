@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import TypeAlias
 
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferResponse
 
-StreamResult = InferResponse | InferdError | None
+StreamResult: TypeAlias = "InferResponse | InferdError | None"
 
 
 class ResponseStream:
@@ -47,10 +48,3 @@ class ResponseStream:
         result, final = await self._parts.get()
         self._done = final
         return result, final
-
-    async def aclose(self) -> None:
-        """Stop reading (the client went away): a single answer not awaited yet is dropped."""
-        self._done = True
-        if self._single is not None and hasattr(self._single, "close"):
-            self._single.close()  # type: ignore[union-attr]
-        self._single = None

@@ -110,7 +110,8 @@ def encode_generate_response(response: InferResponse) -> bytes:
         document[tensor.name] = values[0] if len(values) == 1 else values
     for key, value in response.parameters.items():
         document.setdefault(key, value)
-    return dumps(document)
+    encoded: bytes = dumps(document)
+    return encoded
 
 
 def server_sent_event(document: bytes) -> bytes:
@@ -118,7 +119,8 @@ def server_sent_event(document: bytes) -> bytes:
 
 
 def error_document(message: str) -> bytes:
-    return dumps({"error": message})
+    encoded: bytes = dumps({"error": message})
+    return encoded
 
 
 def event_stream_headers() -> Sequence[tuple[str, str]]:

@@ -178,6 +178,21 @@ def _enqueue(queue: deque[_Queued], queued: _Queued) -> None:
     queue.insert(index, queued)
 
 
+def _batch_started(version: _Version, slot: _Slot, batch: list[_Queued]) -> None:
+    slot.in_flight += 1
+    version.running += 1
+    version.in_service += len(batch)
+    started_ns = time.perf_counter_ns()
+    for queued in batch:
+        queued.started_ns = started_ns
+
+
+def _batch_finished(version: _Version, slot: _Slot, count: int) -> None:
+    slot.in_flight -= 1
+    version.running -= 1
+    version.in_service -= count
+
+
 def _load_of(slot: _Slot) -> int:
     return slot.in_flight
 
@@ -213,7 +228,7 @@ class SchedulerActor(Actor):
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
         self._closed = False
-        self._ensembles = EnsembleRunner(self._resolve, self._infer_on)
+        self._ensembles = EnsembleRunner(self._resolve, self._infer_on, self._open_stream)
         self._streams: dict[int, tuple[_Version, _Queued]] = {}  # by token: decoupled requests
         self._tokens = itertools.count(1)
 
@@ -426,8 +441,14 @@ class SchedulerActor(Actor):
         if self._closed:
             raise Unavailable(SHUTTING_DOWN)
         version = self._resolve(request.model, request.version)
+        if version.ensemble is not None:
+            return await self._ensembles.stream(version, request, time.perf_counter_ns())
         if not version.decoupled:
             return ResponseStream(single=self.on_infer_request(request, None))
+        return await self._open_stream(version, request)
+
+    async def _open_stream(self, version: _Version, request: InferRequest) -> ResponseStream:
+        """Queue a request of a decoupled model; its responses go to the stream returned."""
         arrived_ns = time.perf_counter_ns()
         batch_size = check_request(request, version.signature)
         plan = version.plan
@@ -605,12 +626,7 @@ class SchedulerActor(Actor):
     def _start_batch(self, version: _Version, slot: _Slot, batch: list[_Queued]) -> None:
         """Send ``batch`` to ``slot``'s instance; ``_finish_batch`` takes the reply, with no
         task waiting for it (a request's task waits only for its own result)."""
-        slot.in_flight += 1
-        version.running += 1
-        version.in_service += len(batch)
-        started_ns = time.perf_counter_ns()
-        for queued in batch:
-            queued.started_ns = started_ns
+        _batch_started(version, slot, batch)
         requests = tuple(q.request for q in batch)
         if version.decoupled:
             tokens = tuple(next(self._tokens) for _ in batch)
@@ -629,9 +645,7 @@ class SchedulerActor(Actor):
     def _finish_batch(
         self, version: _Version, slot: _Slot, batch: list[_Queued], reply: Message | InferdError
     ) -> None:
-        slot.in_flight -= 1
-        version.running -= 1
-        version.in_service -= len(batch)
+        _batch_finished(version, slot, len(batch))
         results = self._results(version, slot, batch, reply)
         for queued, result in zip(batch, results, strict=True):
             queued.result = result
@@ -642,9 +656,7 @@ class SchedulerActor(Actor):
                              tokens: tuple[int, ...], reply: Message | InferdError) -> None:
         """A decoupled batch's instance is free; its requests' responses come on their own
         (those of a batch that failed outright end with its error)."""
-        slot.in_flight -= 1
-        version.running -= 1
-        version.in_service -= len(batch)
+        _batch_finished(version, slot, len(batch))
         if isinstance(reply, BatchResult):
             version.statistics.record_batch(
                 sum(q.batch_size for q in batch), len(batch), reply.compute_ns)
@@ -685,12 +697,7 @@ class SchedulerActor(Actor):
     def _start_sequence_batch(self, version: _Version, slot: _Slot,
                               batch: SequenceBatch[_Queued]) -> None:
         real = [entry.item for entry in batch.real if entry.item is not None]
-        slot.in_flight += 1
-        version.running += 1
-        version.in_service += len(real)
-        started_ns = time.perf_counter_ns()
-        for queued in real:
-            queued.started_ns = started_ns
+        _batch_started(version, slot, real)
         message = InferBatch(version.model, version.version, slot.instance, batch.requests)
         self.router.ask_then(slot.executor, message,
                              partial(self._finish_sequence_batch, version, slot, batch, real))
@@ -698,9 +705,7 @@ class SchedulerActor(Actor):
     def _finish_sequence_batch(self, version: _Version, slot: _Slot,
                                batch: SequenceBatch[_Queued], real: list[_Queued],
                                reply: Message | InferdError) -> None:
-        slot.in_flight -= 1
-        version.running -= 1
-        version.in_service -= len(real)
+        _batch_finished(version, slot, len(real))
         results = self._results(version, slot, real, reply, count=len(batch.entries))
         assert version.sequences is not None
         for queued, result in version.sequences.complete(batch, results, time.perf_counter_ns()):

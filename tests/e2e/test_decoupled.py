@@ -6,6 +6,8 @@
   response, several requests on one stream, an ``execute`` that raises;
 - a non-streaming call to a decoupled model: Triton's 501 / UNIMPLEMENTED and messages;
 - a BLS call with ``decoupled=True`` iterating the responses of ``repeat``;
+- an ensemble whose last step is decoupled (``strings`` then ``stream_words``), streamed:
+  one ensemble response per word, with the first step's outputs in each;
 - ``generate`` and ``generate_stream`` (raw HTTP, Server-Sent Events) on python models, on
   the ONNX ``simple`` and on the decoupled ones, including the example ``stream_words``;
 - ``simple`` serves throughout.
@@ -34,8 +36,28 @@ WAIT_SECS = 30.0
 @pytest.fixture(scope="module")
 def server(module_inferd: InferdHarness) -> ServerHandle:
     root: Path = module_inferd.repository("simple", "stream_words")
-    module_inferd.copy_models(root, PYTHON_MODELS, "repeat", "add_sub", "bls_decoupled")
+    module_inferd.copy_models(root, PYTHON_MODELS, "repeat", "add_sub", "bls_decoupled",
+                              "strings")
+    (root / "shout_stream" / "1").mkdir(parents=True)
+    (root / "shout_stream" / "config.pbtxt").write_text(SHOUT_STREAM, encoding="utf-8")
     return module_inferd.start(root)
+
+
+SHOUT_STREAM = """
+name: "shout_stream"
+platform: "ensemble"
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "WORD" data_type: TYPE_STRING dims: [ 1 ] },
+         { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "strings" model_version: -1
+    input_map { key: "TEXT" value: "TEXT" }
+    output_map [ { key: "UPPER" value: "upper_text" }, { key: "LENGTH" value: "LENGTH" } ] },
+  { model_name: "stream_words" model_version: -1
+    input_map { key: "text_input" value: "upper_text" }
+    output_map { key: "text_output" value: "WORD" } }
+] }
+"""
 
 
 def stream(server: ServerHandle, requests: list[tuple[list[int], str, bool]]) -> list[Any]:
@@ -106,6 +128,10 @@ def test_without_the_empty_final_response_the_stream_carries_only_responses(
     assert [int(a.as_numpy("OUT")[0]) for a in got] == [8, 9]
 
 
+def test_a_request_may_get_no_response_but_the_final_flag(server: ServerHandle) -> None:
+    assert [summary(a) for a in stream(server, [([], "none", True)])] == [("none", None, True)]
+
+
 def test_an_execute_that_raises_ends_the_request_with_the_error(server: ServerHandle) -> None:
     [answer] = stream_errors(server, [-999])
     assert "asked to fail" in answer
@@ -161,6 +187,36 @@ def test_a_bls_call_iterates_a_decoupled_models_responses(server: ServerHandle) 
     tensor.set_data_from_numpy(np.array([1, 2, -3, 4], np.int32))
     result = client.infer("bls_decoupled", [tensor])
     assert [int(result.as_numpy(name)[0]) for name in ("SUM", "COUNT", "ERRORS")] == [7, 3, 1]
+
+
+def test_an_ensemble_ending_in_a_decoupled_step_streams_its_responses(
+        server: ServerHandle) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    text = grpcclient.InferInput("TEXT", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"quiet words here"], dtype=object))
+    client.async_stream_infer("shout_stream", [text], enable_empty_final_response=True)
+    received = []
+    try:
+        while True:
+            answer = answers.get(timeout=WAIT_SECS)
+            assert not isinstance(answer, InferenceServerException), answer
+            if answer.get_response().parameters["triton_final_response"].bool_param:
+                break
+            received.append((answer.as_numpy("WORD").tolist(),
+                             answer.as_numpy("LENGTH").tolist()))
+    finally:
+        client.stop_stream()
+    assert received == [([b"QUIET"], [16]), ([b"WORDS"], [16]), ([b"HERE"], [16])]
+    status, _, body = post(server, "/v2/models/shout_stream/generate_stream",
+                           {"TEXT": "two words"})
+    assert status == 200 and [e["WORD"] for e in events(body)] == ["TWO", "WORDS"]
+    with pytest.raises(InferenceServerException, match="HTTP end point doesn't support models "
+                                                       "with decoupled transaction policy"):
+        http_text = httpclient.InferInput("TEXT", [1], "BYTES")
+        http_text.set_data_from_numpy(np.array([b"x"], dtype=object))
+        httpclient.InferenceServerClient(server.http_url).infer("shout_stream", [http_text])
 
 
 # --------------------------------------------------------------- the generate extension

@@ -8,6 +8,8 @@
   requests with READY false filling the slot of a sequence with nothing to send;
 - ``sequence_echo_oldest`` (the same model, oldest strategy, a string CORRID): no null
   requests;
+- ``state_counter`` (a python model with implicit state through the state names, its initial
+  state read from a file in its ``initial_state/`` folder);
 - Triton's errors (no correlation id, no START first, batch above 1), a START on a live id
   (Triton's warning, the sequence restarts), idle expiry, statistics; ``simple`` serves
   throughout.
@@ -36,7 +38,7 @@ IDLE_SECS = 0.6  # sequence_echo's max_sequence_idle_microseconds
 @pytest.fixture(scope="module")
 def server(module_inferd: InferdHarness) -> ServerHandle:
     root: Path = module_inferd.repository("simple", "accumulate")
-    module_inferd.copy_models(root, PYTHON_MODELS, "sequence_echo")
+    module_inferd.copy_models(root, PYTHON_MODELS, "sequence_echo", "state_counter")
     oldest = (root / "sequence_echo" / "config.pbtxt").read_text(encoding="utf-8")
     oldest = oldest.replace('name: "sequence_echo"', 'name: "sequence_echo_oldest"').replace(
         "sequence_batching {",
@@ -93,6 +95,23 @@ def _outputs(result: Any, protocol: str) -> list[Any]:
     if protocol == "http":
         return list(result.get_response()["outputs"])
     return list(result.get_response().outputs)
+
+
+def test_a_python_model_keeps_implicit_state_from_its_initial_state_file(
+        server: ServerHandle) -> None:
+    client = connect(server, "http")
+
+    def add(value: int, sequence: int, **flags: bool) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], np.int32))
+        result = client.infer("state_counter", [tensor], sequence_id=sequence, **flags)
+        return int(result.as_numpy("OUTPUT")[0, 0])
+
+    assert add(1, 91, sequence_start=True) == 101
+    assert add(5, 92, sequence_start=True) == 105
+    assert add(2, 91) == 103
+    assert add(3, 91, sequence_end=True) == 106
+    assert add(1, 92, sequence_end=True) == 106
 
 
 def test_string_correlation_ids_over_grpc(server: ServerHandle) -> None:

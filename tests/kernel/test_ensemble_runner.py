@@ -55,6 +55,7 @@ class FakeVersion:
     ensemble: EnsembleState | None = None
     pinned: int = 0
     statistics: VersionStatistics = field(default_factory=VersionStatistics)
+    decoupled: bool = False
 
 
 @dataclass(eq=False)

@@ -110,6 +110,26 @@ def test_oldest_batches_the_oldest_waiting_sequences_without_nulls() -> None:
     assert batch is not None and [e.item for e in batch.entries] == ["b", "c"]  # max_batch 2
 
 
+def test_direct_waits_for_slot_utilization_up_to_the_queue_delay() -> None:
+    seq = batcher(config("direct { max_queue_delay_microseconds: 1000 "
+                         "minimum_slot_utilization: 1.0 }"))
+    admit(seq, "a", 1, now=0, start=True)
+    assert seq.next_batch(0, MS // 2) is None  # 1 of 2 slots, within the delay
+    assert seq.wake_at() == MS
+    batch = seq.next_batch(0, MS)
+    assert batch is not None and [e.item for e in batch.entries] == ["a"]
+
+
+def test_oldest_waits_for_a_preferred_batch_up_to_the_queue_delay() -> None:
+    seq = batcher(config("oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] "
+                         "max_queue_delay_microseconds: 1000 }", max_batch_size=4))
+    admit(seq, "a", 1, now=0, start=True)
+    assert seq.next_batch(0, MS // 2) is None
+    admit(seq, "b", 2, now=MS // 2, start=True)
+    batch = seq.next_batch(0, MS // 2)  # a preferred size: no more waiting
+    assert batch is not None and [e.item for e in batch.entries] == ["a", "b"]
+
+
 def test_sequences_beyond_the_slots_wait_in_the_backlog_until_one_ends() -> None:
     seq = batcher(config(max_batch_size=1))
     admit(seq, "a1", 1, start=True)

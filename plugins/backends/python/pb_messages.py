@@ -269,22 +269,25 @@ class InferenceRequest:
         return iterate()
 
 
-def _server_infer() -> scope.ServerInfer:
+def _server_call(name: str) -> Any:
+    """The scope's ``infer`` or ``infer_stream``: how this instance reaches the server."""
     current = scope.current()
-    if current is None or current.infer is None:
+    call = getattr(current, name, None) if current is not None else None
+    if call is None:
         raise TritonModelException(
             "BLS requests need a running inferd server; this model instance has none"
         )
-    return current.infer
+    return call
+
+
+def _server_infer() -> scope.ServerInfer:
+    infer: scope.ServerInfer = _server_call("infer")
+    return infer
 
 
 def _server_infer_stream() -> scope.ServerInferStream:
-    current = scope.current()
-    if current is None or current.infer_stream is None:
-        raise TritonModelException(
-            "BLS requests need a running inferd server; this model instance has none"
-        )
-    return current.infer_stream
+    infer_stream: scope.ServerInferStream = _server_call("infer_stream")
+    return infer_stream
 
 
 def _stream(infer_stream: scope.ServerInferStream, request: InferenceRequest
