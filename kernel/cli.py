@@ -9,6 +9,7 @@ argv into ``Settings`` and exit codes; it owns no server behaviour.
 from __future__ import annotations
 
 import argparse
+import os
 import logging
 import sys
 from collections.abc import Sequence
@@ -91,8 +92,14 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         raise StartupFailed(
             "Wildcard model name '*' must be the ONLY startup model if specified at all."
         )
+    repositories = tuple(args.model_repositories or ("model_repository",))
+    for root in repositories:
+        # As Triton: a root that is not there fails the start, it is not an empty repository.
+        if not os.path.isdir(root):
+            problem = "is not a directory" if os.path.exists(root) else "does not exist"
+            raise StartupFailed(f"failed to stat file {root}: the model repository {problem}")
     return Settings(
-        model_repositories=tuple(args.model_repositories or ("model_repository",)),
+        model_repositories=repositories,
         model_control_mode=args.model_control_mode,
         load_models=load_models,
         repository_poll_secs=args.repository_poll_secs,

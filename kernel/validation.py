@@ -76,7 +76,11 @@ def check_request(request: InferRequest, model: ModelSignature) -> int:
         if name not in model.inputs:
             raise InvalidArgument(f"unexpected inference input '{name}' for model '{model.name}'")
     if len(set(given)) != len(given):
-        raise InvalidArgument(f"an input is given twice in the request for model '{model.name}'")
+        twice = next(name for name in given if given.count(name) > 1)
+        raise InvalidArgument(f"input '{twice}' already exists in request")
+    if len(set(request.outputs)) != len(request.outputs):
+        twice = next(name for name in request.outputs if request.outputs.count(name) > 1)
+        raise InvalidArgument(f"output '{twice}' already exists in request")
     missing = [n for n, t in model.inputs.items() if not t.optional and n not in given]
     if missing:
         required = sum(1 for t in model.inputs.values() if not t.optional)

@@ -511,7 +511,7 @@ def _outputs(
         what = f"requested output '{name}'"
         _no_unknown_fields(entry, _OUTPUT_FIELDS, what)
         if name in binary:
-            raise InvalidArgument(f"output '{name}' is requested twice")
+            raise InvalidArgument(f"output '{name}' already exists in request")
         parameters = _object(entry.get("parameters", {}), f"the 'parameters' of {what}")
         if "classification" in parameters:
             raise InvalidArgument(f"{what}: the classification extension is not supported")

@@ -429,12 +429,22 @@ class ServeVersion(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class ModelKnown(Message):
+    """Control -> scheduler: ``model`` is in the repository though no version of it serves
+    (its load failed): its requests hear "has no available versions", not "is not found"."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
 class RetireVersion(Message):
     """Control -> scheduler: accept no new requests for this version; reply once the ones in
-    flight have finished."""
+    flight have finished. With a ``reloading`` reason (its executor died and it is being
+    loaded again) its requests hear that, retryable, until it serves again."""
 
     model: str
     version: int
+    reloading: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from inferd.protocols.messages import (
     Ack,
     Envelope,
     ExecutorHello,
+    ModelKnown,
     ExecutorLost,
     FingerprintModels,
     Fingerprints,
@@ -164,7 +165,10 @@ class ControlActor(EnsembleControl, Actor):
     async def on_load_request(self, request: LoadRequest, envelope: Envelope) -> Ack:
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
-        await self._load(request.model, request.config, request.files)
+        try:
+            await self._load(request.model, request.config, request.files)
+        except InferdError as error:
+            raise _failed_to_load(request.model, error) from None
         self._dependencies.mark_requested(request.model)
         self._required.add(request.model)
         return Ack()
@@ -305,7 +309,7 @@ class ControlActor(EnsembleControl, Actor):
                     version.state = State.UNAVAILABLE
                     version.reason = f"{message.reason}; reloading"
                     lost.add(name)
-                    self.spawn(self._retire, name, number, version)
+                    self.spawn(self._retire, name, number, version, message.reason)
         self._orphans.setdefault(message.name, set()).update(lost)
         self._refresh_dependents(*lost)
 
@@ -319,10 +323,11 @@ class ControlActor(EnsembleControl, Actor):
         except InferdError as error:
             log.error("reloading %s after its executor restarted failed: %s", name, error.message)
 
-    async def _retire(self, name: str, number: int, version: _Version) -> None:
-        """A version that lost an executor stops serving; the instances it still has in its
-        other executors go (the reload brings up every part again)."""
-        await self.router.ask(SCHEDULER, RetireVersion(name, number))
+    async def _retire(self, name: str, number: int, version: _Version, why: str) -> None:
+        """A version that lost an executor stops serving (its requests hear ``why`` until it
+        serves again); the instances it still has in its other executors go (the reload
+        brings up every part again)."""
+        await self.router.ask(SCHEDULER, RetireVersion(name, number, reloading=why))
         if len(version.executors) > 1:
             await self.router.ask(EXECUTORS, UnloadVersion(version.load_id))
             version.load_id = 0
@@ -348,6 +353,11 @@ class ControlActor(EnsembleControl, Actor):
                 if model.override_dir != override_dir:
                     remove_override_folder(model.override_dir)
                 model.override_dir = override_dir
+        except InferdError as error:
+            remove_override_folder(override_dir)
+            if not isinstance(error, NotFound):  # in the repository, just not available
+                self.router.tell(SCHEDULER, ModelKnown(name))
+            raise
         except BaseException:
             remove_override_folder(override_dir)
             raise
@@ -502,3 +512,14 @@ class ControlActor(EnsembleControl, Actor):
                 tasks.start_soon(self._unload, name)
         return Ack()
 
+
+# Triton's openings of a failed load's answer, which clients and scripts match on.
+_LOAD_FAILED_OPENINGS = ("failed to load '", "load failed for model '")
+
+
+def _failed_to_load(model: str, error: InferdError) -> InferdError:
+    """``error`` as a load request's answer: Triton's ``failed to load '<m>': `` before
+    inferd's real cause (unless it already opens with Triton's words), with its status."""
+    if error.message.startswith(_LOAD_FAILED_OPENINGS):
+        return error
+    return InferdError.from_code(error.code, f"failed to load '{model}': {error.message}")

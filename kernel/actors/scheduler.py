@@ -60,6 +60,7 @@ from inferd.protocols.messages import (
     Message,
     ModelConfigReply,
     ModelConfigRequest,
+    ModelKnown,
     ModelMetadata,
     ModelMetadataRequest,
     ModelReadyRequest,
@@ -227,6 +228,8 @@ class SchedulerActor(Actor):
         super().__init__(router)
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
+        # Versions retired because their executor died, until they serve again: the reason.
+        self._reloading: dict[str, dict[int, str]] = {}
         self._closed = False
         self._ensembles = EnsembleRunner(self._resolve, self._infer_on, self._open_stream)
         self._streams: dict[int, tuple[_Version, _Queued]] = {}  # by token: decoupled requests
@@ -259,6 +262,7 @@ class SchedulerActor(Actor):
         current.ensemble = ensemble
         current.sequences = _sequences(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
+        self._reloading.get(message.model, {}).pop(message.version, None)
         if replaced:  # a restarted executor's instances: its streams will not go on
             self._fail_streams(current, Unavailable("the model's executor was restarted"),
                                {slot.executor for slot in replaced})
@@ -268,8 +272,17 @@ class SchedulerActor(Actor):
             await anyio.sleep(IDLE_POLL_SECS)
         return Ack()
 
+    async def on_model_known(self, message: ModelKnown, envelope: Envelope) -> None:
+        self._ever_served.setdefault(message.model, set())
+        self._reloading.pop(message.model, None)  # its reload failed: it is not coming back
+
     async def on_retire_version(self, message: RetireVersion, envelope: Envelope) -> Ack:
         version = self._served.get(message.model, {}).get(message.version)
+        reloading = self._reloading.setdefault(message.model, {})
+        if message.reloading:
+            reloading[message.version] = message.reloading
+        else:
+            reloading.pop(message.version, None)
         if version is None:
             return Ack()
         version.retired = True
@@ -306,6 +319,7 @@ class SchedulerActor(Actor):
         live = {n: v for n, v in (versions or {}).items() if not v.retired}
         if not version:
             if not live:
+                self._raise_if_reloading(model, None)
                 raise NotFound(f"Request for unknown model: '{model}' has no available versions")
             return live[max(live)]
         try:
@@ -316,11 +330,21 @@ class SchedulerActor(Actor):
             ) from None
         if number in live:
             return live[number]
+        self._raise_if_reloading(model, number)
         if number in self._ever_served.get(model, ()):
             raise Unavailable(
                 f"Request for unknown model: '{model}' version {number} is not at ready state"
             )
         raise NotFound(f"Request for unknown model: '{model}' version {number} is not found")
+
+    def _raise_if_reloading(self, model: str, number: int | None) -> None:
+        """A version whose executor died is being loaded again: say so, retryable (503)."""
+        reloading = self._reloading.get(model)
+        if not reloading:
+            return
+        reason = reloading.get(number) if number is not None else reloading[max(reloading)]
+        if reason:
+            raise Unavailable(f"model '{model}' is being reloaded: {reason}; retry the request")
 
     # ------------------------------------------------------------------ model information
 
@@ -361,7 +385,7 @@ class SchedulerActor(Actor):
         if not message.model:
             chosen = [v for vs in self._served.values() for v in vs.values()]
         else:
-            if message.model not in self._ever_served:
+            if not self._ever_served.get(message.model):
                 raise InvalidArgument(f"requested model '{message.model}' is not available")
             versions = self._served.get(message.model, {})
             if message.version:

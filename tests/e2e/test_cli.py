@@ -35,4 +35,5 @@ def test_a_failed_load_prints_the_reason_and_exits_1(inferd: Any) -> None:
     server = inferd.start(inferd.repository(), "--model-control-mode", "explicit")
     failed = run("load", "nope", "--url", server.url)
     assert failed.returncode == 1
-    assert failed.stderr.startswith("error: model 'nope' is not in the model repository")
+    assert failed.stderr.startswith(
+        "error: failed to load 'nope': model 'nope' is not in the model repository")

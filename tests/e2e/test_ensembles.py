@@ -318,8 +318,8 @@ def test_an_unknown_composing_model_is_refused_at_load(http: Any, grpc: Any) -> 
 def test_a_step_naming_a_version_that_is_not_loaded_fails_the_load(http: Any) -> None:
     error = refused(lambda: http.load_model("wants_v7"))
     assert error.status() == "400"
-    assert error.message() == (
-        "ensemble 'wants_v7': composing model 'simple' version 7 is not ready: not loaded")
+    assert error.message() == ("failed to load 'wants_v7': ensemble 'wants_v7': composing "
+                               "model 'simple' version 7 is not ready: not loaded")
     assert states(http, "simple")["simple"] == ("READY", "")
 
 

@@ -88,7 +88,8 @@ def test_a_bad_config_fails_its_load_with_line_and_column(client: Client) -> Non
     with pytest.raises(InvalidArgument) as error:
         client.load("misspelt")
 
-    assert error.value.message == BAD_CONFIG_ERROR
+    # Triton's opening (clients match on it), then the real cause; the index has the cause.
+    assert error.value.message == f"failed to load 'misspelt': {BAD_CONFIG_ERROR}"
     assert index_entry(client, "misspelt") == [
         IndexEntry("misspelt", "", "UNAVAILABLE", BAD_CONFIG_ERROR)
     ]
@@ -132,7 +133,7 @@ def test_a_fixed_config_loads_on_the_next_load(
     with pytest.raises(InvalidArgument) as error:
         client.load("fixable")
     invalid = "model 'fixable': 'max_batch_size' must be >= 0, got -1"
-    assert error.value.message == invalid
+    assert error.value.message == f"failed to load 'fixable': {invalid}"
     assert index_entry(client, "fixable") == [IndexEntry("fixable", "", "UNAVAILABLE", invalid)]
 
     (folder / "config.pbtxt").write_text(good_config)
@@ -154,7 +155,8 @@ def test_a_failed_reload_keeps_the_old_version_serving(client: Client, repositor
     finally:
         config_path.write_text(good_config)
 
-    assert error.value.message == BAD_CONFIG_ERROR.replace("misspelt", "simple")
+    assert error.value.message == "failed to load 'simple': " + BAD_CONFIG_ERROR.replace(
+        "misspelt", "simple")
     # Still READY, with what the reload failed on next to it (SPEC 2.2, better than Triton).
     assert index_entry(client, "simple") == [
         IndexEntry("simple", "1", "READY", BAD_CONFIG_ERROR.replace("misspelt", "simple"))]
@@ -166,7 +168,8 @@ def test_a_failed_reload_keeps_the_old_version_serving(client: Client, repositor
 def test_loading_an_unknown_model_is_not_found(client: Client) -> None:
     with pytest.raises(NotFound) as error:
         client.load("not-in-the-repository")
-    assert "'not-in-the-repository' is not in the model repository" in error.value.message
+    assert error.value.message == ("failed to load 'not-in-the-repository': model "
+                                   "'not-in-the-repository' is not in the model repository")
 
 
 def test_a_failed_load_of_an_unknown_model_leaves_no_index_entry(client: Client) -> None:

@@ -365,6 +365,17 @@ def test_unknown_model_and_version(client: grpcclient.InferenceServerClient) -> 
     assert_error(error, "INVALID_ARGUMENT", "requested model 'no_such_model' is not available")
 
 
+def test_a_tensor_named_twice_is_invalid(client: grpcclient.InferenceServerClient) -> None:
+    ones = np.ones((1, 16), dtype=np.int32)
+    twice = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("simple", simple_inputs(ones, ones), outputs=twice)
+    assert_error(error, "INVALID_ARGUMENT", "output 'OUTPUT0' already exists in request")
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("simple", [*simple_inputs(ones, ones), infer_input("INPUT0", ones, "INT32")])
+    assert_error(error, "INVALID_ARGUMENT", "input 'INPUT0' already exists in request")
+
+
 def test_requests_that_do_not_fit_the_model(client: grpcclient.InferenceServerClient) -> None:
     good = np.ones((1, 16), dtype=np.int32)
     with pytest.raises(InferenceServerException) as error:
@@ -674,6 +685,10 @@ def test_unload_and_load(client: grpcclient.InferenceServerClient) -> None:
     client.unload_model("reloadable")  # unloading an unloaded model succeeds
     client.unload_model("no_such_model")  # and so does unloading an unknown one
     assert client.is_server_ready() is True
+    with pytest.raises(InferenceServerException) as error:
+        client.load_model("no_such_model")  # Triton's opening, then the real cause
+    assert_error(error, "NOT_FOUND", "failed to load 'no_such_model': model 'no_such_model' "
+                                     "is not in the model repository")
 
     client.load_model("reloadable")
     assert index_of(client, "reloadable") == [

@@ -561,7 +561,7 @@ def test_binary_body_errors(server: ServerHandle) -> None:
         (json.dumps(simple_json(parameters={"priority": -1})).encode(),
          "parameter 'priority' must be a non-negative integer, got -1"),
         (json.dumps(simple_json(outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}])).encode(),
-         "output 'OUTPUT0' is requested twice"),
+         "output 'OUTPUT0' already exists in request"),
         (json.dumps(simple_json(outputs=[{"name": "OUTPUT0",
                                           "parameters": {"classification": 2}}])).encode(),
          "requested output 'OUTPUT0': the classification extension is not supported"),
@@ -746,10 +746,15 @@ def test_load_errors(client: httpclient.InferenceServerClient, server: ServerHan
     assert status == 400 and "must stay inside the model folder" in error
     status, error = raw_error(server, "POST", path, json.dumps(
         {"parameters": {"config": "{not json"}}).encode())
-    assert status == 400, error
+    assert (status, error) == (400, "failed to load 'simple': model 'simple': config "
+                                    "override is not valid JSON: Expecting property name enclosed in double quotes: "
+                                    "line 1 column 2 (char 1)")
     with pytest.raises(InferenceServerException) as exc:
         client.load_model("no-such-model")
+    # Triton's opening, which its client examples (simple_http_model_control.py) match on.
     assert exc.value.status() == "404", exc.value.message()
+    assert exc.value.message() == ("failed to load 'no-such-model': model 'no-such-model' is "
+                                   "not in the model repository")
     assert raw_error(server, "POST", "/v2/repository/models/simple/unload",
                      b'{"parameters": {"unload_dependents": 1}}') == (
         400, "unload parameter 'unload_dependents' must be a boolean, not a number")

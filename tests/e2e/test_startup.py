@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferd.protocols.errors import NotFound
 from inferd.protocols.messages import IndexEntry
 
 BAD_CONFIG = 'name: "misspelt"\nmax_bach_size: 8\nplatform: "onnxruntime_onnx"\n'
@@ -38,6 +39,10 @@ def test_without_exit_on_error_the_server_serves_the_other_models(
         assert result.as_numpy("OUTPUT1").tolist() == [[5] * 16]
         # A start-up failure keeps a strictly ready server unready (SPEC 6.2).
         assert client.is_ready() is False
+        # The failed model is known, just not available (as Triton answers).
+        with pytest.raises(NotFound, match="^Request for unknown model: 'misspelt' has no "
+                                           "available versions$"):
+            client.infer("misspelt", {"INPUT0": ones})
         assert client.is_live() is True
 
 
@@ -52,6 +57,19 @@ def test_by_default_a_start_up_failure_stops_the_server(
     assert code == 1, log
     assert f"1 model failed to load:\n  misspelt: {BAD_CONFIG_ERROR}" in log, log
     assert "inferd is serving" not in log, log
+
+
+def test_a_model_repository_that_is_not_a_folder_fails_the_start(
+    inferd: Any, tmp_path: Path
+) -> None:
+    a_file = tmp_path / "models.txt"
+    a_file.write_text("not a folder", encoding="utf-8")
+    for root, problem in ((tmp_path / "missing", "does not exist"),
+                          (a_file, "is not a directory")):
+        server = inferd.launch(root)
+        assert server.wait_exit(EXIT_TIMEOUT_SECS) == 1, server.log()
+        assert f"failed to stat file {root}: the model repository {problem}" in server.log()
+        assert "inferd is serving" not in server.log()
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.protocols.client import AsyncClient
+from inferd.protocols.errors import Unavailable
 
 # Looked up, not imported: TensorFlow must stay out of this process.
 if importlib.util.find_spec("tensorflow") is None:
@@ -306,9 +307,11 @@ def test_killing_the_tensorflow_executor_under_load_leaves_the_others_untouched(
     exited = f"executor process executor/tensorflow (pid {pid}) exited with code -9"
     assert exited in str(failures[0])
     # A request sent as the process dies fails the same way; then, until the restarted
-    # executor has loaded the model again, it has no version to serve.
-    assert all(exited in str(failure) or "has no available versions" in str(failure)
-               for failure in failures), failures
+    # executor has loaded the model again, a retryable 503 says it is being reloaded.
+    reloading = f"model 'tf_savedmodel' is being reloaded: {exited.split(' with ')[0]}"
+    assert all(exited in str(failure) or (
+        isinstance(failure, Unavailable) and reloading in str(failure)) for failure in failures
+    ), failures
 
     # The executor is restarted with its models, and they serve again.
     client = httpclient.InferenceServerClient(server.http_url)
