@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import anyio
 
 from inferd.kernel.limits import raise_open_file_limit
-from inferd.kernel.logs import configure_logging
+from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.options import add_boolean, byte_count
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import StartupFailed, format_table, serve
@@ -48,6 +48,15 @@ def _serve_parser(
               "ready only when every model meant to be served is READY")
     add_boolean(models, "--disable-auto-complete-config", False,
               "do not fill missing config fields from the model file")
+    add_boolean(models, "--strict-model-config", False,
+              "tritonserver's name for --disable-auto-complete-config")
+    models.add_argument("--model-config-name", default="", metavar="NAME",
+                        help="use a model's configs/NAME.pbtxt where it has one, else its "
+                             "config.pbtxt")
+    models.add_argument("--backend-config", action="append", default=[],
+                        metavar="[BACKEND,]SETTING=VALUE",
+                        help="a backend setting (default-max-batch-size is the one inferd's "
+                             "backends read)")
     network = parser.add_argument_group("network")
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002), ("zmq", 8003)):
         network.add_argument(f"--{protocol}-port", type=int, default=port)
@@ -69,7 +78,17 @@ def _serve_parser(
         default=defaults.executor_shm_capacity,
         help="shared memory each process of the server may hold for those tensors")
     execution.add_argument("--exit-timeout-secs", type=float, default=defaults.exit_timeout_secs)
-    parser.add_argument("--log-verbose", type=int, default=0)
+    execution.add_argument("--rate-limit", choices=("off", "execution_count"), default="off",
+                           help="tritonserver's rate limiter: inferd has none, only off applies")
+    execution.add_argument("--cache-config", action="append", default=[], metavar="CACHE,K=V",
+                           help="tritonserver's response cache: inferd has none yet")
+    logs = parser.add_argument_group("logging")
+    LogSettings.add_arguments(logs)
+    logs.add_argument("--log-file", default="", metavar="PATH",
+                      help="write every process's log to PATH instead of standard error")
+    for endpoint in ("sagemaker", "vertex-ai"):
+        add_boolean(parser, f"--allow-{endpoint}", False,
+                    f"tritonserver's {endpoint} endpoint: inferd has none, true is refused")
     plugins.add_options(parser)
 
 
@@ -92,6 +111,16 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         raise StartupFailed(
             "Wildcard model name '*' must be the ONLY startup model if specified at all."
         )
+    for endpoint in ("sagemaker", "vertex_ai"):
+        if getattr(args, f"allow_{endpoint}"):
+            raise StartupFailed(f"--allow-{endpoint.replace('_', '-')}=true: inferd has no "
+                                f"{endpoint.replace('_', ' ')} endpoint; serve KServe v2 over "
+                                "HTTP or gRPC instead")
+    name = args.model_config_name
+    if name and (not name.replace("-", "").replace("_", "").replace(".", "").isalnum()
+                 or name.startswith(".")):
+        raise StartupFailed(f"--model-config-name={name}: a name of letters, digits, '-', '_' "
+                            "and '.' (it names configs/<name>.pbtxt in a model folder)")
     repositories = tuple(args.model_repositories or ("model_repository",))
     for root in repositories:
         # As Triton: a root that is not there fails the start, it is not an empty repository.
@@ -107,7 +136,8 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         strict_readiness=args.strict_readiness,
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_timeout_secs=args.model_load_timeout_secs,
-        disable_auto_complete_config=args.disable_auto_complete_config,
+        disable_auto_complete_config=(args.disable_auto_complete_config
+                                      or args.strict_model_config),
         zmq_address=args.zmq_address, zmq_port=args.zmq_port,
         http_address=args.http_address, http_port=args.http_port,
         grpc_address=args.grpc_address, grpc_port=args.grpc_port,
@@ -118,8 +148,35 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         executor_shm_threshold=args.executor_shm_threshold,
         executor_shm_capacity=args.executor_shm_capacity,
         options={k: v for k, v in vars(args).items() if k not in known},
-        log_verbose=args.log_verbose,
+        logs=LogSettings.from_arguments(args),
+        model_config_name=args.model_config_name,
+        backend_config=tuple(_backend_setting(text) for text in args.backend_config),
     )
+
+
+def _backend_setting(text: str) -> tuple[str, str, str]:
+    """``--backend-config``'s ``[backend,]setting=value`` as (backend, setting, value)."""
+    scope, _, assignment = text.rpartition(",")
+    setting, equals, value = assignment.partition("=")
+    if not equals or not setting.strip():
+        raise StartupFailed(f"--backend-config={text}: expected [backend,]setting=value")
+    return scope.strip(), setting.strip(), value.strip()
+
+
+def _report_compatibility_flags(args: argparse.Namespace) -> None:
+    """Say what the tritonserver flags inferd accepts but cannot apply do (nothing)."""
+    log = logging.getLogger("inferd")
+    if args.rate_limit != "off":
+        log.warning("--rate-limit=%s: inferd has no rate limiter; executions are not "
+                    "limited", args.rate_limit)
+    for cache in args.cache_config:
+        log.warning("--cache-config=%s: inferd has no response cache yet; nothing is cached",
+                    cache)
+    for text in args.backend_config:
+        backend, setting, _ = _backend_setting(text)
+        if setting not in USED_BACKEND_SETTINGS:
+            log.warning("--backend-config=%s: inferd's %s backend%s do not read '%s'", text,
+                        backend or "", "" if backend else "s", setting)
 
 
 _SERVE_FIELDS = {
@@ -128,8 +185,12 @@ _SERVE_FIELDS = {
     "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
     "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",
     "metrics_port", "cpu_executors", "executor_inline", "intra_op_threads", "log_verbose",
-    "executor_shm_threshold", "executor_shm_capacity",
+    "executor_shm_threshold", "executor_shm_capacity", "strict_model_config",
+    "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",
+    "log_warning", "log_error", "log_format", "log_file", "allow_sagemaker", "allow_vertex_ai",
 }
+# The --backend-config settings inferd's backends read (inferd.kernel.config_completion).
+USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
 
 def _run_client(args: argparse.Namespace) -> int:
@@ -163,10 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command != "serve":
         return _run_client(args)
-    configure_logging(args.log_verbose)
+    if args.log_file:
+        _log_to_file(args.log_file)
+    configure_logging(LogSettings.from_arguments(args))
     raise_open_file_limit()
     try:
         settings = settings_from(args, _SERVE_FIELDS)
+        _report_compatibility_flags(args)
         anyio.run(serve, settings, plugins, backend="asyncio",
                   backend_options={"use_uvloop": True})
     except (StartupFailed, OSError, BaseExceptionGroup) as error:
@@ -176,6 +240,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("inferd").error("cannot start: %s", cause)
         return 1
     return 0
+
+
+def _log_to_file(path: str) -> None:
+    """Point standard error, which every executor process inherits, at ``path``."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as error:
+        sys.exit(f"inferd: --log-file {path}: {error.strerror}")
+    os.dup2(descriptor, sys.stderr.fileno())
+    os.close(descriptor)
 
 
 def _startup_cause(error: BaseException) -> BaseException | None:

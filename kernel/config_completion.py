@@ -42,6 +42,21 @@ class SignatureTensor(Protocol):
     def shape(self) -> tuple[int, ...]: ...
 
 
+def default_max_batch_size(options: dict[str, Any], backend: str) -> int:
+    """The ``max_batch_size`` a batchable model's auto-complete gives: ``--backend-config``'s
+    ``default-max-batch-size`` for ``backend`` (or for every backend), else Triton's 4."""
+    chosen = DEFAULT_MAX_BATCH_SIZE
+    for scope, setting, value in options.get("backend_config", ()):
+        if setting == "default-max-batch-size" and scope in ("", backend):
+            if not (value.isascii() and value.isdigit()):
+                raise InvalidArgument(f"--backend-config default-max-batch-size must be a "
+                                      f"non-negative integer, got {value!r}")
+            chosen = int(value)
+            if scope:  # a backend's own setting wins over the global one
+                break
+    return chosen
+
+
 def batchable(tensors: Sequence[SignatureTensor]) -> bool:
     """Whether a model batches: every tensor's first dimension is open."""
     return bool(tensors) and all(t.shape and t.shape[0] == DYNAMIC for t in tensors)

@@ -21,7 +21,7 @@ import zmq
 
 from inferd.kernel import link_memory
 from inferd.kernel.actors.executor import ExecutorActor
-from inferd.kernel.logs import configure_logging
+from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.protocols.messages import ExecutorHello
@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hub", required=True)
     parser.add_argument("--options", default="{}")
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
-    parser.add_argument("--log-verbose", type=int, default=0)
+    LogSettings.add_arguments(parser)
     args = parser.parse_args(argv)
-    configure_logging(args.log_verbose, process=args.name)
+    configure_logging(LogSettings.from_arguments(args), process=args.name)
     anyio.run(
         serve, args.name, args.hub, json.loads(args.options), args.parent_pid,
         backend="asyncio", backend_options={"use_uvloop": False},

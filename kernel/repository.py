@@ -35,13 +35,16 @@ from inferd.protocols.messages import ResolvedModel
 from inferd.protocols.names import check_model_name, model_name_problem
 
 CONFIG_FILENAME = "config.pbtxt"
+CUSTOM_CONFIGS = "configs"  # --model-config-name's folder in a model folder
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
 _MAX_VERSION = 2**63 - 1  # versions are int64 in every protocol
 
 
 class ModelRepository:
     """The models under ``roots``. ``auto_complete`` False is ``--disable-auto-complete-config``:
-    every model then needs a ``config.pbtxt`` that lists its inputs and outputs."""
+    every model then needs a ``config.pbtxt`` that lists its inputs and outputs.
+    ``config_name`` is ``--model-config-name``: a model's ``configs/<name>.pbtxt`` is its
+    config where it has one."""
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class ModelRepository:
         *,
         auto_complete: bool = True,
         gpu_ids: Sequence[int] | None = None,
+        config_name: str = "",
     ) -> None:
         unique: dict[str, Path] = {}
         for root in roots:
@@ -57,6 +61,7 @@ class ModelRepository:
         self.roots: tuple[Path, ...] = tuple(unique.values())
         self._backends = backends
         self._auto_complete = auto_complete
+        self._config_name = config_name
         # The GPUs configs may name: this machine's (inferd.kernel.devices) unless given.
         self.gpu_ids = tuple(visible_gpus() if gpu_ids is None else gpu_ids)
 
@@ -188,9 +193,12 @@ class ModelRepository:
             except InvalidArgument as error:
                 raise InvalidArgument(f"model '{name}': {error.message}") from None
         path = model_dir / CONFIG_FILENAME
+        custom = model_dir / CUSTOM_CONFIGS / f"{self._config_name}.pbtxt"
+        if self._config_name and custom.is_file():
+            path = custom
         if not path.is_file():
             return ModelConfig(), False
-        label = f"{name}/{CONFIG_FILENAME}"
+        label = f"{name}/{path.relative_to(model_dir)}"
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:

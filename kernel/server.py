@@ -78,6 +78,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     repository = RepositoryActor(
         router, settings.model_repositories, backends,
         auto_complete=not settings.disable_auto_complete_config,
+        config_name=settings.model_config_name,
     )
     scheduler = SchedulerActor(router)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)

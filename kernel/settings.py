@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.kernel.logs import LogSettings
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -38,4 +40,8 @@ class Settings:
     executor_shm_capacity: int = 256 * 1024 * 1024
     backend_options: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
-    log_verbose: int = 0
+    logs: LogSettings = field(default_factory=LogSettings)
+    # --model-config-name: a model's configs/<name>.pbtxt is used when it has one.
+    model_config_name: str = ""
+    # --backend-config: (backend or "" for every backend, setting, value).
+    backend_config: tuple[tuple[str, str, str], ...] = ()

@@ -93,6 +93,7 @@ class ExecutorPoolActor(Actor):
             "intra_op_threads": settings.intra_op_threads,
             "link_shm_threshold": settings.executor_shm_threshold,
             "link_shm_capacity": settings.executor_shm_capacity,
+            "backend_config": [list(setting) for setting in settings.backend_config],
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -176,7 +177,7 @@ class ExecutorPoolActor(Actor):
             "--name", executor.name, "--hub", self._hub,
             "--options", json.dumps(self._options),
             "--parent-pid", str(os.getpid()),
-            "--log-verbose", str(self._settings.log_verbose),
+            *self._settings.logs.as_arguments(),
         ]
         executor.ready = anyio.Event()
         executor.process = await anyio.open_process(

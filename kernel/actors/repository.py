@@ -36,9 +36,11 @@ class RepositoryActor(Actor):
         backends: BackendRegistry,
         *,
         auto_complete: bool,
+        config_name: str = "",
     ) -> None:
         super().__init__(router)
-        self._repository = ModelRepository(roots, backends, auto_complete=auto_complete)
+        self._repository = ModelRepository(roots, backends, auto_complete=auto_complete,
+                                           config_name=config_name)
 
     async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:
         names, problems = await anyio.to_thread.run_sync(self._repository.list_models)

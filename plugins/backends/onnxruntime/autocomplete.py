@@ -71,9 +71,12 @@ def model_tensor(name: str, onnx_type: str, onnx_shape: Sequence[Any] | None) ->
 
 
 def complete_config(
-    config: ModelConfig, inputs: Sequence[ModelTensor], outputs: Sequence[ModelTensor]
+    config: ModelConfig, inputs: Sequence[ModelTensor], outputs: Sequence[ModelTensor],
+    default_batch: int = DEFAULT_MAX_BATCH_SIZE,
 ) -> ModelConfig:
-    """A copy of ``config`` with what it leaves out filled from the model, as Triton does."""
+    """A copy of ``config`` with what it leaves out filled from the model, as Triton does
+    (``default_batch``: what a batchable model gets, ``--backend-config``'s
+    ``default-max-batch-size``)."""
     completed = model_config_pb2.ModelConfig()
     completed.CopyFrom(config)
     if not completed.platform and completed.backend in ("", BACKEND):
@@ -84,8 +87,9 @@ def complete_config(
     # Like Triton, batching is inferred only when the config says nothing about the tensors:
     # declared dims would otherwise be ambiguous about whether they include the batch dim.
     declares_tensors = bool(completed.input) or bool(completed.output)
-    if completed.max_batch_size == 0 and not declares_tensors and batchable([*inputs, *outputs]):
-        completed.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    if (completed.max_batch_size == 0 and not declares_tensors and default_batch > 0
+            and batchable([*inputs, *outputs])):
+        completed.max_batch_size = default_batch
         if completed.WhichOneof("scheduling_choice") is None:
             completed.dynamic_batching.SetInParent()
 

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.config_completion import default_max_batch_size
 from inferd.kernel.devices import local_device_id
 from inferd.plugins.backends.onnxruntime.autocomplete import (
+    BACKEND,
     complete_config,
     model_tensor,
     validate_config,
@@ -190,7 +192,8 @@ class OnnxRuntimeBackend(Backend):
         outputs = [model_tensor(arg.name, arg.type, arg.shape) for arg in session.get_outputs()]
         config = context.config
         if context.auto_complete:
-            config = complete_config(config, inputs, outputs)
+            config = complete_config(config, inputs, outputs,
+                                     default_max_batch_size(context.options, BACKEND))
         else:
             config = _copy(config)
         if not config.name:

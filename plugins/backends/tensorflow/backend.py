@@ -35,6 +35,7 @@ from inferd.kernel.batched_instance import (
 from inferd.kernel.config_completion import (
     DEFAULT_MAX_BATCH_SIZE,
     batchable,
+    default_max_batch_size,
     check_shape,
     complete_declared,
 )
@@ -108,17 +109,19 @@ class Serving:
                    share_count=thread_parameter(config, SHARE_PARAMETER) or 1)
 
 
-def complete_config(config: ModelConfig, program: graphs.Program) -> ModelConfig:
-    """A copy of ``config`` with what it leaves out filled from a SavedModel's signature."""
+def complete_config(config: ModelConfig, program: graphs.Program,
+                    default_batch: int = DEFAULT_MAX_BATCH_SIZE) -> ModelConfig:
+    """A copy of ``config`` with what it leaves out filled from a SavedModel's signature
+    (``default_batch``: what a batchable model gets)."""
     completed = ModelConfig()
     completed.CopyFrom(config)
     completed.backend = completed.backend or BACKEND
     completed.platform = completed.platform or SAVEDMODEL
     known = [tensor for tensor in (*program.inputs, *program.outputs) if tensor.shape is not None]
     declares = bool(completed.input) or bool(completed.output)
-    if (completed.max_batch_size == 0 and not declares
+    if (completed.max_batch_size == 0 and not declares and default_batch > 0
             and len(known) == len(program.inputs) + len(program.outputs) and batchable(known)):
-        completed.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        completed.max_batch_size = default_batch
         if completed.WhichOneof("scheduling_choice") is None:
             completed.dynamic_batching.SetInParent()
     batching = completed.max_batch_size > 0
@@ -278,7 +281,8 @@ class TensorFlowBackend(Backend):
         if config.platform == SAVEDMODEL:
             source = f"the SavedModel's signature '{serving.signature}'"
             if context.auto_complete:
-                config = complete_config(config, first)
+                config = complete_config(config, first,
+                                         default_max_batch_size(context.options, BACKEND))
         else:
             source = "the GraphDef"
         check_config(config, first, source)
