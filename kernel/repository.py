@@ -11,6 +11,7 @@ writes to it, loads nothing, and keeps no state beyond its settings.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.config_support import check_supported
 from inferd.kernel.devices import can_use_gpu, visible_gpus
 from inferd.kernel.modelconfig_validation import check_gpus
 from inferd.kernel.modelconfig import (
@@ -33,6 +35,8 @@ from inferd.kernel.modelconfig import (
 from inferd.protocols.errors import InvalidArgument, NotFound
 from inferd.protocols.messages import ResolvedModel
 from inferd.protocols.names import check_model_name, model_name_problem
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILENAME = "config.pbtxt"
 CUSTOM_CONFIGS = "configs"  # --model-config-name's folder in a model folder
@@ -138,6 +142,8 @@ class ModelRepository:
         if not has_config:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)
         validate(config, folder_name=name, complete=not completes_later)
+        for warning in check_supported(config):
+            log.warning("%s", warning)
         if config.backend and self._backends.get(config.backend) is None:
             installed = ", ".join(self._backends.names()) or "none"
             raise InvalidArgument(

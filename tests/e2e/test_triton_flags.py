@@ -90,6 +90,31 @@ def test_logging_flags_shape_every_processs_log(inferd: InferdHarness, tmp_path:
     assert "rate limiter" not in server.log()  # nothing went to standard error
 
 
+def test_a_config_field_inferd_does_not_implement_fails_the_load_naming_it(
+        inferd: InferdHarness) -> None:
+    root = inferd.repository("simple")
+    shutil.copytree(root / "simple", root / "warmed")
+    config = (root / "warmed" / "config.pbtxt").read_text(encoding="utf-8").replace(
+        'name: "simple"', 'name: "warmed"')
+    config += 'model_warmup [{ name: "zeros" batch_size: 1 }]\n'
+    (root / "warmed" / "config.pbtxt").write_text(config, encoding="utf-8")
+    (root / "tagged").mkdir()
+    shutil.copytree(root / "simple" / "1", root / "tagged" / "1")
+    (root / "tagged" / "config.pbtxt").write_text(
+        (root / "simple" / "config.pbtxt").read_text(encoding="utf-8").replace(
+            'name: "simple"', 'name: "tagged"') + 'metric_tags { key: "team" value: "x" }\n',
+        encoding="utf-8")
+    server = inferd.start(root, "--exit-on-error=false")
+    index = {entry["name"]: entry for entry in
+             httpclient.InferenceServerClient(server.http_url).get_model_repository_index()}
+    assert index["warmed"]["state"] == "UNAVAILABLE"
+    assert index["warmed"]["reason"] == ("model 'warmed': model_warmup is not supported: model "
+                                         "warm-up is not implemented by inferd yet")
+    assert index["tagged"]["state"] == index["simple"]["state"] == "READY"
+    assert ("model 'tagged': metric_tags is ignored: inferd's metrics carry no custom tags"
+            in server.log())
+
+
 def ready(client: Any) -> bool:
     try:
         return bool(client.is_server_ready())
