@@ -98,7 +98,7 @@ RULES: dict[str, Rule] = {
     "cc_model_filenames": (REFUSED, f"per-compute-capability model files are {NOT_YET}"),
     "metric_tags": (HARMLESS, "inferd's metrics carry no custom tags"),
     "parameters": (HONOURED, ""),
-    "model_warmup": (REFUSED, f"model warm-up is {NOT_YET}"),
+    "model_warmup": (HONOURED, ""),
     "model_operations": (REFUSED, "custom operation libraries are not loaded by inferd"),
     "model_transaction_policy": (HONOURED, ""),
     "model_repository_agents": (REFUSED, f"repository agents are {NOT_YET}"),

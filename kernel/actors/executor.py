@@ -34,6 +34,7 @@ from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
+from inferd.kernel.warmup import warm_up, warmup_samples
 from inferd.protocols.errors import (
     DeadlineExceeded,
     InferdError,
@@ -175,6 +176,17 @@ class ExecutorActor(Actor):
             started = time.perf_counter()
             model = self._backend(message.backend).load_model(context)
             instances = [model.create_instance(i) for i in range(message.instance_count)]
+            samples = warmup_samples(model.config, message.version, Path(message.path))
+            if samples:
+                try:
+                    warm_up(instances, samples, model.config.model_transaction_policy.decoupled)
+                except BaseException:
+                    for instance in instances:
+                        instance.close()
+                    model.unload()
+                    raise
+                log.info("warmed up %s version %d with %d sample(s)", message.model,
+                         message.version, len(samples))
             log.info("loaded %s version %d (%d instance%s) in %.2f s", message.model,
                      message.version, len(instances), "" if len(instances) == 1 else "s",
                      time.perf_counter() - started)

@@ -96,7 +96,7 @@ def test_a_config_field_inferd_does_not_implement_fails_the_load_naming_it(
     shutil.copytree(root / "simple", root / "warmed")
     config = (root / "warmed" / "config.pbtxt").read_text(encoding="utf-8").replace(
         'name: "simple"', 'name: "warmed"')
-    config += 'model_warmup [{ name: "zeros" batch_size: 1 }]\n'
+    config += 'model_operations { op_library_filename: [ "libcustom.so" ] }\n'
     (root / "warmed" / "config.pbtxt").write_text(config, encoding="utf-8")
     (root / "tagged").mkdir()
     shutil.copytree(root / "simple" / "1", root / "tagged" / "1")
@@ -108,8 +108,8 @@ def test_a_config_field_inferd_does_not_implement_fails_the_load_naming_it(
     index = {entry["name"]: entry for entry in
              httpclient.InferenceServerClient(server.http_url).get_model_repository_index()}
     assert index["warmed"]["state"] == "UNAVAILABLE"
-    assert index["warmed"]["reason"] == ("model 'warmed': model_warmup is not supported: model "
-                                         "warm-up is not implemented by inferd yet")
+    assert index["warmed"]["reason"] == ("model 'warmed': model_operations is not supported: "
+                                         "custom operation libraries are not loaded by inferd")
     assert index["tagged"]["state"] == index["simple"]["state"] == "READY"
     assert ("model 'tagged': metric_tags is ignored: inferd's metrics carry no custom tags"
             in server.log())

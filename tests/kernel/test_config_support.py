@@ -58,7 +58,6 @@ def config(text: str) -> ModelConfig:
 
 
 @pytest.mark.parametrize(("text", "field"), [
-    ('model_warmup [{ name: "w" batch_size: 1 }]', "model_warmup"),
     ("optimization { graph { level: 1 } }", "optimization.graph"),
     ('optimization { execution_accelerators { cpu_execution_accelerator [{ name: "openvino" }] '
      "} }", "optimization.execution_accelerators"),
