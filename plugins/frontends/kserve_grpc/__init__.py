@@ -1,5 +1,6 @@
 """Hook module of the KServe v2 gRPC frontend: registers it and its options
-(``--allow-grpc``, ``--grpc-max-input-size``), and imports nothing else.
+(``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``), and imports
+nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no grpc
 import; ``inferd.plugins.frontends.kserve_grpc.frontend`` holds the protocol itself. Its port
@@ -13,6 +14,7 @@ import argparse
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
 from inferd.kernel.options import add_boolean, byte_count
+from inferd.protocols.restrictions import parse_restriction
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 # gRPC holds its message size limits in a C int.
@@ -39,4 +41,10 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_INPUT_SIZE, metavar="BYTES",
         help="largest gRPC request message, refused with RESOURCE_EXHAUSTED before it is "
         f"read whole, and largest input tensor (default {DEFAULT_MAX_INPUT_SIZE})",
+    )
+    group.add_argument(
+        "--grpc-restricted-protocol", action="append", default=[], type=parse_restriction,
+        metavar="GROUPS:KEY=VALUE",
+        help="answer the API groups (as --http-restricted-api) only to calls whose metadata "
+        "has triton-grpc-protocol-KEY: VALUE (repeatable)",
     )

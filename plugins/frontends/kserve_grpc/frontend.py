@@ -31,8 +31,16 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.server import StartupFailed
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.restrictions import (
+    GRPC_HEADER_PREFIX,
+    GRPC_METHOD_GROUPS,
+    Restriction,
+    grpc_refusal,
+    restrictions,
+)
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
@@ -111,12 +119,19 @@ class KserveGrpcFrontend(Frontend):
         self.max_input_size = int(
             settings.options.get("grpc_max_input_size", DEFAULT_MAX_INPUT_SIZE)
         )
+        try:
+            self.restricted = restrictions(settings.options.get("grpc_restricted_protocol", ()),
+                                           "--grpc-restricted-protocol")
+        except ValueError as error:
+            raise StartupFailed(str(error)) from None
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         # grpc.aio binds the server to the event loop running when it is created.
-        server = grpc.aio.server(options=server_options(self.max_input_size))
+        interceptors = [_Restricted(self.restricted)] if self.restricted else []
+        server = grpc.aio.server(options=server_options(self.max_input_size),
+                                 interceptors=interceptors)
         server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))
         try:
             address = self._bind(server)
@@ -408,6 +423,36 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
 # The RPCs whose requests and replies carry tensors: their raw contents bypass protobuf.
 _TENSOR_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
+
+
+class _Restricted(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses calls of a restricted API group without its header (Triton's
+    ``--grpc-restricted-protocol``), before any of the servicer's code runs."""
+
+    def __init__(self, restricted: dict[str, Restriction]) -> None:
+        self._restricted = restricted
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = await continuation(details)
+        group = GRPC_METHOD_GROUPS.get(details.method.rsplit("/", 1)[-1], "")
+        restriction = self._restricted.get(group)
+        if handler is None or restriction is None:
+            return handler
+        metadata = {key: value for key, value in (details.invocation_metadata or ())}
+        if restriction.allows(metadata.get(GRPC_HEADER_PREFIX + restriction.key)):
+            return handler
+        message = grpc_refusal(restriction)
+
+        async def refuse(request: Any, context: Any) -> Any:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+        kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
+                 (False, True): grpc.unary_stream_rpc_method_handler,
+                 (True, False): grpc.stream_unary_rpc_method_handler,
+                 (True, True): grpc.stream_stream_rpc_method_handler}
+        make = kinds[(handler.request_streaming, handler.response_streaming)]
+        return make(refuse, request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer)
 
 
 @dataclass(frozen=True, slots=True)

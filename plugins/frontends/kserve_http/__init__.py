@@ -16,6 +16,7 @@ from inferd.kernel.options import (
     positive_count,
     positive_seconds,
 )
+from inferd.protocols.restrictions import parse_restriction
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 # A head is a few hundred bytes: 10 s is generous even on a congested link. The body timeout
@@ -59,6 +60,13 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         help="longest wait for the next bytes of a request body (then 408 and close) or for a "
         f"client to read a response (then the connection is dropped) (default "
         f"{DEFAULT_BODY_TIMEOUT_SECS:g})",
+    )
+    group.add_argument(
+        "--http-restricted-api", action="append", default=[], type=parse_restriction,
+        metavar="GROUPS:KEY=VALUE",
+        help="answer the API groups (health, metadata, inference, shared-memory, "
+        "model-config, model-repository, statistics, trace, logging) only with header KEY: "
+        "VALUE (repeatable)",
     )
     group.add_argument(
         "--http-max-connections", type=positive_count, default=None, metavar="N",

@@ -28,6 +28,7 @@ import uvicorn
 
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.limits import open_file_limit
+from inferd.kernel.server import StartupFailed
 from inferd.plugins.frontends.kserve_http.connection import (
     ConnectionSweeper,
     GuardedHttpProtocol,
@@ -46,6 +47,7 @@ from inferd.protocols.errors import (
     Unsupported,
     http_status,
 )
+from inferd.protocols.restrictions import Restriction, http_refusal, restrictions
 from inferd.protocols.messages import (
     HealthRequest,
     HealthStatus,
@@ -143,9 +145,11 @@ _SHARED_MEMORY = r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?"
 class KserveHttpApp:
     """The ASGI application: routes a request, reads its body, asks the data plane."""
 
-    def __init__(self, dataplane: DataPlane, max_input_size: int) -> None:
+    def __init__(self, dataplane: DataPlane, max_input_size: int,
+                 restricted: dict[str, Restriction] | None = None) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
+        self.restricted = restricted or {}
         self.accepting = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -168,7 +172,7 @@ class KserveHttpApp:
         route = _match(path)
         if route is None:
             return error_response(404, "Not Found")
-        handlers, arguments = route
+        handlers, arguments, group = route
         method = scope["method"]
         handler = handlers.get(method)
         if handler is None:
@@ -178,6 +182,9 @@ class KserveHttpApp:
         headers = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
         }
+        restriction = self.restricted.get(group)
+        if restriction is not None and not restriction.allows(headers.get(restriction.key)):
+            return error_response(403, http_refusal(restriction))
         try:
             body = await self._read_body(headers, receive) if method == "POST" else b""
             response = await handler(self, HttpRequest(method, arguments, headers, body))
@@ -426,34 +433,39 @@ def _expect(reply: Message, kind: type[M]) -> M:
     return reply
 
 
-# Triton's URL patterns, first match wins; each maps the methods it allows to a handler.
-_ROUTE_TABLE: tuple[tuple[str, dict[str, Handler]], ...] = (
-    (r"/v2", {"GET": KserveHttpApp.server_metadata}),
-    (r"/v2/health/(live|ready)", {"GET": KserveHttpApp.health}),
-    (r"/v2/models/stats", {"GET": KserveHttpApp.model_statistics}),
-    (_MODEL, {"GET": KserveHttpApp.model_metadata}),
-    (_MODEL + "/ready", {"GET": KserveHttpApp.model_ready}),
-    (_MODEL + "/config", {"GET": KserveHttpApp.model_config}),
-    (_MODEL + "/stats", {"GET": KserveHttpApp.model_statistics}),
-    (_MODEL + "/infer", {"POST": KserveHttpApp.infer}),
-    (_MODEL + "/generate", {"POST": KserveHttpApp.generate}),
-    (_MODEL + "/generate_stream", {"POST": KserveHttpApp.generate_stream}),
-    (_REPOSITORY + "/index", {"POST": KserveHttpApp.index}),
-    (_REPOSITORY + "/poll", {"POST": KserveHttpApp.poll}),
-    (_REPOSITORY + "/models/([^/]+)/load", {"POST": KserveHttpApp.load}),
-    (_REPOSITORY + "/models/([^/]+)/unload", {"POST": KserveHttpApp.unload}),
-    (_SHARED_MEMORY + "/status", {"GET": KserveHttpApp.shared_memory_status}),
-    (_SHARED_MEMORY + "/register", {"POST": KserveHttpApp.shared_memory_register}),
-    (_SHARED_MEMORY + "/unregister", {"POST": KserveHttpApp.shared_memory_unregister}),
+_ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
+    (r"/v2", "metadata", {"GET": KserveHttpApp.server_metadata}),
+    (r"/v2/health/(live|ready)", "health", {"GET": KserveHttpApp.health}),
+    (r"/v2/models/stats", "statistics", {"GET": KserveHttpApp.model_statistics}),
+    (_MODEL, "metadata", {"GET": KserveHttpApp.model_metadata}),
+    (_MODEL + "/ready", "health", {"GET": KserveHttpApp.model_ready}),
+    (_MODEL + "/config", "model-config", {"GET": KserveHttpApp.model_config}),
+    (_MODEL + "/stats", "statistics", {"GET": KserveHttpApp.model_statistics}),
+    (_MODEL + "/infer", "inference", {"POST": KserveHttpApp.infer}),
+    (_MODEL + "/generate", "inference", {"POST": KserveHttpApp.generate}),
+    (_MODEL + "/generate_stream", "inference", {"POST": KserveHttpApp.generate_stream}),
+    (_REPOSITORY + "/index", "model-repository", {"POST": KserveHttpApp.index}),
+    (_REPOSITORY + "/poll", "model-repository", {"POST": KserveHttpApp.poll}),
+    (_REPOSITORY + "/models/([^/]+)/load", "model-repository", {"POST": KserveHttpApp.load}),
+    (_REPOSITORY + "/models/([^/]+)/unload", "model-repository",
+     {"POST": KserveHttpApp.unload}),
+    (_SHARED_MEMORY + "/status", "shared-memory", {"GET": KserveHttpApp.shared_memory_status}),
+    (_SHARED_MEMORY + "/register", "shared-memory",
+     {"POST": KserveHttpApp.shared_memory_register}),
+    (_SHARED_MEMORY + "/unregister", "shared-memory",
+     {"POST": KserveHttpApp.shared_memory_unregister}),
 )
-_ROUTES = tuple((re.compile(pattern), handlers) for pattern, handlers in _ROUTE_TABLE)
+"""Triton's URL patterns, first match wins: the API group (``--http-restricted-api``) of
+each, and the handler of each method it allows."""
+_ROUTES = tuple((re.compile(pattern), group, handlers)
+                for pattern, group, handlers in _ROUTE_TABLE)
 
 
-def _match(path: str) -> tuple[dict[str, Handler], tuple[str, ...]] | None:
-    for pattern, handlers in _ROUTES:
+def _match(path: str) -> tuple[dict[str, Handler], tuple[str, ...], str] | None:
+    for pattern, group, handlers in _ROUTES:
         found = pattern.fullmatch(path)
         if found is not None:
-            return handlers, found.groups()
+            return handlers, found.groups(), group
     return None
 
 
@@ -464,7 +476,12 @@ class KserveHttpFrontend(Frontend):
         super().__init__(dataplane, settings)
         options = settings.options
         max_input_size = int(options.get("http_max_input_size", codec.DEFAULT_MAX_INPUT_SIZE))
-        self.app = KserveHttpApp(dataplane, max_input_size)
+        try:
+            restricted = restrictions(options.get("http_restricted_api", ()),
+                                      "--http-restricted-api")
+        except ValueError as error:
+            raise StartupFailed(str(error)) from None
+        self.app = KserveHttpApp(dataplane, max_input_size, restricted)
         defaults = HttpLimits()
         self.limits = HttpLimits(
             header_timeout_secs=float(
