@@ -38,6 +38,19 @@ from inferd.protocols.names import check_model_name, model_name_problem
 
 log = logging.getLogger(__name__)
 
+
+def read_model_data(model_dir: Path, folder: str, filename: str, what: str) -> bytes:
+    """The bytes of ``filename`` in a model's ``folder`` (``warmup/``, ``initial_state/``);
+    ``what`` names it in errors. A name that leads out of that folder is refused."""
+    root = (model_dir / folder).resolve()
+    path = (root / filename).resolve()
+    if root not in path.parents:
+        raise InvalidArgument(f"{what} '{filename}' is not inside the model's {folder}/ folder")
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise InvalidArgument(f"unable to read {what} '{filename}': {error.strerror}") from None
+
 CONFIG_FILENAME = "config.pbtxt"
 CUSTOM_CONFIGS = "configs"  # --model-config-name's folder in a model folder
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"

@@ -23,6 +23,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.repository import read_model_data
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.tensors import config_type_to_datatype, deserialize_bytes, numpy_dtype
 
@@ -279,16 +280,8 @@ def _check_initial_dims(name: str, shape: Sequence[int], dims: Sequence[int]) ->
 
 def _state_file(model_dir: Path, filename: str, shape: tuple[int, ...], datatype: str,
                 name: str) -> np.ndarray:
-    folder = (model_dir / INITIAL_STATE_FOLDER).resolve()
-    path = (folder / filename).resolve()
-    if folder not in path.parents:
-        raise InvalidArgument(f"initial_state data_file '{filename}' of state '{name}' is not "
-                              f"inside the model's {INITIAL_STATE_FOLDER}/ folder")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise InvalidArgument(f"unable to read initial_state data_file '{filename}' of state "
-                              f"'{name}': {error.strerror}") from None
+    data = read_model_data(model_dir, INITIAL_STATE_FOLDER, filename,
+                           f"initial_state data_file of state '{name}'")
     count = int(np.prod(shape, dtype=np.int64))
     if datatype == "BYTES":
         strings: np.ndarray = deserialize_bytes(data, count).reshape(shape)

@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.backend import Instance
+from inferd.kernel.repository import read_model_data
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import config_type_to_datatype, deserialize_bytes, numpy_dtype
@@ -86,16 +87,8 @@ def _tensor(name: str, spec: model_config_pb2.ModelWarmup.Input, config: ModelCo
 
 
 def _file_bytes(model_dir: Path, filename: str, name: str, needed: int | None) -> bytes:
-    folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / filename).resolve()
-    if folder not in path.parents:
-        raise InvalidArgument(f"warmup input_data_file '{filename}' of input '{name}' is not "
-                              f"inside the model's {WARMUP_FOLDER}/ folder")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise InvalidArgument(f"unable to read warmup input_data_file '{filename}': "
-                              f"{error.strerror}") from None
+    data = read_model_data(model_dir, WARMUP_FOLDER, filename,
+                           f"warmup input_data_file of input '{name}'")
     if needed is not None and len(data) < needed:
         raise InvalidArgument(f"warmup setting expects {needed} bytes, but the data provided "
                               f"from {filename}only has {len(data)} bytes")
