@@ -87,7 +87,7 @@ def _tensor(name: str, spec: model_config_pb2.ModelWarmup.Input, config: ModelCo
 
 
 def _file_bytes(model_dir: Path, filename: str, name: str, needed: int | None) -> bytes:
-    data = read_model_data(model_dir, WARMUP_FOLDER, filename,
+    data: bytes = read_model_data(model_dir, WARMUP_FOLDER, filename,
                            f"warmup input_data_file of input '{name}'")
     if needed is not None and len(data) < needed:
         raise InvalidArgument(f"warmup setting expects {needed} bytes, but the data provided "
