@@ -5,6 +5,8 @@ test reads the index before any load, so it must stay first."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,3 +178,35 @@ def test_a_failed_load_of_an_unknown_model_leaves_no_index_entry(client: Client)
     with pytest.raises(NotFound):
         client.load("typo-in-the-name")
     assert index_entry(client, "typo-in-the-name") == []
+
+
+def test_while_an_unload_waits_for_a_request_the_index_says_unloading(
+        inferd: Any) -> None:
+    slow = inferd.testing_config("slowpoke", "slow", delay_ms="1500")
+    server = inferd.start(inferd.repository(configs={"slowpoke": slow}),
+                          "--model-control-mode", "explicit", "--load-model", "slowpoke")
+    seen: list[str] = []
+
+    def infer() -> None:
+        with server.client(timeout=30) as client:
+            client.infer("slowpoke", {"INPUT0": np.ones(4, np.float32)})
+
+    def unload() -> None:
+        with server.client(timeout=30) as client:
+            client.unload("slowpoke")
+
+    running = threading.Thread(target=infer)
+    running.start()
+    time.sleep(0.3)  # the request is in the model now
+    unloading = threading.Thread(target=unload)
+    unloading.start()
+    with server.client(timeout=30) as client:
+        deadline = time.monotonic() + 10
+        while unloading.is_alive() and time.monotonic() < deadline:
+            seen += [entry.state for entry in index_entry(client, "slowpoke")]
+            time.sleep(0.05)
+        running.join(10)
+        unloading.join(10)
+        assert "UNLOADING" in seen, seen
+        assert index_entry(client, "slowpoke") == [
+            IndexEntry("slowpoke", "1", "UNAVAILABLE", "unloaded")]

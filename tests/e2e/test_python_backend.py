@@ -119,6 +119,16 @@ def test_add_sub_example(infer: Infer) -> None:
     np.testing.assert_array_equal(only["OUTPUT1"], a - b)
 
 
+def test_python_models_report_their_compute_phases(infer: Infer, server: ServerHandle) -> None:
+    a = np.ones(4, dtype=np.float32)
+    infer("add_sub", {"INPUT0": (a, "FP32"), "INPUT1": (a, "FP32")})
+    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(
+        "add_sub")["model_stats"][0]["inference_stats"]
+    # perf_analyzer's server-side breakdown needs all three, as Triton reports them.
+    for phase in ("compute_input", "compute_infer", "compute_output"):
+        assert stats[phase]["count"] > 0 and stats[phase]["ns"] > 0, (phase, stats)
+
+
 def test_python_models_report_their_config(server: ServerHandle, protocol: str) -> None:
     with connect(server, protocol) as client:
         metadata = client.get_model_metadata("add_sub")

@@ -25,6 +25,7 @@ import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -313,11 +314,13 @@ class PythonInstance(Instance):
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         model = self._model
+        started = time.perf_counter_ns()
         try:
             pb_requests = [
                 pb_utils.InferenceRequest.from_inferd(request, model.output_names)
                 for request in requests
             ]
+            prepared = time.perf_counter_ns()
             with scope.bound(self._scope):
                 returned = self._triton_model.execute(pb_requests)
                 if inspect.isawaitable(returned):
@@ -327,7 +330,12 @@ class PythonInstance(Instance):
                       len(requests), exc_info=error)
             failure = model.failure(f"{type(error).__name__}: {error}")
             return [failure] * len(requests)
-        return model.results(requests, returned)
+        executed = time.perf_counter_ns()
+        results = model.results(requests, returned)
+        # As Triton's python backend reports them: making the requests, execute, the outputs.
+        self.phase_ns = (prepared - started, executed - prepared,
+                         time.perf_counter_ns() - executed)
+        return results
 
     def execute_decoupled(self, requests: Sequence[InferRequest], emit: Emit) -> None:
         model = self._model
