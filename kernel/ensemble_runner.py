@@ -34,6 +34,8 @@ from inferd.protocols.errors import (
     InferdError,
     Internal,
     InvalidArgument,
+    NotFound,
+    Unavailable,
     Unsupported,
 )
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
@@ -188,7 +190,7 @@ class EnsembleRunner(Generic[V]):
         batch_size = check_request(request, version.signature)
         wanted = request.outputs or state.plan.outputs
         try:
-            pin = self._pin(version, wanted, frozenset({version.model}))
+            pin = self._pin_for(version, wanted)
         except InferdError:
             version.statistics.record_request(False, time.perf_counter_ns() - arrived_ns, 0)
             raise
@@ -208,7 +210,7 @@ class EnsembleRunner(Generic[V]):
         state = _state(version)
         batch_size = check_request(request, version.signature)
         wanted = request.outputs or state.plan.outputs
-        pin = self._pin(version, wanted, frozenset({version.model}))
+        pin = self._pin_for(version, wanted)
         decoupled = _decoupled_steps(pin)
         if not decoupled or self._stream is None:
             self._release(pin)
@@ -266,6 +268,19 @@ class EnsembleRunner(Generic[V]):
         self._release(self._pin(version, _state(version).plan.outputs, frozenset({version.model})))
 
     # ------------------------------------------------------------------ versions
+
+    def _pin_for(self, version: V, wanted: Iterable[str]) -> _Pin[V]:
+        """``_pin`` for a request to the ensemble ``version``: a step with no version to
+        serve is the ensemble's own unavailability, and the answer names the ensemble (as
+        Triton's does), keeping the cause of one that is reloading."""
+        try:
+            return self._pin(version, wanted, frozenset({version.model}))
+        except NotFound:
+            raise NotFound(f"Request for unknown model: '{version.model}' has no available "
+                           "versions") from None
+        except Unavailable as error:
+            raise Unavailable(f"model '{version.model}' is not available: {error.message}"
+                              ) from None
 
     def _pin(self, version: V, wanted: Iterable[str], visiting: frozenset[str]) -> _Pin[V]:
         plan = _state(version).plan

@@ -343,10 +343,11 @@ def test_an_ensemble_follows_the_state_of_its_composing_models(http: Any, grpc: 
     assert (state, reason) == ("UNAVAILABLE", "composing model 'slow_y' is not ready: unloaded")
     assert not http.is_model_ready("pipeline") and not grpc.is_model_ready("pipeline")
     error = refused(lambda: http.infer("pipeline", ab_inputs(httpclient, a, b)))
+    # The answer names the ensemble, as Triton's does (the index says which step).
     assert (error.status(), error.message()) == (
-        "404", "Request for unknown model: 'slow_y' has no available versions")
+        "404", "Request for unknown model: 'pipeline' has no available versions")
     error = refused(lambda: grpc.infer("pipeline", ab_inputs(grpcclient, a, b)))
-    assert error.message() == "Request for unknown model: 'slow_y' has no available versions"
+    assert error.message() == "Request for unknown model: 'pipeline' has no available versions"
 
     grpc.load_model("slow_y")
     assert states(http, "pipeline")["pipeline"] == ("READY", "")

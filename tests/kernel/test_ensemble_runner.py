@@ -207,7 +207,8 @@ async def test_a_failing_step_fails_the_request_naming_it(scheduler: FakeSchedul
 
 async def test_a_missing_composing_model_fails_before_any_step(scheduler: FakeScheduler) -> None:
     del scheduler.versions["right"]
-    with pytest.raises(NotFound, match="^Request for unknown model: 'right' has no available"):
+    # Named after the ensemble, as Triton answers.
+    with pytest.raises(NotFound, match="^Request for unknown model: 'diamond' has no available"):
         await scheduler.run("diamond")
     assert scheduler.calls == []
     assert all(v.pinned == 0 for v in scheduler.versions.values())
