@@ -263,3 +263,17 @@ class BatchedInstance(Instance, Generic[PlanT, InputsT, ResultT]):
     def _output_failure(self, error: Exception) -> InferdError:
         """The error each request of a group gets when its outputs cannot be used."""
         return Internal(f"model '{self._plan.model}' returned unusable outputs: {error}")
+
+
+class NamedTensorInstance(BatchedInstance[ConfiguredTensor, dict[str, np.ndarray],
+                                          list[np.ndarray]]):
+    """The skeleton for a framework that takes a group's inputs by name and gives back one
+    array per output asked for, in that order (onnxruntime, TensorRT, TensorFlow): a
+    subclass supplies ``_infer`` and ``_run_failure``."""
+
+    def _inputs(self, group: list[PreparedRequest]) -> dict[str, np.ndarray]:
+        return self._concatenated(group)
+
+    def _output_arrays(self, result: list[np.ndarray], output_plans: list[ConfiguredTensor]
+                       ) -> list[np.ndarray]:
+        return result

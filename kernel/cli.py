@@ -163,7 +163,7 @@ def _backend_setting(text: str) -> tuple[str, str, str]:
     return scope.strip(), setting.strip(), value.strip()
 
 
-def _report_compatibility_flags(args: argparse.Namespace) -> None:
+def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) -> None:
     """Say what the tritonserver flags inferd accepts but cannot apply do (nothing)."""
     log = logging.getLogger("inferd")
     if args.rate_limit != "off":
@@ -172,8 +172,8 @@ def _report_compatibility_flags(args: argparse.Namespace) -> None:
     for cache in args.cache_config:
         log.warning("--cache-config=%s: inferd has no response cache yet; nothing is cached",
                     cache)
-    for text in args.backend_config:
-        backend, setting, _ = _backend_setting(text)
+    for text, (backend, setting, _) in zip(args.backend_config, settings.backend_config,
+                                           strict=True):
         if setting not in USED_BACKEND_SETTINGS:
             log.warning("--backend-config=%s: inferd's %s backend%s do not read '%s'", text,
                         backend or "", "" if backend else "s", setting)
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise_open_file_limit()
     try:
         settings = settings_from(args, _SERVE_FIELDS)
-        _report_compatibility_flags(args)
+        _report_compatibility_flags(args, settings)
         anyio.run(serve, settings, plugins, backend="asyncio",
                   backend_options={"use_uvloop": True})
     except (StartupFailed, OSError, BaseExceptionGroup) as error:

@@ -468,21 +468,18 @@ class SchedulerActor(Actor):
         if version.ensemble is not None:
             return await self._ensembles.stream(version, request, time.perf_counter_ns())
         if not version.decoupled:
-            return ResponseStream(single=self.on_infer_request(request, None))
+            return ResponseStream(single=self._answer(version, request))
         return await self._open_stream(version, request)
+
+    async def _answer(self, version: _Version, request: InferRequest) -> InferResponse:
+        queued = await self._infer_on(version, request, time.perf_counter_ns())
+        assert isinstance(queued.result, InferResponse)
+        return queued.result
 
     async def _open_stream(self, version: _Version, request: InferRequest) -> ResponseStream:
         """Queue a request of a decoupled model; its responses go to the stream returned."""
-        arrived_ns = time.perf_counter_ns()
-        batch_size = check_request(request, version.signature)
-        plan = version.plan
-        if plan.max_queue_size and len(version.queue) >= plan.max_queue_size:
-            raise Unavailable("Exceeds maximum queue size")
         stream = ResponseStream()
-        queued = _Queued(request, batch_size, tuple(tuple(t.shape[1:]) for t in request.inputs),
-                         arrived_ns, level=plan.level(request.priority), stream=stream)
-        _enqueue(version.queue, queued)
-        self._pump(version)
+        self._queue(version, request, time.perf_counter_ns(), stream)
         return stream
 
     async def on_remote_stream_request(self, message: RemoteStreamRequest,
@@ -542,23 +539,31 @@ class SchedulerActor(Actor):
                 queued.stream.put(error, True)
                 self._end_stream(token, version, queued)
 
-    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int) -> _Queued:
-        """Queue ``request`` on ``version`` and wait for its answer (the path of every
-        request, ensemble steps included); raises the error it got."""
-        if version.decoupled:
-            raise DecoupledNotStreamed(version.model)
+    def _queue(self, version: _Version, request: InferRequest, arrived_ns: int,
+               stream: ResponseStream | None = None) -> _Queued:
+        """Check ``request`` against ``version``, queue it (on its sequence, for a sequence
+        model) and start what can start; raises the error it gets at the door."""
         batch_size = check_request(request, version.signature)
         plan = version.plan
         if plan.max_queue_size and len(version.queue) >= plan.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
         queued = _Queued(request, batch_size, shape_key, arrived_ns,
-                         level=plan.level(request.priority))
+                         level=plan.level(request.priority), stream=stream)
         if version.sequences is not None:
             version.sequences.admit(queued, request, batch_size, arrived_ns)
         else:
             _enqueue(version.queue, queued)
         self._pump(version)
+        return queued
+
+    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int) -> _Queued:
+        """Queue ``request`` on ``version`` and wait for its answer (the path of every
+        request, ensemble steps included); raises the error it got."""
+        if version.decoupled:
+            raise DecoupledNotStreamed(version.model)
+        queued = self._queue(version, request, arrived_ns)
+        plan = version.plan
         timeout_us = request.timeout_us or plan.default_timeout_us
         if not queued.done.is_set():
             if timeout_us:

@@ -15,12 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.kernel.batched_instance import (
-    BatchedInstance,
-    BatchPlan,
-    ConfiguredTensor,
-    PreparedRequest,
-)
+from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import Tensor
 
@@ -47,7 +42,7 @@ class ExecutionPlan(BatchPlan[TensorPlan]):
         )
 
 
-class OnnxRuntimeInstance(BatchedInstance[TensorPlan, dict[str, np.ndarray], list[np.ndarray]]):
+class OnnxRuntimeInstance(NamedTensorInstance):
     """One session, run by one executor thread at a time."""
 
     def __init__(self, session: Any, plan: ExecutionPlan) -> None:
@@ -60,19 +55,12 @@ class OnnxRuntimeInstance(BatchedInstance[TensorPlan, dict[str, np.ndarray], lis
     def _bytes_input(self, tensor: Tensor) -> np.ndarray:
         return _as_text(tensor)
 
-    def _inputs(self, group: list[PreparedRequest]) -> dict[str, np.ndarray]:
-        return self._concatenated(group)
-
     def _infer(self, inputs: dict[str, np.ndarray], output_plans: list[TensorPlan]
                ) -> list[np.ndarray]:
         arrays: list[np.ndarray] = self._session.run(
             [output.name for output in output_plans], inputs
         )
         return arrays
-
-    def _output_arrays(self, result: list[np.ndarray], output_plans: list[TensorPlan]
-                       ) -> list[np.ndarray]:
-        return result
 
     def _run_failure(self, error: Exception) -> InferdError:
         return _failure_from_onnxruntime(error)

@@ -26,12 +26,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
-from inferd.kernel.batched_instance import (
-    BatchedInstance,
-    BatchPlan,
-    ConfiguredTensor,
-    PreparedRequest,
-)
+from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
 from inferd.kernel.config_completion import (
     DEFAULT_MAX_BATCH_SIZE,
     batchable,
@@ -190,8 +185,7 @@ def instance_devices(config: ModelConfig, gpus: int, version: str) -> list[str]:
     return devices or [CPU_DEVICE]
 
 
-class TensorFlowInstance(BatchedInstance[ConfiguredTensor, dict[str, np.ndarray],
-                                         list[np.ndarray]]):
+class TensorFlowInstance(NamedTensorInstance):
     """One program on one device; programs may be shared by instances (``run`` is
     thread-safe), each instance is run by one executor thread at a time."""
 
@@ -203,18 +197,11 @@ class TensorFlowInstance(BatchedInstance[ConfiguredTensor, dict[str, np.ndarray]
     def close(self) -> None:
         self._program = None
 
-    def _inputs(self, group: list[PreparedRequest]) -> dict[str, np.ndarray]:
-        return self._concatenated(group)
-
     def _infer(self, inputs: dict[str, np.ndarray], output_plans: list[ConfiguredTensor]
                ) -> list[np.ndarray]:
         if self._program is None:
             raise RuntimeError("the instance is closed")
         return self._program.run(inputs, [plan.name for plan in output_plans], self._device)
-
-    def _output_arrays(self, result: list[np.ndarray], output_plans: list[ConfiguredTensor]
-                       ) -> list[np.ndarray]:
-        return result
 
     def _run_failure(self, error: Exception) -> InferdError:
         if isinstance(error, InferdError):

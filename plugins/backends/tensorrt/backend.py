@@ -20,12 +20,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.backend import Backend, Instance, Model, ModelContext
-from inferd.kernel.batched_instance import (
-    BatchedInstance,
-    BatchPlan,
-    ConfiguredTensor,
-    PreparedRequest,
-)
+from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
 from inferd.kernel.config_completion import check_shape, fill_tensor_entry
 from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
@@ -111,7 +106,7 @@ def instance_profiles(config: ModelConfig) -> list[int]:
     return profiles or [0]
 
 
-class TensorRTInstance(BatchedInstance[TensorPlan, dict[str, np.ndarray], list[np.ndarray]]):
+class TensorRTInstance(NamedTensorInstance):
     def __init__(self, context: Any, plan: EnginePlan) -> None:
         super().__init__(plan)
         self._context = context
@@ -122,9 +117,6 @@ class TensorRTInstance(BatchedInstance[TensorPlan, dict[str, np.ndarray], list[n
             self._context.close()
             self._context = None
 
-    def _inputs(self, group: list[PreparedRequest]) -> dict[str, np.ndarray]:
-        return self._concatenated(group)
-
     def _bytes_input(self, tensor: Tensor) -> np.ndarray:
         raise InvalidArgument(f"TensorRT engines take no BYTES input ('{tensor.name}')")
 
@@ -134,10 +126,6 @@ class TensorRTInstance(BatchedInstance[TensorPlan, dict[str, np.ndarray], list[n
         arrays = self._context.run(inputs, self._outputs)
         return [array for (name, _), array in zip(self._outputs, arrays, strict=True)
                 if name in wanted]
-
-    def _output_arrays(self, result: list[np.ndarray], output_plans: list[TensorPlan]
-                       ) -> list[np.ndarray]:
-        return result
 
     def _run_failure(self, error: Exception) -> InferdError:
         if isinstance(error, InferdError):
