@@ -67,7 +67,7 @@ RULES: dict[str, Rule] = {
     "output.data_type": (HONOURED, ""),
     "output.dims": (HONOURED, ""),
     "output.reshape": (HONOURED, ""),
-    "output.label_filename": (REFUSED, f"labels and the classification extension are {NOT_YET}"),
+    "output.label_filename": (HONOURED, ""),  # inferd.kernel.classification
     "output.is_shape_tensor": (REFUSED, f"shape tensors are {NOT_YET}"),
     "output.is_non_linear_format_io": (REFUSED, f"non-linear formats are {NOT_YET}"),
     "batch_input": (REFUSED, f"ragged batching is {NOT_YET}"),

@@ -40,12 +40,14 @@ log = logging.getLogger(__name__)
 
 
 def read_model_data(model_dir: Path, folder: str, filename: str, what: str) -> bytes:
-    """The bytes of ``filename`` in a model's ``folder`` (``warmup/``, ``initial_state/``);
-    ``what`` names it in errors. A name that leads out of that folder is refused."""
+    """The bytes of ``filename`` in a model's ``folder`` (``warmup/``, ``initial_state/``,
+    ``.`` for the model's folder itself); ``what`` names it in errors. A name that leads out
+    of that folder is refused."""
     root = (model_dir / folder).resolve()
     path = (root / filename).resolve()
     if root not in path.parents:
-        raise InvalidArgument(f"{what} '{filename}' is not inside the model's {folder}/ folder")
+        where = "folder" if folder == "." else f"{folder}/ folder"
+        raise InvalidArgument(f"{what} '{filename}' is not inside the model's {where}")
     try:
         return path.read_bytes()
     except OSError as error:

@@ -44,6 +44,7 @@ log = logging.getLogger("inferd")
 # The KServe/Triton protocol extensions inferd implements, as server metadata lists them.
 EXTENSIONS = (
     "binary_tensor_data",
+    "classification",
     "parameters",
     "schedule_policy",
     "statistics",

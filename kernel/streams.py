@@ -12,7 +12,7 @@ scheduler hands it to a frontend's task); nothing here crosses a process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 from inferd.protocols.errors import InferdError
@@ -28,6 +28,12 @@ class ResponseStream:
         self._single = single
         self._parts: asyncio.Queue[tuple[StreamResult, bool]] = asyncio.Queue()
         self._done = False
+        self._map: Callable[[InferResponse], InferResponse] | None = None
+
+    def map_responses(self, change: Callable[[InferResponse], InferResponse]) -> None:
+        """Hand out each response through ``change``; an error it raises becomes that
+        response's error."""
+        self._map = change
 
     def put(self, result: StreamResult, final: bool) -> None:
         self._parts.put_nowait((result, final))
@@ -42,9 +48,17 @@ class ResponseStream:
             single, self._single = self._single, None
             self._done = True
             try:
-                return await single, True
+                return self._mapped(await single), True
             except InferdError as error:
                 return error, True
         result, final = await self._parts.get()
         self._done = final
+        if isinstance(result, InferResponse):
+            try:
+                result = self._mapped(result)
+            except InferdError as error:
+                result = error
         return result, final
+
+    def _mapped(self, response: InferResponse) -> InferResponse:
+        return response if self._map is None else self._map(response)

@@ -110,6 +110,7 @@ def _infer_request(
     parameters: Mapping[str, Any] | None,
     priority: int,
     timeout_us: int,
+    classification: Mapping[str, int] | None,
 ) -> InferRequest:
     if isinstance(inputs, Mapping):
         tensors = tuple(from_numpy(name, value) for name, value in inputs.items())
@@ -124,6 +125,7 @@ def _infer_request(
         parameters=dict(parameters or {}),
         priority=priority,
         timeout_us=timeout_us,
+        classification=dict(classification or {}),
     )
 
 
@@ -228,6 +230,7 @@ class AsyncClient:
         parameters: Mapping[str, Any] | None = None,
         priority: int = 0,
         timeout_us: int = 0,
+        classification: Mapping[str, int] | None = None,
     ) -> InferResult:
         request = _infer_request(
             model,
@@ -238,6 +241,7 @@ class AsyncClient:
             parameters=parameters,
             priority=priority,
             timeout_us=timeout_us,
+            classification=classification,
         )
         return InferResult(_expect(await self._ask(request), InferResponse))
 
@@ -383,6 +387,7 @@ class Client:
         parameters: Mapping[str, Any] | None = None,
         priority: int = 0,
         timeout_us: int = 0,
+        classification: Mapping[str, int] | None = None,
     ) -> InferResult:
         request = _infer_request(
             model,
@@ -393,6 +398,7 @@ class Client:
             parameters=parameters,
             priority=priority,
             timeout_us=timeout_us,
+            classification=classification,
         )
         return InferResult(_expect(self._ask(request), InferResponse))
 

@@ -23,7 +23,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from inferd.protocols.errors import InvalidArgument, Unsupported
+from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
     Index,
     IndexRequest,
@@ -188,7 +188,9 @@ def decode_infer_request(
         raw_input_contents = request.raw_input_contents
     inputs = _decode_inputs(request, raw_input_contents, max_input_size)
     output_regions: dict[str, SharedMemoryRef] = {}
-    outputs = tuple(_requested_output(model, output, output_regions) for output in request.outputs)
+    classification: dict[str, int] = {}
+    outputs = tuple(_requested_output(output, output_regions, classification)
+                    for output in request.outputs)
     in_shared_memory = any(isinstance(item, SharedMemoryInput) for item in inputs)
     infer_request = InferRequest(
         model=model,
@@ -199,6 +201,7 @@ def decode_infer_request(
         parameters=parameters,
         priority=priority,
         timeout_us=timeout_us,
+        classification=classification,
     )
     if in_shared_memory or output_regions:
         return SharedMemoryInferRequest(infer_request, inputs, output_regions)
@@ -246,20 +249,28 @@ def _tensor_parameter(parameters: Any, key: str, choice: str, tensor: str) -> An
     return getattr(parameter, choice)
 
 
-def _requested_output(model: str, output: Any, regions: dict[str, SharedMemoryRef]) -> str:
+def _requested_output(output: Any, regions: dict[str, SharedMemoryRef],
+                      classification: dict[str, int]) -> str:
+    """The output's name; its shared-memory region and classification count go to
+    ``regions`` and ``classification`` (Triton's ``ParseClassificationParams``)."""
+    name = str(output.name)
     location = _shared_memory_location(output)
     if "classification" in output.parameters:
+        parameter = output.parameters["classification"]
+        if parameter.WhichOneof("parameter_choice") != "int64_param":
+            raise InvalidArgument(
+                "invalid value type for 'classification' parameter, expected int64_param"
+            )
+        if parameter.int64_param <= 0:
+            raise InvalidArgument("invalid value for 'classification' parameter, expected >= 0")
         if location is not None:
             raise InvalidArgument(
                 "output can't set both 'shared_memory_region' and 'classification'"
             )
-        raise Unsupported(
-            f"output '{output.name}' for model '{model}' asks for classification, which "
-            "inferd does not support"
-        )
+        classification[name] = parameter.int64_param
     if location is not None:
-        regions[str(output.name)] = location
-    return str(output.name)
+        regions[name] = location
+    return name
 
 
 def _decode_inputs(

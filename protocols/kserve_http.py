@@ -225,21 +225,22 @@ def decode_infer_request(
     )
     binary = view[header_length:]
     inputs = _inputs(document.get("inputs"), binary, max_input_size)
-    outputs, binary_outputs, output_regions = _outputs(document.get("outputs", []))
+    outputs = _outputs(document.get("outputs", []))
     in_shared_memory = any(isinstance(item, SharedMemoryInput) for item in inputs)
     request = InferRequest(
         model=model,
         inputs=() if in_shared_memory else _tensors_only(inputs),
         version=version,
         id=request_id,
-        outputs=outputs,
+        outputs=outputs.names,
         parameters=parameters,
         priority=priority,
         timeout_us=timeout_us,
+        classification=outputs.classification,
     )
-    encoding = OutputEncoding(binary_outputs, default_binary)
-    if in_shared_memory or output_regions:
-        return SharedMemoryInferRequest(request, inputs, output_regions), encoding
+    encoding = OutputEncoding(outputs.binary, default_binary)
+    if in_shared_memory or outputs.regions:
+        return SharedMemoryInferRequest(request, inputs, outputs.regions), encoding
     return request, encoding
 
 
@@ -495,14 +496,24 @@ def _flatten(data: list[Any], what: str) -> list[Any]:
 _END = object()
 
 
-def _outputs(
-    value: Any,
-) -> tuple[tuple[str, ...], dict[str, bool], dict[str, SharedMemoryRef]]:
+@dataclass(frozen=True, slots=True)
+class RequestedOutputs:
+    """A request's ``outputs``: the names, and per name whether it goes binary, the
+    shared-memory region it goes to and its classification count."""
+
+    names: tuple[str, ...]
+    binary: dict[str, bool]
+    regions: dict[str, SharedMemoryRef]
+    classification: dict[str, int]
+
+
+def _outputs(value: Any) -> RequestedOutputs:
     if not isinstance(value, list):
         raise InvalidArgument(f"the request 'outputs' must be an array, not {_json_type(value)}")
     names: list[str] = []
     binary: dict[str, bool] = {}
     regions: dict[str, SharedMemoryRef] = {}
+    classes: dict[str, int] = {}
     for index, item in enumerate(value):
         entry = _object(item, f"requested output {index}")
         name = entry.get("name")
@@ -513,21 +524,29 @@ def _outputs(
         if name in binary:
             raise InvalidArgument(f"output '{name}' already exists in request")
         parameters = _object(entry.get("parameters", {}), f"the 'parameters' of {what}")
-        if "classification" in parameters:
-            raise InvalidArgument(f"{what}: the classification extension is not supported")
         location = _shared_memory_location(parameters, what)
         _no_unknown_fields(
-            parameters, _SHARED_MEMORY_PARAMETERS | {"binary_data"}, f"the 'parameters' of {what}"
+            parameters, _SHARED_MEMORY_PARAMETERS | {"binary_data", "classification"},
+            f"the 'parameters' of {what}"
         )
         names.append(name)
         binary[name] = _boolean(parameters.get("binary_data", False), f"'binary_data' of {what}")
+        # As Triton: 0 asks for the values themselves.
+        count = _non_negative_int(parameters.get("classification", 0),
+                                  f"'classification' of {what}")
+        if count:
+            classes[name] = count
         if location is not None:
             if binary[name]:
                 raise InvalidArgument(
                     "Output can't set both 'shared_memory_region' and 'binary_data'"
                 )
+            if count:
+                raise InvalidArgument(
+                    "Output can't set both 'shared_memory_region' and 'classification'"
+                )
             regions[name] = location
-    return tuple(names), binary, regions
+    return RequestedOutputs(tuple(names), binary, regions, classes)
 
 
 # ---------------------------------------------------------------------------- infer response

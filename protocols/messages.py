@@ -85,7 +85,9 @@ class Failure(Message):
 @dataclass(frozen=True, slots=True)
 class InferRequest(Message):
     """One inference request. ``version`` empty means the highest READY version; ``outputs``
-    empty means every output of the model."""
+    empty means every output of the model. ``classification`` maps a requested output to
+    the number of its top classes to return instead of its values (the classification
+    extension)."""
 
     model: str
     inputs: tuple[Tensor, ...]
@@ -95,6 +97,7 @@ class InferRequest(Message):
     parameters: dict[str, Any] = field(default_factory=dict)
     priority: int = 0
     timeout_us: int = 0
+    classification: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -360,7 +360,7 @@ _FLAT_PREFIX = "flat:"
 _PLAIN_PARAMETER = frozenset({str, int, float, bool, bytes, type(None)})
 
 _REQUEST_FIELDS = ("model", "inputs", "version", "id", "outputs", "parameters", "priority",
-                   "timeout_us")
+                   "timeout_us", "classification")
 _RESPONSE_FIELDS = ("model", "version", "outputs", "id", "parameters")
 assert _CODECS_BY_CLASS[InferRequest].field_names == _REQUEST_FIELDS
 assert _CODECS_BY_CLASS[InferResponse].field_names == _RESPONSE_FIELDS
@@ -379,7 +379,7 @@ def _flat_infer_batch(encoder: _Encoder, batch: InferBatch) -> tuple[Any, ...] |
     describe = encoder.describe
     requests = tuple(
         (r.model, tuple(map(describe, r.inputs)), r.version, r.id, r.outputs, r.parameters,
-         r.priority, r.timeout_us)
+         r.priority, r.timeout_us, r.classification)
         for r in batch.requests
     )
     return (batch.model, batch.version, batch.instance, requests)
@@ -404,15 +404,17 @@ def _infer_batch_from(decoder: _Decoder, values: tuple[Any, ...]) -> InferBatch:
     tensors = decoder.tensors
     built = []
     for fields in requests:
-        name, inputs, version_text, request_id, outputs, parameters, priority, timeout = fields
+        (name, inputs, version_text, request_id, outputs, parameters, priority, timeout,
+         classification) = fields
         _expect_types(("model", name, str), ("version", version_text, str),
                       ("id", request_id, str), ("outputs", outputs, tuple),
                       ("parameters", parameters, dict), ("priority", priority, int),
-                      ("timeout_us", timeout, int))
+                      ("timeout_us", timeout, int), ("classification", classification, dict))
         _expect_names("outputs", outputs)
         _expect_names("parameters", parameters)
+        _expect_names("classification", classification)
         built.append(InferRequest(name, tensors(inputs), version_text, request_id, outputs,
-                                  parameters, priority, timeout))
+                                  parameters, priority, timeout, classification))
     return InferBatch(model, version, instance, tuple(built))
 
 

@@ -23,6 +23,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_ensembles import EnsembleControl
+from inferd.kernel.classification import read_labels
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import executor_isolated, validate
@@ -446,6 +447,7 @@ class ControlActor(EnsembleControl, Actor):
         try:
             validate(completed, folder_name=name, complete=True)
             check_supported(completed)  # what auto-complete added is held to the same rules
+            read_labels(completed, Path(resolved.path))  # a missing label file fails the load
             if completed.HasField("sequence_batching"):
                 if completed.model_transaction_policy.decoupled:
                     raise InvalidArgument(f"model '{name}': a decoupled model with "

@@ -132,7 +132,8 @@ class EnsembleControl:
         if previous is None or previous.state != State.READY:
             model.versions[number] = _Version(State.LOADING)
         try:
-            await self.router.ask(SCHEDULER, ServeVersion(name, number, resolved.config, ()))
+            await self.router.ask(SCHEDULER, ServeVersion(name, number, resolved.config, (),
+                                                          resolved.path))
         except InferdError as error:
             model.versions[number] = previous or _Version(State.UNAVAILABLE, error.message)
             self._dependencies.abandon_load(name, None)

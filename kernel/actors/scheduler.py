@@ -31,6 +31,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.batcher import DynamicBatcher
+from inferd.kernel.classification import Labels, classify, read_labels
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.modelconfig import config_to_json_text
 from inferd.kernel.router import Router
@@ -133,6 +134,14 @@ class _Version:
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
     sequences: SequenceBatcher[_Queued] | None = None  # set for a sequence model
     decoupled: bool = False  # model_transaction_policy { decoupled: true }
+    labels: Labels = field(default_factory=dict)  # the outputs' label_filename contents
+
+    def classified(self, request: InferRequest, response: InferResponse) -> InferResponse:
+        """``response`` with the outputs ``request`` asks classes of as their top classes."""
+        if not request.classification:
+            return response
+        return classify(response, request.classification, self.labels,
+                        batched=self.config.max_batch_size > 0)
 
     def busy(self) -> bool:
         """Whether requests are queued, running or still to come for an ensemble."""
@@ -262,6 +271,7 @@ class SchedulerActor(Actor):
         current.ensemble = ensemble
         current.sequences = _sequences(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
+        current.labels = read_labels(config, Path(message.path)) if message.path else {}
         self._reloading.get(message.model, {}).pop(message.version, None)
         if replaced:  # a restarted executor's instances: its streams will not go on
             self._fail_streams(current, Unavailable("the model's executor was restarted"),
@@ -451,10 +461,11 @@ class SchedulerActor(Actor):
             raise Unavailable(SHUTTING_DOWN)
         version = self._resolve(request.model, request.version)
         if version.ensemble is not None:
-            return await self._ensembles.infer(version, request, arrived_ns)
+            response = await self._ensembles.infer(version, request, arrived_ns)
+            return version.classified(request, response)
         queued = await self._infer_on(version, request, arrived_ns)
         assert isinstance(queued.result, InferResponse)
-        return queued.result
+        return version.classified(request, queued.result)
 
     async def on_stream_infer_request(
         self, message: StreamInferRequest, envelope: Envelope | None
@@ -466,10 +477,14 @@ class SchedulerActor(Actor):
             raise Unavailable(SHUTTING_DOWN)
         version = self._resolve(request.model, request.version)
         if version.ensemble is not None:
-            return await self._ensembles.stream(version, request, time.perf_counter_ns())
-        if not version.decoupled:
-            return ResponseStream(single=self._answer(version, request))
-        return await self._open_stream(version, request)
+            stream = await self._ensembles.stream(version, request, time.perf_counter_ns())
+        elif not version.decoupled:
+            stream = ResponseStream(single=self._answer(version, request))
+        else:
+            stream = await self._open_stream(version, request)
+        if request.classification:
+            stream.map_responses(partial(version.classified, request))
+        return stream
 
     async def _answer(self, version: _Version, request: InferRequest) -> InferResponse:
         queued = await self._infer_on(version, request, time.perf_counter_ns())

@@ -66,8 +66,6 @@ def config(text: str) -> ModelConfig:
      "dynamic_batching.default_queue_policy"),
     ("dynamic_batching { priority_levels: 2 priority_queue_policy { key: 1 value { "
      "max_queue_size: 1 } } }", "dynamic_batching.priority_queue_policy"),
-    ('output [{ name: "y" data_type: TYPE_FP32 dims: [1] label_filename: "labels.txt" }]',
-     "output.label_filename"),
     ('input [{ name: "x" data_type: TYPE_FP32 dims: [1] allow_ragged_batch: true }]',
      "input.allow_ragged_batch"),
     ("instance_group [{ count: 1 rate_limiter { priority: 2 } }]", "instance_group.rate_limiter"),

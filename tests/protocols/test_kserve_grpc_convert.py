@@ -18,10 +18,11 @@ from tritonclient.grpc import service_pb2
 
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
-from inferd.protocols.errors import InvalidArgument, Unsupported
+from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
     Index,
     IndexEntry,
+    InferRequest,
     InferResponse,
     ModelConfigReply,
     ModelMetadata,
@@ -248,14 +249,25 @@ def test_malformed_parameters_are_refused() -> None:
     assert refused(empty) == "parameter 'nothing' has no value"
 
 
-def test_a_shared_memory_region_needs_its_size_and_classification_is_unsupported() -> None:
+def test_a_shared_memory_region_needs_its_size() -> None:
     shared = request_with(from_numpy("I", np.ones(1, np.int32)))
     shared.inputs[0].parameters["shared_memory_region"].string_param = "r"
     assert "'shared_memory_byte_size' must be specified along with 'shared_memory_region'" in (
         refused(shared))
+
+
+def test_classification_counts_by_output_with_tritons_refusals() -> None:
     classify = request_with(from_numpy("I", np.ones(1, np.int32)))
     classify.outputs.add(name="O").parameters["classification"].int64_param = 3
-    assert "classification" in refused(classify, Unsupported)
+    classify.outputs.add(name="P")
+    decoded = convert.decode_infer_request(classify)
+    assert isinstance(decoded, InferRequest)
+    assert (decoded.outputs, decoded.classification) == (("O", "P"), {"O": 3})
+    classify.outputs[0].parameters["classification"].int64_param = 0
+    assert refused(classify) == "invalid value for 'classification' parameter, expected >= 0"
+    classify.outputs[0].parameters["classification"].string_param = "3"
+    assert refused(classify) == (
+        "invalid value type for 'classification' parameter, expected int64_param")
 
 
 def test_stream_responses() -> None:
