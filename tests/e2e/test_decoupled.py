@@ -222,8 +222,7 @@ def test_an_ensemble_ending_in_a_decoupled_step_streams_its_responses(
 # --------------------------------------------------------------- the generate extension
 
 
-def post(server: ServerHandle, path: str, document: dict[str, Any]
-         ) -> tuple[int, str, bytes]:
+def post(server: ServerHandle, path: str, document: Any) -> tuple[int, str, bytes]:
     host, port = server.http_url.rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=WAIT_SECS)
     try:
@@ -275,6 +274,10 @@ def test_generate_refusals_are_json_errors_with_their_status(server: ServerHandl
     assert status == 400
     assert json.loads(body)["error"] == ("The schema can not convert input 'INPUT0' to tensor "
                                          "with proper shape")
+    for not_an_object in ([1, 2], "text", None):
+        status, _, body = post(server, "/v2/models/simple/generate", not_an_object)
+        assert (status, json.loads(body)) == (
+            400, {"error": "the generate request must be a JSON object"})
 
 
 def test_generate_stream_sends_each_response_as_an_event(server: ServerHandle) -> None:

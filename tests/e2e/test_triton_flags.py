@@ -132,3 +132,15 @@ def test_endpoints_inferd_lacks_are_refused_and_unknown_flags_fail(
     server = inferd.launch(inferd.repository("simple"), "--no-such-flag")
     assert server.wait_exit(WAIT_SECS) == 2
     assert "unrecognized arguments: --no-such-flag" in server.log()
+
+
+def test_malformed_flag_values_fail_the_start_saying_what_is_expected(
+        inferd: InferdHarness) -> None:
+    for flag, message in (
+            ("--backend-config=no-equals-sign",
+             "--backend-config=no-equals-sign: expected [backend,]setting=value"),
+            ("--model-config-name=../elsewhere",
+             "--model-config-name=../elsewhere: a name of letters, digits, '-', '_' ")):
+        server = inferd.launch(inferd.repository("simple"), flag)
+        assert server.wait_exit(WAIT_SECS) == 1, server.log()
+        assert message in server.log(), server.log()
