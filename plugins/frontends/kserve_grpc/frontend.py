@@ -35,6 +35,7 @@ from inferd.kernel.server import StartupFailed
 from inferd.kernel.tls import read_certificates, read_key_pair
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols import logging_api
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
     GRPC_METHOD_GROUPS,
@@ -59,6 +60,7 @@ from inferd.protocols.messages import (
     Index,
     InferRequest,
     InferResponse,
+    LogSettingsReply,
     Message,
     ModelConfigReply,
     ModelConfigRequest,
@@ -413,6 +415,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             await self._frontend.ask(message, Ack)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
+    # ------------------------------------------------------------------ logging extension
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = logging_api.decode_grpc_request(request)
+            reply = await self._frontend.ask(message, LogSettingsReply)
+            return logging_api.encode_grpc_reply(reply)
+
     # ------------------------------------------------------------------ not implemented
 
     async def _unimplemented(self, context: Any, rpc: str, extension: str) -> None:
@@ -422,8 +432,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def TraceSetting(self, request: Any, context: Any) -> None:
         await self._unimplemented(context, "TraceSetting", "tracing")
 
-    async def LogSettings(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "LogSettings", "the logging extension")
 
 
 def _credentials(options: dict[str, Any]) -> grpc.ServerCredentials | None:

@@ -40,6 +40,7 @@ from inferd.kernel.streams import ResponseStream
 from inferd.protocols import content_coding
 from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
+from inferd.protocols import logging_api
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     ErrorCode,
@@ -55,6 +56,8 @@ from inferd.protocols.messages import (
     HealthStatus,
     Index,
     InferResponse,
+    LogSettingsReply,
+    LogSettingsRequest,
     Message,
     ModelConfigReply,
     ModelConfigRequest,
@@ -365,6 +368,13 @@ class KserveHttpApp:
         await self.ask(SharedMemoryUnregister(name, memory))
         return HttpResponse(200)
 
+    async def log_settings(self, request: HttpRequest) -> HttpResponse:
+        """Triton's logging extension: ``GET v2/logging`` reads, ``POST`` updates, then reads."""
+        message = (logging_api.decode_http_request(request.body) if request.method == "POST"
+                   else LogSettingsRequest())
+        reply = _expect(await self.ask(message), LogSettingsReply)
+        return json_response(logging_api.encode_http_reply(reply))
+
     # ------------------------------------------------------------------ generate extension
 
     async def generate(self, request: HttpRequest) -> HttpResponse:
@@ -451,6 +461,8 @@ _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (_REPOSITORY + "/models/([^/]+)/load", "model-repository", {"POST": KserveHttpApp.load}),
     (_REPOSITORY + "/models/([^/]+)/unload", "model-repository",
      {"POST": KserveHttpApp.unload}),
+    (r"/v2/logging", "logging",
+     {"GET": KserveHttpApp.log_settings, "POST": KserveHttpApp.log_settings}),
     (_SHARED_MEMORY + "/status", "shared-memory", {"GET": KserveHttpApp.shared_memory_status}),
     (_SHARED_MEMORY + "/register", "shared-memory",
      {"POST": KserveHttpApp.shared_memory_register}),
