@@ -10,7 +10,9 @@ once the later line is in the log, an earlier one that is not was not written.""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -257,3 +259,29 @@ def test_logging_group_can_be_restricted(inferd: InferdHarness) -> None:
     metadata = {"triton-grpc-protocol-admin": "s3cret"}
     assert grpc_settings(grpc.get_log_settings(headers=metadata)) == DEFAULTS
     assert http.is_server_live()  # other groups are not restricted
+
+
+def test_a_restarted_executor_keeps_the_current_settings(inferd: InferdHarness) -> None:
+    server = inferd.start(speaker_repository(inferd))
+    http = httpclient.InferenceServerClient(server.http_url)
+    http.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601"})
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    # The python model's instance has an executor process of its own.
+    speakers = [int(pid) for pid in children.read_text().split()
+                if b"executor/model/speaker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(speakers) == 1
+    os.kill(speakers[0], signal.SIGKILL)
+    deadline = time.monotonic() + WAIT_SECS
+    while not wait_for(server.log, "; restarting it") or not _ready(http, "speaker"):
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.1)
+    token = speak(http)
+    line = executor_line(wait_for(server.log, f"V {token}"), f"V {token}")
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z D \[executor/", line), line
+
+
+def _ready(http: Any, model: str) -> bool:
+    try:
+        return bool(http.is_model_ready(model))
+    except InferenceServerException:
+        return False
