@@ -11,7 +11,6 @@ handshake. The gRPC frontend takes the checked bytes (``KeyPair``, ``read_certif
 from __future__ import annotations
 
 import ssl
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,17 +58,13 @@ def read_key_pair(cert_path: str, cert_flag: str, key_path: str, key_flag: str) 
     if _KEY_MARK not in key:
         raise StartupFailed(f"{key_flag} {key_path}: not a PEM private key file")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    # load_cert_chain reads only files; the key is put in a private temporary file.
-    with tempfile.NamedTemporaryFile(prefix="inferd-key-") as copy:
-        copy.write(key)
-        copy.flush()
-        try:
-            context.load_cert_chain(cert_path, copy.name)
-        except ssl.SSLError as error:
-            mismatch = "MISMATCH" in str(error).upper()
-            problem = (f"does not belong to the certificate in {cert_path}" if mismatch
-                       else f"cannot be used ({_reason(error)})")
-            raise StartupFailed(f"{key_flag} {key_path}: the private key {problem}") from None
+    try:
+        context.load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as error:
+        mismatch = "MISMATCH" in str(error).upper()
+        problem = (f"does not belong to the certificate in {cert_path}" if mismatch
+                   else f"cannot be used ({_reason(error)})")
+        raise StartupFailed(f"{key_flag} {key_path}: the private key {problem}") from None
     return KeyPair(certificate, key)
 
 
