@@ -84,8 +84,9 @@ def _serve_parser(
                            help="tritonserver's response cache: inferd has none yet")
     logs = parser.add_argument_group("logging")
     LogSettings.add_arguments(logs)
-    logs.add_argument("--log-file", default="", metavar="PATH",
-                      help="write every process's log to PATH instead of standard error")
+    add_boolean(logs, "--allow-log-file-updates", False,
+                "let the logging extension (POST v2/logging, gRPC LogSettings) change the log "
+                "file; tritonserver always refuses it")
     for endpoint in ("sagemaker", "vertex-ai"):
         add_boolean(parser, f"--allow-{endpoint}", False,
                     f"tritonserver's {endpoint} endpoint: inferd has none, true is refused")
@@ -149,6 +150,7 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         executor_shm_capacity=args.executor_shm_capacity,
         options={k: v for k, v in vars(args).items() if k not in known},
         logs=LogSettings.from_arguments(args),
+        log_file_updates=args.allow_log_file_updates,
         model_config_name=args.model_config_name,
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
     )
@@ -188,6 +190,7 @@ _SERVE_FIELDS = {
     "executor_shm_threshold", "executor_shm_capacity", "strict_model_config",
     "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",
     "log_warning", "log_error", "log_format", "log_file", "allow_sagemaker", "allow_vertex_ai",
+    "allow_log_file_updates",
 }
 # The --backend-config settings inferd's backends read (inferd.kernel.config_completion).
 USED_BACKEND_SETTINGS = ("default-max-batch-size",)
@@ -224,9 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command != "serve":
         return _run_client(args)
-    if args.log_file:
-        _log_to_file(args.log_file)
-    configure_logging(LogSettings.from_arguments(args))
+    try:
+        configure_logging(LogSettings.from_arguments(args))
+    except OSError as error:
+        sys.exit(f"inferd: --log-file {args.log_file}: {error.strerror}")
     raise_open_file_limit()
     try:
         settings = settings_from(args, _SERVE_FIELDS)
@@ -240,16 +244,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("inferd").error("cannot start: %s", cause)
         return 1
     return 0
-
-
-def _log_to_file(path: str) -> None:
-    """Point standard error, which every executor process inherits, at ``path``."""
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    except OSError as error:
-        sys.exit(f"inferd: --log-file {path}: {error.strerror}")
-    os.dup2(descriptor, sys.stderr.fileno())
-    os.close(descriptor)
 
 
 def _startup_cause(error: BaseException) -> BaseException | None:

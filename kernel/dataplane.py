@@ -1,9 +1,10 @@
 """The protocol-agnostic data plane every frontend adapts: one entry point, ``handle``.
 
 It maps each request kind to the actor that owns the answer (inference and model information
-to the scheduler, the repository API and readiness to control) and asks it; server metadata it
-answers itself. A model name that breaks the rule of ``inferd.protocols.names`` is refused here,
-before any actor (and so any disk, index or log line) sees it. It owns the system shared-memory
+to the scheduler, the repository API and readiness to control, the log settings to the
+executor pool) and asks it; server metadata it answers itself. A model name that breaks the
+rule of ``inferd.protocols.names`` is refused here, before any actor (and so any disk, index
+or log line) sees it. It owns the system shared-memory
 registry (``inferd.kernel.shared_memory``) and answers its requests itself; for an inference
 request whose inputs lie in registered regions it hands the scheduler ordinary tensors that
 are views of the mapped memory (no copy), and writes the outputs asked for in a region into it
@@ -32,6 +33,7 @@ from inferd.protocols.messages import (
     InferRequest,
     InferResponse,
     LoadRequest,
+    LogSettingsRequest,
     Message,
     Metrics,
     MetricsRequest,
@@ -71,6 +73,7 @@ _OWNER: dict[type[Message], str] = {
     LoadRequest: "control",
     UnloadRequest: "control",
     PollRequest: "control",
+    LogSettingsRequest: "executors",  # it owns the settings every process logs by
 }
 
 # Requests whose model name may not be empty (statistics without a name mean every model).

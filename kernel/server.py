@@ -52,6 +52,7 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "system_shared_memory",
+    "logging",
 )
 UNLOAD_TIMEOUT_SECS = 30.0
 

@@ -41,6 +41,8 @@ class Settings:
     backend_options: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     logs: LogSettings = field(default_factory=LogSettings)
+    # --allow-log-file-updates: the logging extension may change the log file (Triton: never).
+    log_file_updates: bool = False
     # --model-config-name: a model's configs/<name>.pbtxt is used when it has one.
     model_config_name: str = ""
     # --backend-config: (backend or "" for every backend, setting, value).

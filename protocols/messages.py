@@ -482,6 +482,43 @@ class Shutdown(Message):
     """Ask an actor or executor process to finish its work and stop."""
 
 
+# ------------------------------------------------------------ logging (Triton extension)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettingsRequest(Message):
+    """Frontend -> data plane -> executor pool: Triton's log settings, after changing the ones
+    in ``updates`` (setting name -> value, each checked by ``inferd.protocols.logging_api``)
+    all together, or none of them if any cannot be applied. No updates: only read them."""
+
+    updates: dict[str, bool | int | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettingsReply(Message):
+    """Triton's log settings, named as ``GET v2/logging`` names them."""
+
+    log_file: str
+    log_info: bool
+    log_warning: bool
+    log_error: bool
+    log_verbose_level: int
+    log_format: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyLogSettings(Message):
+    """Executor pool -> each executor process: log by these settings from now on (verbosity,
+    severities on or off, ``default``/``ISO8601``, and the log file, "" for the console)."""
+
+    verbose: int
+    info: bool
+    warning: bool
+    error: bool
+    format: str
+    file: str
+
+
 # ------------------------------------------------- system shared memory (KServe extension)
 
 

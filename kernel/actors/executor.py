@@ -32,6 +32,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.actor import Actor
 from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
+from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
 from inferd.kernel.warmup import warm_up, warmup_samples
@@ -44,6 +45,7 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Ack,
+    ApplyLogSettings,
     BatchResult,
     Envelope,
     Failure,
@@ -123,6 +125,15 @@ class ExecutorActor(Actor):
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
         self.stopped.set()
+        return Ack()
+
+    async def on_apply_log_settings(self, message: ApplyLogSettings, envelope: Envelope) -> Ack:
+        """The logging extension changed the settings: this process logs by them now."""
+        try:
+            configure_logging(LogSettings.from_message(message), process=self.address)
+        except OSError as error:
+            log.error("cannot write the log file '%s': %s; keeping the previous settings",
+                      message.file, error.strerror)
         return Ack()
 
     async def on_stop(self) -> None:

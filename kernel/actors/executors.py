@@ -6,8 +6,10 @@ model is unloaded), or one inline in the main process) and which load lives on w
 executor. Control loads and unloads through it; the scheduler sends batches straight to the
 executor addresses it reports. When a process dies, every ask waiting on it fails with
 ``ExecutorCrashed``, control is told so it can mark and later reload the models that lived
-there, and that process alone is started again with back-off. It never touches a model or a
-tensor itself.
+there, and that process alone is started again with back-off. It also owns the server's
+current log settings (Triton's logging extension): an update is applied in the main process,
+then sent to every running executor process, and every process started later starts with it.
+It never touches a model or a tensor itself.
 """
 
 from __future__ import annotations
@@ -29,15 +31,25 @@ from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel import execution_env, placement
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
+from inferd.kernel.logs import LogSettings, as_reply, configure_logging, console_descriptor, updated
 from inferd.kernel.router import ProcessLink, Router
 from inferd.kernel.settings import Settings
-from inferd.protocols.errors import ExecutorCrashed, InferdError, InvalidArgument, Unavailable
+from inferd.protocols.errors import (
+    ExecutorCrashed,
+    InferdError,
+    InvalidArgument,
+    Unavailable,
+    Unsupported,
+)
+from inferd.protocols.logging_api import LOG_FILE_REFUSED
 from inferd.protocols.messages import (
     Ack,
     Envelope,
     ExecutorHello,
     ExecutorLost,
     LoadVersion,
+    LogSettingsReply,
+    LogSettingsRequest,
     Shutdown,
     UnloadVersion,
     VersionLoaded,
@@ -48,6 +60,7 @@ log = logging.getLogger(__name__)
 CONTROL_ADDRESS = "control"
 HELLO_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 10.0
+LOG_SETTINGS_TIMEOUT_SECS = 10.0
 RESTART_BACKOFF_SECS = (0.5, 1.0, 2.0, 5.0, 10.0)
 # A model's own executors (INFERD_EXECUTOR "isolated", or a process per instance) are named
 # this, the model's name and their part's suffix (kernel/placement.py).
@@ -66,6 +79,7 @@ class _Executor:
     isolated: bool = False  # one model's own: stopped when that model's last load goes
     retired: bool = False  # stopped on purpose: not restarted until a load needs it again
     python: str = ""  # another environment's interpreter (EXECUTION_ENV_PATH); "" is ours
+    logs: LogSettings | None = None  # the log settings it was started with or last sent
 
 
 class ExecutorPoolActor(Actor):
@@ -89,6 +103,8 @@ class ExecutorPoolActor(Actor):
         self._loads: dict[int, list[str]] = {}  # load id -> the executors of its parts
         self._abandoned: set[int] = set()
         self._stopping = False
+        self._logs = settings.logs
+        self._log_update = anyio.Lock()  # updates reach every process in the order they came
         self._options = {
             "intra_op_threads": settings.intra_op_threads,
             "link_shm_threshold": settings.executor_shm_threshold,
@@ -177,11 +193,14 @@ class ExecutorPoolActor(Actor):
             "--name", executor.name, "--hub", self._hub,
             "--options", json.dumps(self._options),
             "--parent-pid", str(os.getpid()),
-            *self._settings.logs.as_arguments(),
+            *self._logs.as_arguments(),
         ]
         executor.ready = anyio.Event()
+        executor.logs = self._logs
+        # The console, not a log file: the process opens --log-file itself, so it can follow
+        # a change of file later.
         executor.process = await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+            command, stdin=subprocess.DEVNULL, stdout=None, stderr=console_descriptor(),
             env={**os.environ, **executor.environment}, start_new_session=True,
         )
         log.info("started %s (pid %d)", executor.name, executor.process.pid)
@@ -216,9 +235,51 @@ class ExecutorPoolActor(Actor):
         log.info("%s ready (pid %d, backends: %s)", hello.name, hello.pid,
                  ", ".join(hello.backends) or "none")
         executor.ready.set()
+        if executor.logs != self._logs:  # settings changed while it was starting
+            self.spawn(self._send_log_settings, executor)
         if executor.started_once:
             self.router.tell(CONTROL_ADDRESS, hello)  # a restart: control reloads its models
         executor.started_once = True
+
+    # ------------------------------------------------------------------ log settings
+
+    async def on_log_settings_request(
+        self, request: LogSettingsRequest, envelope: Envelope
+    ) -> LogSettingsReply:
+        """Triton's logging extension: the settings after ``request.updates``, applied in
+        every process, or an error and nothing changed."""
+        if request.updates:
+            async with self._log_update:
+                await self._update_logs(request.updates)
+        return as_reply(self._logs)
+
+    async def _update_logs(self, updates: dict[str, bool | int | str]) -> None:
+        if "log_file" in updates and not self._settings.log_file_updates:
+            raise Unsupported(LOG_FILE_REFUSED)
+        new = updated(self._logs, updates)
+        if new == self._logs:
+            return
+        try:
+            configure_logging(new)  # checks the log file opens before anything changes
+        except OSError as error:
+            raise InvalidArgument(
+                f"cannot write the log file '{new.file}': {error.strerror}") from None
+        self._logs = new
+        log.info("log settings are now %s", new)
+        async with anyio.create_task_group() as tasks:
+            for executor in self._executors.values():
+                running = executor.process is not None and executor.process.returncode is None
+                if running and executor.ready.is_set() and not executor.retired:
+                    tasks.start_soon(self._send_log_settings, executor)
+
+    async def _send_log_settings(self, executor: _Executor) -> None:
+        settings = self._logs
+        try:
+            with anyio.fail_after(LOG_SETTINGS_TIMEOUT_SECS):
+                await self.router.ask(executor.name, settings.as_message())
+            executor.logs = settings
+        except (InferdError, TimeoutError) as error:
+            log.warning("%s did not take the new log settings: %s", executor.name, error)
 
     # ------------------------------------------------------------------ placement
 

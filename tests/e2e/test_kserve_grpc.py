@@ -518,9 +518,6 @@ def test_unimplemented_rpcs(client: grpcclient.InferenceServerClient, stub: Any)
     with pytest.raises(InferenceServerException) as error:
         client.get_trace_settings()
     assert error.value.status() == "StatusCode.UNIMPLEMENTED"
-    with pytest.raises(InferenceServerException) as error:
-        client.get_log_settings()
-    assert error.value.status() == "StatusCode.UNIMPLEMENTED"
     # Shared memory is implemented (tests/e2e/test_shared_memory.py): a region reference
     # without its size is the client's mistake.
     shared = raw_request()

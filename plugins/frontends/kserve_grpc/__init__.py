@@ -1,6 +1,7 @@
 """Hook module of the KServe v2 gRPC frontend: registers it and its options
-(``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``), and imports
-nothing else.
+(``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``, and
+tritonserver's TLS flags ``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
+``--grpc-server-key``, ``--grpc-root-cert``), and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no grpc
 import; ``inferd.plugins.frontends.kserve_grpc.frontend`` holds the protocol itself. Its port
@@ -48,3 +49,15 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         help="answer the API groups (as --http-restricted-api) only to calls whose metadata "
         "has triton-grpc-protocol-KEY: VALUE (repeatable)",
     )
+    add_boolean(group, "--grpc-use-ssl", False,
+                "serve gRPC over TLS with --grpc-server-cert and --grpc-server-key")
+    add_boolean(group, "--grpc-use-ssl-mutual", False,
+                "mutual TLS: as --grpc-use-ssl, and every client must show a certificate "
+                "signed by --grpc-root-cert")
+    group.add_argument("--grpc-server-cert", default="", metavar="PATH",
+                       help="the server's PEM certificate (chain) for --grpc-use-ssl")
+    group.add_argument("--grpc-server-key", default="", metavar="PATH",
+                       help="the server's PEM private key for --grpc-use-ssl")
+    group.add_argument("--grpc-root-cert", default="", metavar="PATH",
+                       help="PEM certificates of the CAs that sign client certificates "
+                       "(--grpc-use-ssl-mutual)")

@@ -32,8 +32,10 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.server import StartupFailed
+from inferd.kernel.tls import read_certificates, read_key_pair
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols import logging_api
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
     GRPC_METHOD_GROUPS,
@@ -58,6 +60,7 @@ from inferd.protocols.messages import (
     Index,
     InferRequest,
     InferResponse,
+    LogSettingsReply,
     Message,
     ModelConfigReply,
     ModelConfigRequest,
@@ -124,6 +127,7 @@ class KserveGrpcFrontend(Frontend):
                                            "--grpc-restricted-protocol")
         except ValueError as error:
             raise StartupFailed(str(error)) from None
+        self.credentials = _credentials(settings.options)
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
@@ -152,7 +156,10 @@ class KserveGrpcFrontend(Frontend):
             host = f"[{host}]"
         target = f"{host}:{self.settings.grpc_port}"
         try:
-            port = server.add_insecure_port(target)
+            if self.credentials is None:
+                port = server.add_insecure_port(target)
+            else:
+                port = server.add_secure_port(target, self.credentials)
         except RuntimeError:
             port = 0
         if not port:
@@ -408,6 +415,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             await self._frontend.ask(message, Ack)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
+    # ------------------------------------------------------------------ logging extension
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = logging_api.decode_grpc_request(request)
+            reply = await self._frontend.ask(message, LogSettingsReply)
+            return logging_api.encode_grpc_reply(reply)
+
     # ------------------------------------------------------------------ not implemented
 
     async def _unimplemented(self, context: Any, rpc: str, extension: str) -> None:
@@ -417,8 +432,31 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def TraceSetting(self, request: Any, context: Any) -> None:
         await self._unimplemented(context, "TraceSetting", "tracing")
 
-    async def LogSettings(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "LogSettings", "the logging extension")
+
+
+def _credentials(options: dict[str, Any]) -> grpc.ServerCredentials | None:
+    """tritonserver's ``--grpc-use-ssl[-mutual]``: the TLS credentials from the files named,
+    each read and checked now; None for a plaintext server."""
+    mutual = bool(options.get("grpc_use_ssl_mutual"))  # as Triton, it implies --grpc-use-ssl
+    files = {flag: str(options.get(flag.removeprefix("--").replace("-", "_")) or "")
+             for flag in ("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert")}
+    if not (mutual or options.get("grpc_use_ssl")):
+        for flag, path in files.items():
+            if path:
+                logger.warning("%s=%s is not used: gRPC serves plaintext without "
+                               "--grpc-use-ssl=true", flag, path)
+        return None
+    needed = ["--grpc-server-cert", "--grpc-server-key"] + (["--grpc-root-cert"] if mutual else [])
+    missing = [flag for flag in needed if not files[flag]]
+    if missing:
+        which = "--grpc-use-ssl-mutual" if mutual else "--grpc-use-ssl"
+        raise StartupFailed(f"{which} needs {' and '.join(missing)}")
+    pair = read_key_pair(files["--grpc-server-cert"], "--grpc-server-cert",
+                         files["--grpc-server-key"], "--grpc-server-key")
+    root = files["--grpc-root-cert"]
+    roots = read_certificates(root, "--grpc-root-cert") if root else None
+    return grpc.ssl_server_credentials(((pair.key, pair.certificate),), root_certificates=roots,
+                                       require_client_auth=mutual)
 
 
 # The RPCs whose requests and replies carry tensors: their raw contents bypass protobuf.

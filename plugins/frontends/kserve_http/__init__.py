@@ -73,3 +73,14 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         help="most open HTTP connections; more are answered 503 and closed (default half the "
         "open-file limit, at most 16384)",
     )
+    group.add_argument(
+        "--http-ssl-certfile", default="", metavar="PATH",
+        help="serve HTTPS with this PEM certificate (chain); inferd's flag, tritonserver has "
+        "no TLS for HTTP")
+    group.add_argument(
+        "--http-ssl-keyfile", default="", metavar="PATH",
+        help="the PEM private key of --http-ssl-certfile (default: in the certificate file)")
+    group.add_argument(
+        "--http-ssl-ca-certs", default="", metavar="PATH",
+        help="mutual TLS: PEM certificates of the CAs whose client certificates are accepted; "
+        "a client without one is refused")

@@ -17,6 +17,7 @@ import functools
 import logging
 import re
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +30,7 @@ import uvicorn
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.limits import open_file_limit
 from inferd.kernel.server import StartupFailed
+from inferd.kernel.tls import server_context
 from inferd.plugins.frontends.kserve_http.connection import (
     ConnectionSweeper,
     GuardedHttpProtocol,
@@ -38,6 +40,7 @@ from inferd.kernel.streams import ResponseStream
 from inferd.protocols import content_coding
 from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
+from inferd.protocols import logging_api
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     ErrorCode,
@@ -53,6 +56,8 @@ from inferd.protocols.messages import (
     HealthStatus,
     Index,
     InferResponse,
+    LogSettingsReply,
+    LogSettingsRequest,
     Message,
     ModelConfigReply,
     ModelConfigRequest,
@@ -363,6 +368,13 @@ class KserveHttpApp:
         await self.ask(SharedMemoryUnregister(name, memory))
         return HttpResponse(200)
 
+    async def log_settings(self, request: HttpRequest) -> HttpResponse:
+        """Triton's logging extension: ``GET v2/logging`` reads, ``POST`` updates, then reads."""
+        message = (logging_api.decode_http_request(request.body) if request.method == "POST"
+                   else LogSettingsRequest())
+        reply = _expect(await self.ask(message), LogSettingsReply)
+        return json_response(logging_api.encode_http_reply(reply))
+
     # ------------------------------------------------------------------ generate extension
 
     async def generate(self, request: HttpRequest) -> HttpResponse:
@@ -449,6 +461,8 @@ _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (_REPOSITORY + "/models/([^/]+)/load", "model-repository", {"POST": KserveHttpApp.load}),
     (_REPOSITORY + "/models/([^/]+)/unload", "model-repository",
      {"POST": KserveHttpApp.unload}),
+    (r"/v2/logging", "logging",
+     {"GET": KserveHttpApp.log_settings, "POST": KserveHttpApp.log_settings}),
     (_SHARED_MEMORY + "/status", "shared-memory", {"GET": KserveHttpApp.shared_memory_status}),
     (_SHARED_MEMORY + "/register", "shared-memory",
      {"POST": KserveHttpApp.shared_memory_register}),
@@ -482,6 +496,7 @@ class KserveHttpFrontend(Frontend):
         except ValueError as error:
             raise StartupFailed(str(error)) from None
         self.app = KserveHttpApp(dataplane, max_input_size, restricted)
+        self.tls = _tls_context(options)
         defaults = HttpLimits()
         self.limits = HttpLimits(
             header_timeout_secs=float(
@@ -516,10 +531,11 @@ class KserveHttpFrontend(Frontend):
         sweeper: ConnectionSweeper | None = None
         try:
             config.load()
+            config.ssl = self.tls  # after load(), which sets it from uvicorn's own flags
             server.lifespan = config.lifespan_class(config)
             await server.startup(sockets=[listener])
             sweeper = ConnectionSweeper(server.server_state.connections, self.limits)
-            task_status.started(_address(listener))
+            task_status.started(_address(listener, self.tls is not None))
             await server.main_loop()
         finally:
             with anyio.CancelScope(shield=True):
@@ -558,7 +574,21 @@ def _bind(host: str, port: int) -> socket.socket:
     return listener
 
 
-def _address(listener: socket.socket) -> str:
+def _address(listener: socket.socket, tls: bool) -> str:
     host, port = listener.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _tls_context(options: dict[str, Any]) -> ssl.SSLContext | None:
+    """The context of ``--http-ssl-certfile`` and its kin, or None for plain HTTP."""
+    cert, key, ca = (str(options.get(name) or "") for name in
+                     ("http_ssl_certfile", "http_ssl_keyfile", "http_ssl_ca_certs"))
+    if not cert:
+        if key or ca:
+            given = "--http-ssl-keyfile" if key else "--http-ssl-ca-certs"
+            raise StartupFailed(f"{given} needs --http-ssl-certfile (the server's certificate)")
+        return None
+    return server_context(cert, key, ca, flags=("--http-ssl-certfile", "--http-ssl-keyfile",
+                                                "--http-ssl-ca-certs"))
 

@@ -3,6 +3,11 @@ option, and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no pyzmq
 import; ``inferd.plugins.frontends.zmq.frontend`` holds the protocol itself.
+
+The native protocol has no TLS and no authentication (CurveZMQ is out of scope): it is the
+operator's tool (``inferd models/load/unload``) and a fast path for trusted clients, so bind it
+to loopback (``--zmq-address 127.0.0.1``) or a private network, and serve untrusted clients
+over the KServe frontends with TLS (``--http-ssl-certfile``, ``--grpc-use-ssl``).
 """
 
 from __future__ import annotations
