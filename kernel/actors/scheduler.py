@@ -33,6 +33,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.batcher import DynamicBatcher
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.modelconfig import config_to_json_text
+from inferd.kernel.response_cache import CacheScope, ResponseCache, cache_samples, scope_for
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
@@ -133,6 +134,7 @@ class _Version:
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
     sequences: SequenceBatcher[_Queued] | None = None  # set for a sequence model
     decoupled: bool = False  # model_transaction_policy { decoupled: true }
+    cache: CacheScope | None = None  # response_cache { enable: true } on a server with a cache
 
     def busy(self) -> bool:
         """Whether requests are queued, running or still to come for an ensemble."""
@@ -224,8 +226,9 @@ class SchedulerActor(Actor):
     # A frontend's request runs in its own task (Router.call).
     DIRECT = (InferRequest, StreamInferRequest)
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, cache: ResponseCache | None = None) -> None:
         super().__init__(router)
+        self._cache = cache
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
         # Versions retired because their executor died, until they serve again: the reason.
@@ -262,6 +265,7 @@ class SchedulerActor(Actor):
         current.ensemble = ensemble
         current.sequences = _sequences(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
+        current.cache = scope_for(self._cache, message.model, message.version, config)
         self._reloading.get(message.model, {}).pop(message.version, None)
         if replaced:  # a restarted executor's instances: its streams will not go on
             self._fail_streams(current, Unavailable("the model's executor was restarted"),
@@ -439,6 +443,10 @@ class SchedulerActor(Actor):
                             version.sequences.pending() if version.sequences else 0),
                     ),
                 ]
+                if version.cache is not None:
+                    samples += cache_samples(labels, stats)
+        if self._cache is not None:
+            samples += self._cache.metrics()
         return Metrics(tuple(samples))
 
     # ------------------------------------------------------------------ inference
@@ -557,11 +565,14 @@ class SchedulerActor(Actor):
         self._pump(version)
         return queued
 
-    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int) -> _Queued:
+    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int,
+                        cached: bool = True) -> _Queued:
         """Queue ``request`` on ``version`` and wait for its answer (the path of every
         request, ensemble steps included); raises the error it got."""
         if version.decoupled:
             raise DecoupledNotStreamed(version.model)
+        if cached and version.cache is not None:
+            return await self._infer_cached(version, version.cache, request, arrived_ns)
         queued = self._queue(version, request, arrived_ns)
         plan = version.plan
         timeout_us = request.timeout_us or plan.default_timeout_us
@@ -587,6 +598,21 @@ class SchedulerActor(Actor):
         if isinstance(result, InferdError):
             raise result
         assert result is not None
+        return queued
+
+    async def _infer_cached(self, version: _Version, cache: CacheScope, request: InferRequest,
+                            arrived_ns: int) -> _Queued:
+        """The response cache's turn (inferd.kernel.response_cache): a hit is answered here,
+        never queued; a miss runs as any request and its answer is stored."""
+        lookup = await cache.lookup(request)
+        if lookup.response is not None:
+            cache.record_hit(version.statistics, lookup, arrived_ns)
+            hit = _Queued(request, 0, (), arrived_ns, result=lookup.response,
+                          started_ns=lookup.started_ns)
+            hit.done.set()
+            return hit
+        queued = await self._infer_on(version, request, arrived_ns, cached=False)
+        await cache.store(lookup, queued.result, version.statistics)
         return queued
 
     def _pump(self, version: _Version) -> None:
