@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from inferd.kernel.options import TRUE_WORDS, FALSE_WORDS
 
@@ -103,7 +103,6 @@ class CacheConfig:
     name: str
     size: int = 0
     redis: RedisSettings | None = None
-    flags: tuple[str, ...] = field(default=(), compare=False)
 
 
 def parse_cache_config(flags: Sequence[str], byte_size: int | None = None,
@@ -140,9 +139,8 @@ def parse_cache_config(flags: Sequence[str], byte_size: int | None = None,
         if "size" not in values:
             raise CacheConfigError("Failed to initialize LocalCache: config didn't contain a "
                                    "valid 'size' field (--cache-config=local,size=BYTES)")
-        return CacheConfig(LOCAL, size=int(str(values["size"])), flags=tuple(flags))
-    return CacheConfig(REDIS, redis=_redis(values, os.environ if environ is None else environ),
-                       flags=tuple(flags))
+        return CacheConfig(LOCAL, size=int(str(values["size"])))
+    return CacheConfig(REDIS, redis=_redis(values, os.environ if environ is None else environ))
 
 
 def _redis(values: dict[str, object], environ: Mapping[str, str]) -> RedisSettings:

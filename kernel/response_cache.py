@@ -17,11 +17,13 @@ once every ``ERROR_LOG_INTERVAL_SECS``). Decoupled and sequence models are refus
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.cache_config import LOCAL, CacheConfig
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 
 Sample = tuple[str, dict[str, str], float]
 ERROR_LOG_INTERVAL_SECS = 10.0
+# Inputs (outputs) from this size up are hashed (encoded) in a worker thread rather than in
+# the event loop.
+HASH_IN_THREAD_BYTES = 1 << 20
 
 
 class CacheUnavailable(Exception):
@@ -147,6 +152,7 @@ class CacheScope:
     model: str
     version: int
     digest: bytes
+    outputs: tuple[str, ...]  # the config's, in its order: what a request naming none gets
     version_text: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,8 +160,14 @@ class CacheScope:
 
     async def lookup(self, request: InferRequest) -> CacheLookup:
         started_ns = time.perf_counter_ns()
+        if not request.outputs:  # the same answer as naming every output: the same key
+            request = dataclasses.replace(request, outputs=self.outputs)
         try:
-            key = request_key(self.model, self.version, self.digest, request)
+            if sum(tensor.data.nbytes for tensor in request.inputs) < HASH_IN_THREAD_BYTES:
+                key = request_key(self.model, self.version, self.digest, request)
+            else:  # hashlib lets go of the GIL: the event loop serves others meanwhile
+                key = await anyio.to_thread.run_sync(
+                    request_key, self.model, self.version, self.digest, request)
         except Exception as error:  # noqa: BLE001 - an odd request is served uncached
             log.warning("model '%s': request not cacheable: %s", self.model, error)
             return CacheLookup(None, started_ns)
@@ -187,7 +199,11 @@ class CacheScope:
             return
         started_ns = time.perf_counter_ns()
         try:
-            await self.cache.insert(lookup.key, encode_entry(response))
+            if sum(tensor.data.nbytes for tensor in response.outputs) < HASH_IN_THREAD_BYTES:
+                entry = encode_entry(response)
+            else:
+                entry = await anyio.to_thread.run_sync(encode_entry, response)
+            await self.cache.insert(lookup.key, entry)
         except Exception as error:  # noqa: BLE001 - a cache never fails a request
             _errors.error("response cache (%s): insertion for model '%s' failed: %s",
                           self.cache.name, self.model, error)
@@ -223,4 +239,5 @@ def scope_for(cache: ResponseCache | None, model: str, version: int,
                         "response cache (--cache-config): its responses are not cached",
                         model, version)
         return None
-    return CacheScope(cache, model, version, config_digest(config))
+    return CacheScope(cache, model, version, config_digest(config),
+                      tuple(output.name for output in config.output))

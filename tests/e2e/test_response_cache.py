@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 
 CACHE_BYTES = 4096
 CACHED = "response_cache { enable: true }\n"
@@ -39,8 +40,9 @@ def ensemble_config(name: str, model: str) -> str:
 
 def cached_repository(harness: Any) -> Path:
     """``simple`` (not cached), ``cached`` (simple with the cache), ``cached_identity`` (an
-    identity with the cache, for entries larger than the cache) and ``cached_ensemble`` (an
-    ensemble over ``simple`` with the cache)."""
+    identity with the cache, for entries larger than the cache), ``cached_ensemble`` (an
+    ensemble over ``simple`` with the cache) and ``plain_ensemble`` (an ensemble without the
+    cache over ``cached``)."""
     root = harness.repository("simple", "identity_fp32")
     for source, name in (("simple", "cached"), ("identity_fp32", "cached_identity")):
         folder = root / name
@@ -51,6 +53,9 @@ def cached_repository(harness: Any) -> Path:
     (root / "cached_ensemble" / "1").mkdir(parents=True)
     (root / "cached_ensemble" / "config.pbtxt").write_text(
         ensemble_config("cached_ensemble", "simple"), encoding="utf-8")
+    (root / "plain_ensemble" / "1").mkdir(parents=True)
+    (root / "plain_ensemble" / "config.pbtxt").write_text(
+        ensemble_config("plain_ensemble", "cached").replace(CACHED, ""), encoding="utf-8")
     return root
 
 
@@ -195,6 +200,54 @@ def test_the_ensemble_is_cached_at_the_top_level(server: Any) -> None:
     hits, misses, successes, _ = counts(server, "cached_ensemble")
     assert (hits, misses, successes) == (1, 1, 2)
     assert counts(server, "simple")[3] == steps_before  # the hit ran no step
+
+
+def test_a_composing_model_keeps_its_own_cache(server: Any) -> None:
+    http_infer(server, "cached", 6)  # stored by the model itself
+    before = counts(server, "cached")
+    answer = http_infer(server, "plain_ensemble", 6, names=("IN0", "IN1"))
+    np.testing.assert_array_equal(answer["SUM"], expected(6)["OUTPUT0"])
+    assert counts(server, "cached")[0] == before[0] + 1  # the step was a hit
+    assert counts(server, "cached")[3] == before[3]
+    hits, misses, successes, _ = counts(server, "plain_ensemble")
+    assert (hits, misses, successes) == (0, 0, 1)
+
+
+def test_shared_memory_inputs_and_outputs_are_cached_as_triton_caches_them(
+        server: Any) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    a, b = pair(12)
+    names = [f"/inferd-cache-test-{server.ports['http']}-{n}" for n in ("in", "out")]
+    regions = [shm.create_shared_memory_region(f"cache_{n}", key, 128)
+               for n, key in zip(("in", "out"), names, strict=True)]
+    try:
+        shm.set_shared_memory_region(regions[0], [a, b])
+        client.register_system_shared_memory("cache_in", names[0], 128)
+        client.register_system_shared_memory("cache_out", names[1], 128)
+        inputs = []
+        for offset, name in ((0, "INPUT0"), (64, "INPUT1")):
+            tensor = httpclient.InferInput(name, [1, 16], "INT32")
+            tensor.set_shared_memory("cache_in", 64, offset)
+            inputs.append(tensor)
+        outputs = []
+        for offset, name in ((0, "OUTPUT0"), (64, "OUTPUT1")):
+            output = httpclient.InferRequestedOutput(name)
+            output.set_shared_memory("cache_out", 64, offset)
+            outputs.append(output)
+        before = counts(server, "cached")
+        for _ in range(2):
+            shm.set_shared_memory_region(regions[1], [np.zeros(32, dtype=np.int32)])
+            client.infer("cached", inputs, outputs=outputs)
+            total = shm.get_contents_as_numpy(regions[1], np.int32, [1, 16])
+            difference = shm.get_contents_as_numpy(regions[1], np.int32, [1, 16], offset=64)
+            np.testing.assert_array_equal(total, a + b)
+            np.testing.assert_array_equal(difference, a - b)
+        hits, misses, _, _ = counts(server, "cached")
+        assert (hits, misses) == (before[0] + 1, before[1] + 1)
+    finally:
+        client.unregister_system_shared_memory()
+        for region in regions:
+            shm.destroy_shared_memory_region(region)
 
 
 def test_the_size_bound_evicts_and_an_entry_larger_than_the_cache_is_not_kept(

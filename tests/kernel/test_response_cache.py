@@ -4,6 +4,7 @@ cache metrics' rendering."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -13,12 +14,14 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.cache_config import RedisSettings
+from inferd.kernel.cache_key import request_key
 from inferd.kernel.local_cache import LocalCache
 from inferd.kernel.modelconfig_validation import validate
 from inferd.kernel.redis_cache import RedisCache
 from inferd.kernel.response_cache import (
     CacheCounters,
     CacheScope,
+    HASH_IN_THREAD_BYTES,
     CacheUnavailable,
     Sample,
     scope_for,
@@ -174,3 +177,19 @@ async def test_the_redis_cache_stores_and_fails_cleanly(redis_servers: Any) -> N
         await cache.close()
     with pytest.raises(CacheUnavailable, match="Failed to initialize RedisCache: cannot reach"):
         await RedisCache.connect(settings)
+
+
+async def test_naming_every_output_is_the_same_request_as_naming_none() -> None:
+    cache = LocalCache(1 << 20)
+    cached = scope(cache)
+    lookup = await cached.lookup(REQUEST)
+    await cached.store(lookup, ANSWER, VersionStatistics())
+    named = dataclasses.replace(REQUEST, outputs=("A",))
+    assert (await cached.lookup(named)).response is not None
+
+
+async def test_large_inputs_are_hashed_off_the_event_loop_to_the_same_key() -> None:
+    big = InferRequest("m", (from_numpy("A", np.zeros(HASH_IN_THREAD_BYTES, dtype=np.uint8)),))
+    lookup = await scope(LocalCache(100)).lookup(big)
+    assert lookup.key == request_key("m", 1, scope(LocalCache(100)).digest,
+                                     dataclasses.replace(big, outputs=("A",)))
