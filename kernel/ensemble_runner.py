@@ -8,7 +8,9 @@ it); each step becomes an ``InferRequest`` that goes through the composing model
 reads exist; intermediate tensors are handed on as the same numpy arrays; the answer holds the
 requested ensemble outputs. An ensemble whose last step is a decoupled model is answered as a
 stream: the other steps run once, then every response of the decoupled step becomes an
-ensemble response. It also owns the ensemble's statistics with their per-step breakdown. It
+ensemble response. An ensemble with the response cache is cached at the top level, as in
+Triton: a hit runs no step (unless a step is a decoupled or sequence model: then it is not
+cached). It also owns the ensemble's statistics with their per-step breakdown. It
 never talks to executors or control: the scheduler gives it the way to resolve a model to a
 served version, to run a request on one and to open a stream on one; the plan comes from
 ``inferd.kernel.ensemble``.

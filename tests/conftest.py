@@ -68,14 +68,15 @@ class RedisServers:
         self.folder = folder
         self.servers: list[RedisServer] = []
 
-    def start(self, *extra: str) -> RedisServer:
+    def start(self, *extra: str, port: int | None = None) -> RedisServer:
+        """A new server, on ``port`` when given (to bring one back where it was)."""
         executable = shutil.which("redis-server")
         if executable is None:
             if os.environ.get("CI"):
                 pytest.fail("redis-server is not installed (Debian's redis-server package); "
                             ".ci/run installs it")
             pytest.skip("redis-server is not installed (apt-get install redis-server)")
-        port = _free_port()
+        port = port or _free_port()
         log_path = self.folder / f"redis-{port}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(

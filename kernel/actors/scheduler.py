@@ -12,7 +12,9 @@ here, so ensemble steps batch with other traffic. A sequence model's requests go
 ``SequenceBatcher`` instead of the queue (one batch per instance at a time, each sequence
 bound to a slot of one instance). A decoupled model's requests are answered through a
 ``ResponseStream``: its instance sends each response as ``StreamParts`` under the request's
-token. It never loads models and never touches the repository.
+token. A version whose config enables the response cache (on a server with one) is answered
+from it before any queue on a hit (``inferd.kernel.response_cache``). It never loads models
+and never touches the repository.
 """
 
 from __future__ import annotations

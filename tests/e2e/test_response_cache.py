@@ -355,7 +355,7 @@ def test_servers_sharing_redis_share_answers(replicas: tuple[Any, Any]) -> None:
     assert metric(scrape(second), "nv_cache_num_misses_per_model", "cached_ensemble") == 1
 
 
-def test_a_redis_that_goes_away_turns_lookups_into_misses(
+def test_a_redis_that_goes_away_turns_lookups_into_misses_until_it_is_back(
         inferd: Any, redis_servers: Any) -> None:
     redis = redis_servers.start()
     server = inferd.start(cached_repository(inferd), *redis_flags(redis.port))
@@ -372,6 +372,10 @@ def test_a_redis_that_goes_away_turns_lookups_into_misses(
     while "response cache (redis): lookup for model 'cached' failed" not in server.log():
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.1)
+    redis_servers.start(port=redis.port)  # back, empty: the cache works again
+    http_infer(server, "cached", 9)
+    http_infer(server, "cached", 9)
+    assert counts(server, "cached")[:2] == (2, 4)
 
 
 def test_an_unreachable_redis_stops_the_start(inferd: Any, redis_servers: Any) -> None:
