@@ -2,7 +2,8 @@
 ``response_cache { enable: true }`` with ``--cache-config=local,size=...`` on one server for the
 module, and Redis (a real ``redis-server`` on loopback) shared by two servers, as inferd's
 replicas share it. Statistics (``cache_hit``/``cache_miss``, execution counts) and the
-``nv_cache_*`` metrics are read back from the servers.
+``nv_cache_*`` metrics are read back from the servers. The local-cache tests share one server
+and count on from each other, so they run in file order.
 """
 
 from __future__ import annotations
