@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from inferd.kernel.cache_config import CacheConfig, CacheConfigError, parse_cache_config
 from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.options import add_boolean, byte_count
@@ -80,8 +81,17 @@ def _serve_parser(
     execution.add_argument("--exit-timeout-secs", type=float, default=defaults.exit_timeout_secs)
     execution.add_argument("--rate-limit", choices=("off", "execution_count"), default="off",
                            help="tritonserver's rate limiter: inferd has none, only off applies")
-    execution.add_argument("--cache-config", action="append", default=[], metavar="CACHE,K=V",
-                           help="tritonserver's response cache: inferd has none yet")
+    execution.add_argument("--cache-config", action="append", default=[],
+                           metavar="CACHE,SETTING=VALUE",
+                           help="the response cache, one setting per flag: local,size=BYTES, "
+                                "or redis,host=H and redis,port=P (and redis,user=, password=, "
+                                "db=, connect_timeout=, socket_timeout=, pool_size=, "
+                                "wait_timeout=, tls_enabled=, cert=, key=, cacert=, cacert_dir=)")
+    execution.add_argument("--response-cache-byte-size", type=int, default=None,
+                           metavar="BYTES", help="deprecated: --cache-config=local,size=BYTES")
+    execution.add_argument("--cache-directory", default="", metavar="PATH",
+                           help="tritonserver's folder of cache libraries: inferd's caches are "
+                                "built in, so it is not read")
     logs = parser.add_argument_group("logging")
     LogSettings.add_arguments(logs)
     add_boolean(logs, "--allow-log-file-updates", False,
@@ -153,7 +163,15 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         log_file_updates=args.allow_log_file_updates,
         model_config_name=args.model_config_name,
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
+        cache=_cache(args),
     )
+
+
+def _cache(args: argparse.Namespace) -> CacheConfig | None:
+    try:
+        return parse_cache_config(args.cache_config, args.response_cache_byte_size)
+    except CacheConfigError as error:
+        raise StartupFailed(str(error)) from None
 
 
 def _backend_setting(text: str) -> tuple[str, str, str]:
@@ -171,9 +189,12 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
     if args.rate_limit != "off":
         log.warning("--rate-limit=%s: inferd has no rate limiter; executions are not "
                     "limited", args.rate_limit)
-    for cache in args.cache_config:
-        log.warning("--cache-config=%s: inferd has no response cache yet; nothing is cached",
-                    cache)
+    if args.response_cache_byte_size is not None:
+        log.warning("'--response-cache-byte-size' has been deprecated! It is "
+                    "'--cache-config=local,size=%d'", args.response_cache_byte_size)
+    if args.cache_directory:
+        log.info("--cache-directory=%s: inferd's response caches are built in; the folder is "
+                 "not read", args.cache_directory)
     for text, (backend, setting, _) in zip(args.backend_config, settings.backend_config,
                                            strict=True):
         if setting not in USED_BACKEND_SETTINGS:
@@ -189,6 +210,7 @@ _SERVE_FIELDS = {
     "metrics_port", "cpu_executors", "executor_inline", "intra_op_threads", "log_verbose",
     "executor_shm_threshold", "executor_shm_capacity", "strict_model_config",
     "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",
+    "response_cache_byte_size", "cache_directory",
     "log_warning", "log_error", "log_format", "log_file", "allow_sagemaker", "allow_vertex_ai",
     "allow_log_file_updates",
 }

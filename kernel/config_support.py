@@ -43,10 +43,6 @@ def _delay_refused(policy: Any) -> str | None:
     return None
 
 
-def _cache_refused(cache: Any) -> str | None:
-    return f"the response cache is {NOT_YET}" if cache.enable else None
-
-
 RULES: dict[str, Rule] = {
     "name": (HONOURED, ""),
     "platform": (HONOURED, ""),
@@ -102,7 +98,7 @@ RULES: dict[str, Rule] = {
     "model_operations": (REFUSED, "custom operation libraries are not loaded by inferd"),
     "model_transaction_policy": (HONOURED, ""),
     "model_repository_agents": (REFUSED, f"repository agents are {NOT_YET}"),
-    "response_cache": _cache_refused,
+    "response_cache": (HONOURED, ""),  # inferd.kernel.response_cache
     "model_metrics": (REFUSED, f"per-model metric controls are {NOT_YET}"),
 }
 

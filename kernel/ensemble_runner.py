@@ -8,7 +8,9 @@ it); each step becomes an ``InferRequest`` that goes through the composing model
 reads exist; intermediate tensors are handed on as the same numpy arrays; the answer holds the
 requested ensemble outputs. An ensemble whose last step is a decoupled model is answered as a
 stream: the other steps run once, then every response of the decoupled step becomes an
-ensemble response. It also owns the ensemble's statistics with their per-step breakdown. It
+ensemble response. An ensemble with the response cache is cached at the top level, as in
+Triton: a hit runs no step (unless a step is a decoupled or sequence model: then it is not
+cached). It also owns the ensemble's statistics with their per-step breakdown. It
 never talks to executors or control: the scheduler gives it the way to resolve a model to a
 served version, to run a request on one and to open a stream on one; the plan comes from
 ``inferd.kernel.ensemble``.
@@ -26,6 +28,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.ensemble import Dataflow, EnsemblePlan, EnsembleStep
 from inferd.kernel.modelconfig_validation import ENSEMBLE_PLATFORM
+from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.kernel.streams import ResponseStream
@@ -121,6 +124,11 @@ class ServedVersion(Protocol):
     statistics: VersionStatistics
     ensemble: EnsembleState | None
     decoupled: bool
+    cache: CacheScope | None  # its response cache, when its responses are cached
+
+    @property
+    def sequences(self) -> object:  # a sequence model's batcher, else None
+        ...
 
 
 class QueuedRequest(Protocol):
@@ -198,9 +206,25 @@ class EnsembleRunner(Generic[V]):
             decoupled = _decoupled_steps(pin)
             if decoupled:
                 raise DecoupledNotStreamed(version.model)
+            if version.cache is not None and _cacheable(pin):
+                return await self._infer_cached(version.cache, pin, request, batch_size,
+                                                arrived_ns)
             outcome = await self._execute(pin, request, batch_size, arrived_ns)
         finally:
             self._release(pin)
+        return outcome.response
+
+    async def _infer_cached(self, cache: CacheScope, pin: _Pin[V], request: InferRequest,
+                            batch_size: int, arrived_ns: int) -> InferResponse:
+        """An ensemble request through the ensemble's own response cache (Triton caches
+        ensembles at the top level): a hit runs no step."""
+        statistics = pin.version.statistics
+        lookup = await cache.lookup(request)
+        if lookup.response is not None:
+            cache.record_hit(statistics, lookup, arrived_ns)
+            return lookup.response
+        outcome = await self._execute(pin, request, batch_size, arrived_ns)
+        await cache.store(lookup, outcome.response, statistics)
         return outcome.response
 
     async def stream(self, version: V, request: InferRequest, arrived_ns: int
@@ -438,6 +462,19 @@ class EnsembleRunner(Generic[V]):
         if not isinstance(result, InferResponse):
             raise result if isinstance(result, InferdError) else Internal("step got no answer")
         return _Outcome(result, queued.started_ns - queued.enqueued_ns, queued.compute_ns)
+
+
+def _cacheable(pin: _Pin[Any]) -> bool:
+    """Whether every model a pinned ensemble runs (nested ones included) could be cached:
+    as in Triton, a decoupled or sequence model in it keeps the ensemble uncached."""
+    for step_pin in pin.steps.values():
+        target = step_pin.version
+        if target.ensemble is not None:
+            if not _cacheable(step_pin):
+                return False
+        elif target.decoupled or target.sequences is not None:
+            return False
+    return True
 
 
 def _decoupled_steps(pin: _Pin[Any]) -> list[int]:

@@ -52,6 +52,7 @@ def validate(config: ModelConfig, *, folder_name: str, complete: bool) -> None:
     _check_executor_parameter(config, model)
     _check_version_policy(config, model)
     _check_model_file_names(config, model)
+    _check_response_cache(config, model)
     if config.platform == ENSEMBLE_PLATFORM:
         check_ensemble_graph(config)
 
@@ -242,6 +243,20 @@ def _check_sequence_batching(config: ModelConfig, model: str) -> None:
             config.max_batch_size,
             model,
         )
+
+
+def _check_response_cache(config: ModelConfig, model: str) -> None:
+    """Triton's refusals, in its words: the response cache holds one answer per request, so
+    neither a sequence model (its answers depend on state) nor a decoupled one can use it."""
+    if not config.response_cache.enable:
+        return
+    if config.HasField("sequence_batching"):
+        raise InvalidArgument(f"Response Cache does not currently support model {model} with "
+                              "sequence batching scheduler. Please disable the response cache.")
+    if config.model_transaction_policy.decoupled:
+        raise InvalidArgument(f"Response Cache does not currently support model {model} with "
+                              "'decoupled' transaction policy. Please disable the response "
+                              "cache.")
 
 
 def _check_preferred_sizes(sizes: Iterable[int], where: str, maximum: int, model: str) -> None:

@@ -27,6 +27,7 @@ from inferd.kernel.actors.scheduler import SchedulerActor
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.plugins import Plugins
+from inferd.kernel.response_cache import CacheUnavailable, ResponseCache, open_cache
 from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
@@ -64,6 +65,7 @@ class StartupFailed(Exception):
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
     backends = plugins.backends()
+    cache = await _open_cache(settings)  # first: a Redis that does not answer leaves nothing
     router = Router("main")
     context = zmq.Context()
     run_folder = create_run_folder()
@@ -82,7 +84,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         auto_complete=not settings.disable_auto_complete_config,
         config_name=settings.model_config_name,
     )
-    scheduler = SchedulerActor(router)
+    scheduler = SchedulerActor(router, cache)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES)
     dataplane = DataPlane(router, EXTENSIONS)
@@ -106,11 +108,25 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
                 await _shut_down(router, frontends, settings)
                 tasks.cancel_scope.cancel()
     finally:
+        if cache is not None:
+            with anyio.CancelScope(shield=True):
+                await cache.close()
         if link is not None:
             link.close()
         context.term()
         shutil.rmtree(run_folder, ignore_errors=True)
         link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
+
+
+async def _open_cache(settings: Settings) -> ResponseCache | None:
+    """The server's response cache; one that cannot be opened fails the start (Triton's)."""
+    try:
+        cache = await open_cache(settings.cache)
+    except CacheUnavailable as error:
+        raise StartupFailed(str(error)) from None
+    if cache is not None:
+        log.info("response cache: %s", cache.describe())
+    return cache
 
 
 async def _start_frontends(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.kernel.cache_config import CacheConfig
 from inferd.kernel.logs import LogSettings
 
 
@@ -47,3 +48,5 @@ class Settings:
     model_config_name: str = ""
     # --backend-config: (backend or "" for every backend, setting, value).
     backend_config: tuple[tuple[str, str, str], ...] = ()
+    # --cache-config: the server's response cache, None for none (inferd.kernel.cache_config).
+    cache: CacheConfig | None = None

@@ -71,6 +71,20 @@ class VersionStatistics:
         if ok:
             self.queue.add(queue_ns)
 
+    def record_cache_hit(self, total_ns: int, queue_ns: int, hit_ns: int) -> None:
+        """A request answered from the response cache: as in Triton a success (its whole
+        time, and as queue time what passed before the lookup) and a ``cache_hit`` (the
+        lookup's time), with no execution and no inference counted."""
+        self.record_request(True, total_ns, queue_ns)
+        self.cache_hit.add(hit_ns)
+
+    def record_cache_miss(self, lookup_ns: int, insertion_ns: int) -> None:
+        """A successful request the cache did not hold: a ``cache_miss`` of the lookup's and
+        the insertion's time. The insertion comes after the request was counted, so its time
+        is added to the request's (the lookup's already is), as Triton adds it."""
+        self.cache_miss.add(lookup_ns + insertion_ns)
+        self.success.ns += insertion_ns
+
     def as_dict(self, name: str, version: str) -> dict[str, Any]:
         return {
             "name": name,

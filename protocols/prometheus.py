@@ -29,7 +29,24 @@ METRICS: dict[str, tuple[str, str]] = {
     "nv_inference_pending_request_count": (
         "gauge", "Instantaneous number of pending requests awaiting execution"),
     "nv_model_load_duration_secs": ("gauge", "Model load time in seconds"),
+    # The response cache's, printed only when a cache or a cached model has them.
+    "nv_cache_num_hits_per_model": ("counter", "Number of cache hits per model"),
+    "nv_cache_num_misses_per_model": ("counter", "Number of cache misses per model"),
+    "nv_cache_hit_duration_per_model": (
+        "counter", "Total cache hit duration per model, in microseconds"),
+    "nv_cache_miss_duration_per_model": (
+        "counter", "Total cache miss (insert+lookup) duration per model, in microseconds"),
+    "nv_cache_num_entries": ("gauge", "Number of responses stored in response cache"),
+    "nv_cache_util": ("gauge", "Cache utilization [0.0 - 1.0]"),
+    "nv_cache_num_evictions": ("gauge", "Number of cache evictions in response cache"),
+    "nv_cache_num_lookups": ("gauge", "Number of cache lookups in response cache"),
+    "nv_cache_num_hits": ("gauge", "Number of cache hits in response cache"),
+    "nv_cache_num_misses": ("gauge", "Number of cache misses in response cache"),
+    "nv_cache_lookup_duration": (
+        "gauge", "Total cache lookup duration (hit and miss), in microseconds"),
+    "nv_cache_insertion_duration": ("gauge", "Total cache insertion duration, in microseconds"),
 }
+ONLY_WHEN_SAMPLED = frozenset(name for name in METRICS if name.startswith("nv_cache_"))
 
 
 def _escape(value: str) -> str:
@@ -46,9 +63,12 @@ def render(samples: Iterable[tuple[str, dict[str, str], float]]) -> str:
         by_name.setdefault(name, []).append((labels, value))
     lines: list[str] = []
     for name in [*METRICS, *sorted(set(by_name) - set(METRICS))]:
+        if name in ONLY_WHEN_SAMPLED and name not in by_name:
+            continue
         kind, help_text = METRICS.get(name, ("untyped", name))
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         for labels, value in by_name.get(name, []):
             label_text = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
-            lines.append(f"{name}{{{label_text}}} {_number(value)}")
+            braces = f"{{{label_text}}}" if labels else ""
+            lines.append(f"{name}{braces} {_number(value)}")
     return "\n".join(lines) + "\n"

@@ -12,7 +12,9 @@ here, so ensemble steps batch with other traffic. A sequence model's requests go
 ``SequenceBatcher`` instead of the queue (one batch per instance at a time, each sequence
 bound to a slot of one instance). A decoupled model's requests are answered through a
 ``ResponseStream``: its instance sends each response as ``StreamParts`` under the request's
-token. It never loads models and never touches the repository.
+token. A version whose config enables the response cache (on a server with one) is answered
+from it before any queue on a hit (``inferd.kernel.response_cache``). It never loads models
+and never touches the repository.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from inferd.kernel.batcher import DynamicBatcher
 from inferd.kernel.classification import Labels, classify, read_labels
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.modelconfig import config_to_json_text
+from inferd.kernel.response_cache import CacheScope, ResponseCache, cache_samples, scope_for
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
@@ -135,6 +138,7 @@ class _Version:
     sequences: SequenceBatcher[_Queued] | None = None  # set for a sequence model
     decoupled: bool = False  # model_transaction_policy { decoupled: true }
     labels: Labels = field(default_factory=dict)  # the outputs' label_filename contents
+    cache: CacheScope | None = None  # response_cache { enable: true } on a server with a cache
 
     def classified(self, request: InferRequest, response: InferResponse) -> InferResponse:
         """``response`` with the outputs ``request`` asks classes of as their top classes."""
@@ -233,8 +237,9 @@ class SchedulerActor(Actor):
     # A frontend's request runs in its own task (Router.call).
     DIRECT = (InferRequest, StreamInferRequest)
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, cache: ResponseCache | None = None) -> None:
         super().__init__(router)
+        self._cache = cache
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
         # Versions retired because their executor died, until they serve again: the reason.
@@ -272,6 +277,7 @@ class SchedulerActor(Actor):
         current.sequences = _sequences(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
         current.labels = read_labels(config, Path(message.path)) if message.path else {}
+        current.cache = scope_for(self._cache, message.model, message.version, config)
         self._reloading.get(message.model, {}).pop(message.version, None)
         if replaced:  # a restarted executor's instances: its streams will not go on
             self._fail_streams(current, Unavailable("the model's executor was restarted"),
@@ -449,6 +455,10 @@ class SchedulerActor(Actor):
                             version.sequences.pending() if version.sequences else 0),
                     ),
                 ]
+                if version.cache is not None:
+                    samples += cache_samples(labels, stats)
+        if self._cache is not None:
+            samples += self._cache.metrics()
         return Metrics(tuple(samples))
 
     # ------------------------------------------------------------------ inference
@@ -572,11 +582,14 @@ class SchedulerActor(Actor):
         self._pump(version)
         return queued
 
-    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int) -> _Queued:
+    async def _infer_on(self, version: _Version, request: InferRequest, arrived_ns: int,
+                        cached: bool = True) -> _Queued:
         """Queue ``request`` on ``version`` and wait for its answer (the path of every
         request, ensemble steps included); raises the error it got."""
         if version.decoupled:
             raise DecoupledNotStreamed(version.model)
+        if cached and version.cache is not None:
+            return await self._infer_cached(version, version.cache, request, arrived_ns)
         queued = self._queue(version, request, arrived_ns)
         plan = version.plan
         timeout_us = request.timeout_us or plan.default_timeout_us
@@ -602,6 +615,21 @@ class SchedulerActor(Actor):
         if isinstance(result, InferdError):
             raise result
         assert result is not None
+        return queued
+
+    async def _infer_cached(self, version: _Version, cache: CacheScope, request: InferRequest,
+                            arrived_ns: int) -> _Queued:
+        """The response cache's turn (inferd.kernel.response_cache): a hit is answered here,
+        never queued; a miss runs as any request and its answer is stored."""
+        lookup = await cache.lookup(request)
+        if lookup.response is not None:
+            cache.record_hit(version.statistics, lookup, arrived_ns)
+            hit = _Queued(request, 0, (), arrived_ns, result=lookup.response,
+                          started_ns=lookup.started_ns)
+            hit.done.set()
+            return hit
+        queued = await self._infer_on(version, request, arrived_ns, cached=False)
+        await cache.store(lookup, queued.result, version.statistics)
         return queued
 
     def _pump(self, version: _Version) -> None:

@@ -2,7 +2,7 @@
 processes: each implemented (``--strict-model-config``, ``--model-config-name``,
 ``--backend-config=...,default-max-batch-size=N``, ``--log-info/-warning/-error``,
 ``--log-format``, ``--log-file``) or accepted with a log line saying it changes nothing
-(``--rate-limit``, ``--cache-config``, an unread backend setting), ``--allow-sagemaker`` and
+(``--rate-limit``, an unread backend setting), ``--allow-sagemaker`` and
 ``--allow-vertex-ai`` refused with the reason, an unknown flag still an error."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_logging_flags_shape_every_processs_log(inferd: InferdHarness, tmp_path:
     log_file = tmp_path / "inferd.log"
     server = inferd.launch(inferd.repository("simple"), "--log-info=false",
                            "--log-format=ISO8601", f"--log-file={log_file}",
-                           "--rate-limit=execution_count", "--cache-config=local,size=1048576")
+                           "--rate-limit=execution_count")
     client = httpclient.InferenceServerClient(server.http_url)
     deadline = time.monotonic() + WAIT_SECS
     while not ready(client):
@@ -78,7 +78,6 @@ def test_logging_flags_shape_every_processs_log(inferd: InferdHarness, tmp_path:
     assert all(" I [" not in line for line in records), records  # --log-info=false
     text = "\n".join(records)
     assert "--rate-limit=execution_count: inferd has no rate limiter" in text
-    assert "--cache-config=local,size=1048576: inferd has no response cache yet" in text
     # The executor processes log by the same flags.
     children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
     commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -61,7 +61,6 @@ def config(text: str) -> ModelConfig:
     ("optimization { graph { level: 1 } }", "optimization.graph"),
     ('optimization { execution_accelerators { cpu_execution_accelerator [{ name: "openvino" }] '
      "} }", "optimization.execution_accelerators"),
-    ("response_cache { enable: true }", "response_cache"),
     ("dynamic_batching { default_queue_policy { timeout_action: DELAY } }",
      "dynamic_batching.default_queue_policy"),
     ("dynamic_batching { priority_levels: 2 priority_queue_policy { key: 1 value { "
@@ -85,7 +84,7 @@ def test_what_inferd_implements_passes_and_harmless_fields_warn() -> None:
         "default_queue_policy { timeout_action: REJECT max_queue_size: 9 } } "
         'instance_group [{ count: 2 kind: KIND_CPU }] parameters { key: "k" value { '
         'string_value: "v" } } optimization { input_pinned_memory { enable: true } } '
-        "response_cache { enable: false }")
+        "response_cache { enable: true }")
     assert check_supported(honoured) == []
     warned = check_supported(config('metric_tags { key: "team" value: "search" } '
                                     "optimization { priority: PRIORITY_MAX }"))

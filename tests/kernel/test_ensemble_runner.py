@@ -14,6 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.ensemble_runner import STEPS_KEY, EnsembleRunner, EnsembleState, statistics_dict
+from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.validation import ModelSignature
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound
@@ -56,6 +57,8 @@ class FakeVersion:
     pinned: int = 0
     statistics: VersionStatistics = field(default_factory=VersionStatistics)
     decoupled: bool = False
+    cache: CacheScope | None = None
+    sequences: object = None
 
 
 @dataclass(eq=False)
