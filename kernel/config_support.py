@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from google.protobuf.message import Message
-from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.protocols.errors import InvalidArgument
@@ -35,12 +34,6 @@ HARMLESS = "harmless"
 Rule = tuple[str, str] | Callable[[Any], str | None]
 
 NOT_YET = "not implemented by inferd yet"
-
-
-def _delay_refused(policy: Any) -> str | None:
-    if policy.timeout_action == model_config_pb2.ModelQueuePolicy.DELAY:
-        return "timeout_action DELAY is not implemented by inferd yet (REJECT is)"
-    return None
 
 
 def _cache_refused(cache: Any) -> str | None:
@@ -77,9 +70,9 @@ RULES: dict[str, Rule] = {
     "optimization.output_pinned_memory": (HONOURED, ""),
     "optimization.priority": (HARMLESS, "inferd does not prioritize models' executions"),
     "dynamic_batching": (HONOURED, ""),
-    "dynamic_batching.default_queue_policy": _delay_refused,
-    "dynamic_batching.priority_queue_policy": (REFUSED, f"per-level queue policies are "
-                                                       f"{NOT_YET}"),
+    "dynamic_batching.default_queue_policy": (HONOURED, ""),  # inferd.kernel.queue_policy
+    "dynamic_batching.priority_queue_policy": (HONOURED, ""),
+    "dynamic_batching.preserve_ordering": (HONOURED, ""),  # inferd.kernel.response_order
     "sequence_batching": (HONOURED, ""),  # inferd.kernel.sequence_plan refuses its own
     "ensemble_scheduling": (HONOURED, ""),
     "ensemble_scheduling.step.model_namespace": (REFUSED, f"model namespaces are {NOT_YET}"),

@@ -216,7 +216,8 @@ backend: "inferd_testing"
 max_batch_size: 0
 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
 output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
-dynamic_batching { default_queue_policy { max_queue_size: 1 } }
+dynamic_batching { default_queue_policy { max_queue_size: 1
+  default_timeout_microseconds: 30000000 allow_timeout_override: true } }
 parameters { key: "mode" value { string_value: "slow" } }
 parameters { key: "delay_ms" value { string_value: "400" } }
 """
@@ -237,7 +238,8 @@ def test_queue_size_and_request_timeouts_refuse_with_triton_messages(inferd: Any
             outcomes[name] = f"{error.status()} {error.message()}"
 
     # Two requests fill the instance (one running, one sent behind it), the third waits in
-    # the queue of one with a 100 ms timeout, the fourth finds the queue full.
+    # the queue of one with a 100 ms timeout (shorter than the
+    # default, which allow_timeout_override lets it shorten), the fourth finds the queue full.
     threads = []
     for name, timeout_us in (("running", 0), ("next", 0), ("queued", 100_000), ("full", 0)):
         threads.append(threading.Thread(target=send, args=(name, timeout_us)))
@@ -246,5 +248,5 @@ def test_queue_size_and_request_timeouts_refuse_with_triton_messages(inferd: Any
     for thread in threads:
         thread.join(timeout=30)
     assert outcomes["running"] == outcomes["next"] == "ok"
-    assert outcomes["full"] == "503 Exceeds maximum queue size"
+    assert outcomes["full"] == "503 [request id: <id_unknown>] Exceeds maximum queue size"
     assert outcomes["queued"] == "503 Request timeout expired"
