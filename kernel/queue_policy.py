@@ -99,6 +99,16 @@ class QueuePolicy:
     def policy(self, level: int) -> LevelPolicy:
         return self.levels.get(level, self.default)
 
+    @property
+    def prefetch(self) -> bool:
+        """Whether an instance may be sent its next batch while it still runs one. As in
+        Triton, not under a queue policy (priority levels, a timeout or its override, a size
+        limit): a request handed to a busy instance could no longer time out or be overtaken,
+        so requests stay in the queue until an instance is free."""
+        default = self.default
+        return not (self.priority_levels or default.default_timeout_us
+                    or default.allow_timeout_override or default.max_queue_size)
+
 
 class _Level(Generic[T]):
     __slots__ = ("policy", "live", "deadlines", "delayed")

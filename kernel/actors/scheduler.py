@@ -89,7 +89,8 @@ IDLE_POLL_SECS = 0.01
 # running one (never running both at once), so the instance is not idle for the round trip
 # between the processes. Only a batch that cannot grow goes early, though (a model without
 # dynamic batching, or a full batch): any other waits here, where requests arriving while the
-# instance is busy still join it. Deeper would only make requests wait in the executor.
+# instance is busy still join it. Deeper would only make requests wait in the executor. Under a
+# queue policy nothing goes early (QueuePolicy.prefetch), as in Triton.
 BATCHES_IN_FLIGHT_PER_INSTANCE = 2
 SHUTTING_DOWN = "server is shutting down"
 
@@ -564,11 +565,12 @@ class SchedulerActor(Actor):
             return
         version.pumping = True
         queue = version.queue
+        in_flight_limit = BATCHES_IN_FLIGHT_PER_INSTANCE if version.plan.prefetch else 1
         try:
             self._expire(version)
             while queue:
                 slot = min(version.slots, key=_load_of, default=None)
-                if slot is None or slot.in_flight >= BATCHES_IN_FLIGHT_PER_INSTANCE:
+                if slot is None or slot.in_flight >= in_flight_limit:
                     break
                 if slot.in_flight and not version.batcher.complete(queue):
                     break  # the batch grows here until an instance is free

@@ -169,10 +169,11 @@ def test_each_priority_level_has_its_own_queue_size(server: ServerHandle, protoc
         return lambda outcome: send(protocol, server, "levels", request_id, outcome,
                                     priority=priority)
 
-    # Two requests occupy the instance (one running, one sent behind it); then level 2 (room
-    # for one) and level 1 (room for two) fill up, and one more each is refused.
+    # One request runs (under a queue policy nothing waits in a busy instance, as in
+    # Triton); then level 2 (room for one) and level 1 (room for two) fill up, and one more
+    # each is refused.
     outcomes = run_staggered([
-        ("running", call("running", 2)), ("next", call("next", 2)),
+        ("running", call("running", 2)),
         ("low", call("low", 2)), ("low-over", call("low-over", 0)),  # 0: the default level
         ("high", call("high", 1)), ("high2", call("high2", 1)), ("high-over", call("high-over", 1)),
     ], gap=0.05)
@@ -183,13 +184,13 @@ def test_each_priority_level_has_its_own_queue_size(server: ServerHandle, protoc
         f"{status} [request id: high-over] Exceeds maximum queue size"
     # Refused at the door, long before the queue they found full moved.
     assert outcomes["high-over"].at < outcomes["running"].at
-    assert completion_order(outcomes) == ["running", "next", "high", "high2", "low"]
+    assert completion_order(outcomes) == ["running", "high", "high2", "low"]
 
 
 def timeout_round(protocol: str, server: ServerHandle, model: str) -> dict[str, Outcome]:
-    """``running`` (600 ms) and ``next`` occupy the instance; ``short`` queues with a 100 ms
-    timeout of its own, and expires long before an instance is free; ``long`` queues behind
-    it (its timeout is the 10 s default)."""
+    """``running`` (600 ms) occupies the instance and ``next`` waits; ``short`` queues with a
+    100 ms timeout of its own, which expires long before an instance is free; ``long`` queues
+    behind it (its timeout is the 10 s default)."""
     def call(request_id: str, timeout_us: int = 0) -> Callable[[Outcome], None]:
         return lambda outcome: send(protocol, server, model, request_id, outcome,
                                     timeout_us=timeout_us)
@@ -245,24 +246,28 @@ def sleep_for(protocol: str, server: ServerHandle, model: str, seconds: float,
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_preserve_ordering_holds_a_later_response_until_the_earlier_one_is_sent(
         server: ServerHandle, protocol: str) -> None:
-    def rounds(model: str) -> list[str]:
-        # Two instances: the slow first request and the quick second one run at once.
+    def quick_ahead(model: str) -> float:
+        """How long before the slow first request the quick second one was answered (two
+        instances: they run at once)."""
         outcomes = run_staggered([
             ("slow", lambda o: sleep_for(protocol, server, model, 1.0, o)),
             ("quick", lambda o: sleep_for(protocol, server, model, 0.05, o)),
         ], gap=0.1)
         assert all(o.ok for o in outcomes.values()), {n: o.error for n, o in outcomes.items()}
-        return completion_order(outcomes)
+        return outcomes["slow"].at - outcomes["quick"].at
 
-    assert rounds("unordered") == ["quick", "slow"]  # the difference is visible without it
-    assert rounds("ordered") == ["slow", "quick"]
+    assert quick_ahead("unordered") > 0.5  # the difference is visible without it
+    # Held until the slow one is sent, then sent with it (the client threads may see the two
+    # in either order within a moment).
+    assert quick_ahead("ordered") < 0.1
 
 
-def streamed_order(server: ServerHandle, model: str) -> list[tuple[str, int]]:
-    """(request id, response index) in the order they reached the client, for a slow request
-    (3 responses 0.3 s apart) sent just before a quick one (3, 0.02 s apart), each on a gRPC
-    stream of its own (inferd writes one stream's responses in its requests' order)."""
-    received: queue.Queue[tuple[str, int] | str] = queue.Queue()
+def streamed_times(server: ServerHandle, model: str) -> dict[tuple[str, int], float]:
+    """When (monotonic seconds) each (request id, response index) reached the client, for a
+    slow request (3 responses 0.3 s apart) sent just before a quick one (3, 0.02 s apart),
+    each on a gRPC stream of its own (inferd writes one stream's responses in its requests'
+    order, so one stream would not show the model's order)."""
+    received: queue.Queue[tuple[str, int, float] | str] = queue.Queue()
 
     def callback(result: Any, error: InferenceServerException | None) -> None:
         if error is not None:
@@ -270,7 +275,7 @@ def streamed_order(server: ServerHandle, model: str) -> list[tuple[str, int]]:
             return
         response = result.get_response()
         if response.outputs:
-            received.put((response.id, int(result.as_numpy("OUT")[0])))
+            received.put((response.id, int(result.as_numpy("OUT")[0]), time.monotonic()))
 
     clients = []
     try:
@@ -282,13 +287,13 @@ def streamed_order(server: ServerHandle, model: str) -> list[tuple[str, int]]:
             tensor.set_data_from_numpy(np.array([seconds], np.float32))
             client.async_stream_infer(model, [tensor], request_id=request_id)
             time.sleep(0.1)
-        order: list[tuple[str, int]] = []
+        times: dict[tuple[str, int], float] = {}
         deadline = time.monotonic() + WAIT_SECS
-        while len(order) < 6:
+        while len(times) < 6:
             item = received.get(timeout=max(0.1, deadline - time.monotonic()))
             assert isinstance(item, tuple), item
-            order.append(item)
-        return order
+            times[item[0], item[1]] = item[2]
+        return times
     finally:
         for client in clients:
             client.stop_stream()
@@ -297,9 +302,11 @@ def streamed_order(server: ServerHandle, model: str) -> list[tuple[str, int]]:
 
 def test_preserve_ordering_on_a_decoupled_model_streams_requests_one_after_another(
         server: ServerHandle) -> None:
-    unordered = streamed_order(server, "unordered_stream")
-    assert unordered.index(("quick", 2)) < unordered.index(("slow", 2)), unordered
-    # As in Triton: the first request streams as it goes, the next one's responses wait
-    # until the first has sent its final one.
-    assert streamed_order(server, "ordered_stream") == [
-        ("slow", 0), ("slow", 1), ("slow", 2), ("quick", 0), ("quick", 1), ("quick", 2)]
+    unordered = streamed_times(server, "unordered_stream")
+    assert unordered["slow", 2] - unordered["quick", 2] > 0.3, unordered
+    # As in Triton: the first request streams as it goes (its responses 0.3 s apart), the
+    # next one's responses wait until the first has sent its final one.
+    ordered = streamed_times(server, "ordered_stream")
+    assert ordered["slow", 1] - ordered["slow", 0] > 0.2, ordered
+    assert ordered["slow", 2] - ordered["slow", 1] > 0.2, ordered
+    assert min(ordered["quick", n] for n in range(3)) > ordered["slow", 2] - 0.1, ordered

@@ -143,6 +143,16 @@ def test_remove_drain_and_rebuilt() -> None:
     assert not single and len(single) == 0
 
 
+def test_an_instance_is_sent_a_batch_early_only_without_a_queue_policy() -> None:
+    assert policy_of("").prefetch
+    assert policy_of("dynamic_batching { max_queue_delay_microseconds: 100 }").prefetch
+    for text in ("priority_levels: 2 default_priority_level: 1",
+                 "default_queue_policy { max_queue_size: 4 }",
+                 "default_queue_policy { default_timeout_microseconds: 10 }",
+                 "default_queue_policy { allow_timeout_override: true }"):
+        assert not policy_of(f"dynamic_batching {{ {text} }}").prefetch, text
+
+
 def test_queue_full_message_is_tritons_with_the_request_id() -> None:
     assert queue_full_message("") == "[request id: <id_unknown>] Exceeds maximum queue size"
     assert queue_full_message("r7") == "[request id: r7] Exceeds maximum queue size"
