@@ -17,11 +17,9 @@ warnings out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from google.protobuf.message import Message
-from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.protocols.errors import InvalidArgument
@@ -30,17 +28,10 @@ HONOURED = "honoured"
 REFUSED = "refused"
 HARMLESS = "harmless"
 
-# A rule: its kind, and for REFUSED or HARMLESS the reason; a callable rule decides by the
-# field's value (None: honoured, else the refusal's reason).
-Rule = tuple[str, str] | Callable[[Any], str | None]
+# A rule: its kind, and for REFUSED or HARMLESS the reason.
+Rule = tuple[str, str]
 
 NOT_YET = "not implemented by inferd yet"
-
-
-def _delay_refused(policy: Any) -> str | None:
-    if policy.timeout_action == model_config_pb2.ModelQueuePolicy.DELAY:
-        return "timeout_action DELAY is not implemented by inferd yet (REJECT is)"
-    return None
 
 
 RULES: dict[str, Rule] = {
@@ -73,9 +64,9 @@ RULES: dict[str, Rule] = {
     "optimization.output_pinned_memory": (HONOURED, ""),
     "optimization.priority": (HARMLESS, "inferd does not prioritize models' executions"),
     "dynamic_batching": (HONOURED, ""),
-    "dynamic_batching.default_queue_policy": _delay_refused,
-    "dynamic_batching.priority_queue_policy": (REFUSED, f"per-level queue policies are "
-                                                       f"{NOT_YET}"),
+    "dynamic_batching.default_queue_policy": (HONOURED, ""),  # inferd.kernel.queue_policy
+    "dynamic_batching.priority_queue_policy": (HONOURED, ""),
+    "dynamic_batching.preserve_ordering": (HONOURED, ""),  # inferd.kernel.response_order
     "sequence_batching": (HONOURED, ""),  # inferd.kernel.sequence_plan refuses its own
     "ensemble_scheduling": (HONOURED, ""),
     "ensemble_scheduling.step.model_namespace": (REFUSED, f"model namespaces are {NOT_YET}"),
@@ -118,14 +109,8 @@ def check_supported(config: ModelConfig) -> list[str]:
     return a warning for each harmless one it ignores."""
     warnings: list[str] = []
     model = config.name
-    for path, value in _set_fields(config, ""):
-        rule = rule_for(path)
-        if callable(rule):
-            reason = rule(value)
-            if reason is not None:
-                raise InvalidArgument(f"model '{model}': {path} is not supported: {reason}")
-            continue
-        kind, reason = rule if rule is not None else (REFUSED, "inferd does not know it")
+    for path in _set_fields(config, ""):
+        kind, reason = rule_for(path) or (REFUSED, "inferd does not know it")
         if kind == REFUSED:
             raise InvalidArgument(f"model '{model}': {path} is not supported: {reason}")
         if kind == HARMLESS:
@@ -133,8 +118,8 @@ def check_supported(config: ModelConfig) -> list[str]:
     return warnings
 
 
-def _set_fields(message: Message, prefix: str) -> Iterator[tuple[str, Any]]:
-    """(path, value) for every field set in ``message`` that a rule decides: a message with
+def _set_fields(message: Message, prefix: str) -> Iterator[str]:
+    """The path of every field set in ``message`` that a rule decides: a message with
     rules for fields under it is looked into instead (its own rule, if any, then decides
     for those of its fields without one)."""
     for field, value in message.ListFields():
@@ -143,7 +128,7 @@ def _set_fields(message: Message, prefix: str) -> Iterator[tuple[str, Any]]:
                   and not field.message_type.GetOptions().map_entry
                   and any(key.startswith(path + ".") for key in RULES))
         if not nested:
-            yield path, value
+            yield path
             continue
         items = value if field.is_repeated else [value]
         for item in items:

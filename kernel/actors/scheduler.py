@@ -23,7 +23,6 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,6 +36,13 @@ from inferd.kernel.classification import Labels, classify, read_labels
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.modelconfig import config_to_json_text
 from inferd.kernel.response_cache import CacheScope, ResponseCache, cache_samples, scope_for
+from inferd.kernel.queue_policy import (
+    TIMEOUT_MESSAGE,
+    PriorityQueue,
+    QueuePolicy,
+    queue_full_message,
+)
+from inferd.kernel.response_order import ResponseOrder
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
@@ -87,7 +93,8 @@ IDLE_POLL_SECS = 0.01
 # running one (never running both at once), so the instance is not idle for the round trip
 # between the processes. Only a batch that cannot grow goes early, though (a model without
 # dynamic batching, or a full batch): any other waits here, where requests arriving while the
-# instance is busy still join it. Deeper would only make requests wait in the executor.
+# instance is busy still join it. Deeper would only make requests wait in the executor. Under a
+# queue policy nothing goes early (QueuePolicy.prefetch), as in Triton.
 BATCHES_IN_FLIGHT_PER_INSTANCE = 2
 SHUTTING_DOWN = "server is shutting down"
 
@@ -124,14 +131,17 @@ class _Version:
     config: ModelConfig
     signature: ModelSignature
     batcher: DynamicBatcher
-    plan: _Plan
+    plan: QueuePolicy
     slots: list[_Slot]
-    queue: deque[_Queued] = field(default_factory=deque)
+    queue: PriorityQueue[_Queued] = field(init=False)
+    # preserve_ordering: where each request sent to an instance stands in the response order
+    order: ResponseOrder[_Queued, InferResponse | InferdError | None] = field(
+        default_factory=ResponseOrder)
     running: int = 0  # batches sent to instances and not answered
     in_service: int = 0  # requests in those batches
     retired: bool = False
     statistics: VersionStatistics = field(default_factory=VersionStatistics)
-    wake_pending: bool = False
+    wake_ns: int = 0  # when the pump is next woken (monotonic ns), 0: not planned
     pumping: bool = False  # _pump is running: a batch finishing meanwhile leaves it to it
     pinned: int = 0  # ensemble requests that fixed this version and still need it
     ensemble: EnsembleState | None = None  # set for an ensemble, served without instances
@@ -147,49 +157,13 @@ class _Version:
         return classify(response, request.classification, self.labels,
                         batched=self.config.max_batch_size > 0)
 
+    def __post_init__(self) -> None:
+        self.queue = PriorityQueue(self.plan)
+
     def busy(self) -> bool:
         """Whether requests are queued, running or still to come for an ensemble."""
         waiting = self.sequences.pending() if self.sequences is not None else 0
         return bool(self.queue or self.running or self.pinned or waiting)
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What every request of a version needs from its config, read from the protobuf once."""
-
-    priority_levels: int
-    default_priority_level: int
-    default_timeout_us: int
-    max_queue_size: int
-
-    @classmethod
-    def of(cls, config: ModelConfig) -> _Plan:
-        dynamic = config.dynamic_batching
-        levels = int(dynamic.priority_levels)
-        return cls(
-            priority_levels=levels,
-            default_priority_level=int(dynamic.default_priority_level) or levels,
-            default_timeout_us=int(dynamic.default_queue_policy.default_timeout_microseconds),
-            max_queue_size=int(dynamic.default_queue_policy.max_queue_size),
-        )
-
-    def level(self, priority: int) -> int:
-        """The queue level of a request (SPEC 5.2): with ``priority_levels`` configured, 1 is
-        the highest; 0 or a value out of range takes ``default_priority_level``, as in Triton.
-        Without priority levels every request is on one level."""
-        if not self.priority_levels:
-            return 0
-        if 1 <= priority <= self.priority_levels:
-            return priority
-        return self.default_priority_level
-
-
-def _enqueue(queue: deque[_Queued], queued: _Queued) -> None:
-    """Behind every request of its level or a higher one, ahead of lower levels."""
-    index = len(queue)
-    while index and queue[index - 1].level > queued.level:
-        index -= 1
-    queue.insert(index, queued)
 
 
 def _batch_started(version: _Version, slot: _Slot, batch: list[_Queued]) -> None:
@@ -209,6 +183,15 @@ def _batch_finished(version: _Version, slot: _Slot, count: int) -> None:
 
 def _load_of(slot: _Slot) -> int:
     return slot.in_flight
+
+
+def _hand(queued: _Queued, result: InferResponse | InferdError | None, final: bool) -> None:
+    """Give ``queued`` its answer: to its stream (a decoupled request) or its waiting task."""
+    if queued.stream is not None:
+        queued.stream.put(result, final)
+        return
+    queued.result = result
+    queued.done.set()
 
 
 def _sequences(config: ModelConfig, path: str, slots: list[_Slot],
@@ -262,7 +245,8 @@ class SchedulerActor(Actor):
         if current is not None and not current.retired:
             replaced, current.slots = current.slots, slots
             current.config, current.signature = config, ModelSignature.from_config(config)
-            current.batcher, current.plan = _batcher(config), _Plan.of(config)
+            current.batcher, current.plan = _batcher(config), QueuePolicy.of(config)
+            current.queue = current.queue.rebuilt(current.plan)
         else:
             versions[message.version] = current = _Version(
                 message.model,
@@ -270,7 +254,7 @@ class SchedulerActor(Actor):
                 config,
                 ModelSignature.from_config(config),
                 _batcher(config),
-                _Plan.of(config),
+                QueuePolicy.of(config),
                 slots,
             )
         current.ensemble = ensemble
@@ -319,13 +303,11 @@ class SchedulerActor(Actor):
         self._closed = True
         for versions in self._served.values():
             for version in versions.values():
-                left = list(version.queue)
-                version.queue.clear()
+                left = version.queue.drain()
                 if version.sequences is not None:
                     left += version.sequences.drain()
                 for queued in left:
-                    queued.result = Unavailable(SHUTTING_DOWN)
-                    queued.done.set()
+                    _hand(queued, Unavailable(SHUTTING_DOWN), True)
         return Ack()
 
     def _resolve(self, model: str, version: str) -> _Version:
@@ -542,8 +524,7 @@ class SchedulerActor(Actor):
                 InferdError.from_code(result.code, result.message)
                 if isinstance(result, Failure) else result)
             queued.failed = queued.failed or isinstance(answer, InferdError)
-            assert queued.stream is not None
-            queued.stream.put(answer, final)
+            self._deliver(version, queued, answer, final)
             if final:
                 self._end_stream(token, version, queued)
 
@@ -559,9 +540,8 @@ class SchedulerActor(Actor):
         ``error``."""
         for token, (owner, queued) in list(self._streams.items()):
             if owner is version and (executors is None or queued.executor in executors):
-                assert queued.stream is not None
                 queued.failed = True
-                queued.stream.put(error, True)
+                self._deliver(version, queued, error, True)
                 self._end_stream(token, version, queued)
 
     def _queue(self, version: _Version, request: InferRequest, arrived_ns: int,
@@ -569,16 +549,13 @@ class SchedulerActor(Actor):
         """Check ``request`` against ``version``, queue it (on its sequence, for a sequence
         model) and start what can start; raises the error it gets at the door."""
         batch_size = check_request(request, version.signature)
-        plan = version.plan
-        if plan.max_queue_size and len(version.queue) >= plan.max_queue_size:
-            raise Unavailable("Exceeds maximum queue size")
         shape_key = tuple(tuple(t.shape[1:]) for t in request.inputs)
-        queued = _Queued(request, batch_size, shape_key, arrived_ns,
-                         level=plan.level(request.priority), stream=stream)
+        level = version.plan.level(request.priority)
+        queued = _Queued(request, batch_size, shape_key, arrived_ns, level=level, stream=stream)
         if version.sequences is not None:
             version.sequences.admit(queued, request, batch_size, arrived_ns)
-        else:
-            _enqueue(version.queue, queued)
+        elif not version.queue.admit(queued, level, request.timeout_us, arrived_ns):
+            raise Unavailable(queue_full_message(request.id))
         self._pump(version)
         return queued
 
@@ -591,26 +568,14 @@ class SchedulerActor(Actor):
         if cached and version.cache is not None:
             return await self._infer_cached(version, version.cache, request, arrived_ns)
         queued = self._queue(version, request, arrived_ns)
-        plan = version.plan
-        timeout_us = request.timeout_us or plan.default_timeout_us
-        if not queued.done.is_set():
-            if timeout_us:
-                with anyio.move_on_after(timeout_us / 1e6):
-                    await queued.done.wait()
-            else:
-                await queued.done.wait()
-        if not queued.done.is_set():
-            if queued in version.queue:  # still waiting for an instance: give up on it
-                version.queue.remove(queued)
-                version.statistics.record_request(False, time.perf_counter_ns() - arrived_ns, 0)
-                raise Unavailable("Request timeout expired")
-            await queued.done.wait()  # already running: its instance will answer
+        if not queued.done.is_set():  # the queue's policy times it out, not this task
+            await queued.done.wait()
         finished_ns = time.perf_counter_ns()
         result = queued.result
         version.statistics.record_request(
             isinstance(result, InferResponse),
             finished_ns - arrived_ns,
-            queued.started_ns - arrived_ns,
+            queued.started_ns - arrived_ns if queued.started_ns else 0,
         )
         if isinstance(result, InferdError):
             raise result
@@ -642,21 +607,47 @@ class SchedulerActor(Actor):
             self._pump_sequences(version, version.sequences)
             return
         version.pumping = True
+        queue = version.queue
+        in_flight_limit = BATCHES_IN_FLIGHT_PER_INSTANCE if version.plan.prefetch else 1
         try:
-            while version.queue:
+            self._expire(version)
+            while queue:
                 slot = min(version.slots, key=_load_of, default=None)
-                if slot is None or slot.in_flight >= BATCHES_IN_FLIGHT_PER_INSTANCE:
+                if slot is None or slot.in_flight >= in_flight_limit:
                     break
-                if slot.in_flight and not version.batcher.complete(version.queue):
+                if slot.in_flight and not version.batcher.complete(queue):
                     break  # the batch grows here until an instance is free
-                count = version.batcher.take(version.queue, time.perf_counter_ns())
+                count = version.batcher.take(queue, time.perf_counter_ns())
                 if count == 0:
-                    self._wake_later(version)
+                    self._wake_at(version, version.batcher.wake_at(queue))
                     break
-                batch = [version.queue.popleft() for _ in range(count)]
-                self._start_batch(version, slot, batch)
+                self._start_batch(version, slot, queue.pop(count))
         finally:
             version.pumping = False
+        deadline = queue.next_deadline()
+        if deadline is not None:  # a REJECT timeout answers when it expires, not later
+            self._wake_at(version, deadline + 1)
+
+    def _expire(self, version: _Version) -> None:
+        """Apply the queue's timeouts: DELAY requests move behind the live ones (in the
+        queue), REJECT ones fail now."""
+        for queued in version.queue.expire(time.perf_counter_ns()):
+            error = Unavailable(TIMEOUT_MESSAGE)
+            if queued.stream is not None:  # no task waits for a decoupled request: count it
+                queued.failed = True
+                version.statistics.record_request(
+                    False, time.perf_counter_ns() - queued.enqueued_ns, 0)
+            _hand(queued, error, True)
+
+    def _deliver(self, version: _Version, queued: _Queued,
+                 result: InferResponse | InferdError | None, final: bool) -> None:
+        """Hand a response of a request sent to an instance to its waiter or stream, in
+        request order under preserve_ordering."""
+        if not version.order:
+            _hand(queued, result, final)
+            return
+        for held, part, last in version.order.put(queued, result, final):
+            _hand(held, part, last)
 
     def _pump_sequences(self, version: _Version, sequences: SequenceBatcher[_Queued]) -> None:
         """Start the next batch of every instance that runs none (one at a time each, so a
@@ -675,22 +666,18 @@ class SchedulerActor(Actor):
                         started = True
         finally:
             version.pumping = False
-        self._wake_later(version)
+        self._wake_at(version, sequences.wake_at())
 
-    def _wake_later(self, version: _Version) -> None:
-        if version.wake_pending:
+    def _wake_at(self, version: _Version, wake_ns: int | None) -> None:
+        """Pump ``version`` again at ``wake_ns`` (unless a wake no later is planned)."""
+        if wake_ns is None or (version.wake_ns and version.wake_ns <= wake_ns):
             return
-        if version.sequences is not None:
-            wake_ns = version.sequences.wake_at()
-        else:
-            wake_ns = version.batcher.wake_at(version.queue)
-        if wake_ns is None:
-            return
-        version.wake_pending = True
+        version.wake_ns = wake_ns
 
         async def wake() -> None:
             await anyio.sleep(max(0, wake_ns - time.perf_counter_ns()) / 1e9)
-            version.wake_pending = False
+            if version.wake_ns == wake_ns:
+                version.wake_ns = 0
             self._pump(version)
 
         self.spawn(wake)
@@ -699,6 +686,9 @@ class SchedulerActor(Actor):
         """Send ``batch`` to ``slot``'s instance; ``_finish_batch`` takes the reply, with no
         task waiting for it (a request's task waits only for its own result)."""
         _batch_started(version, slot, batch)
+        if version.plan.preserve_ordering:
+            for queued in batch:
+                version.order.take(queued)
         requests = tuple(q.request for q in batch)
         if version.decoupled:
             tokens = tuple(next(self._tokens) for _ in batch)
@@ -720,8 +710,7 @@ class SchedulerActor(Actor):
         _batch_finished(version, slot, len(batch))
         results = self._results(version, slot, batch, reply)
         for queued, result in zip(batch, results, strict=True):
-            queued.result = result
-            queued.done.set()
+            self._deliver(version, queued, result, True)
         self._pump(version)
 
     def _finish_stream_batch(self, version: _Version, slot: _Slot, batch: list[_Queued],
@@ -738,9 +727,8 @@ class SchedulerActor(Actor):
                 f"{type(reply).__name__}")
             for token, queued in zip(tokens, batch, strict=True):
                 if token in self._streams:
-                    assert queued.stream is not None
                     queued.failed = True
-                    queued.stream.put(error, True)
+                    self._deliver(version, queued, error, True)
                     self._end_stream(token, version, queued)
         self._pump(version)
 

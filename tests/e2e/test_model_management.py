@@ -197,8 +197,8 @@ def test_higher_priority_requests_leave_the_queue_first(inferd: Any) -> None:
         client.infer("prioritized", [tensor], priority=priority, request_id=name)
         finished[name] = time.monotonic()
 
-    # Two requests occupy the instance (one running, one sent behind it); then a low- and a
-    # high-priority request queue up, the low one first.
+    # One request runs, one waits (under priority levels nothing is sent to a busy instance);
+    # then a low- and a high-priority request queue up, the low one first.
     threads = []
     for name, priority in (("first", 2), ("second", 2), ("low", 2), ("high", 1)):
         threads.append(threading.Thread(target=send, args=(name, priority)))
@@ -216,7 +216,8 @@ backend: "inferd_testing"
 max_batch_size: 0
 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
 output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
-dynamic_batching { default_queue_policy { max_queue_size: 1 } }
+dynamic_batching { default_queue_policy { max_queue_size: 1
+  default_timeout_microseconds: 30000000 allow_timeout_override: true } }
 parameters { key: "mode" value { string_value: "slow" } }
 parameters { key: "delay_ms" value { string_value: "400" } }
 """
@@ -236,15 +237,16 @@ def test_queue_size_and_request_timeouts_refuse_with_triton_messages(inferd: Any
         except InferenceServerException as error:
             outcomes[name] = f"{error.status()} {error.message()}"
 
-    # Two requests fill the instance (one running, one sent behind it), the third waits in
-    # the queue of one with a 100 ms timeout, the fourth finds the queue full.
+    # One request runs (under a queue policy nothing is sent to a busy instance, as in
+    # Triton), the second waits in the queue of one with a 100 ms timeout (shorter than the
+    # default, which allow_timeout_override lets it shorten), the third finds the queue full.
     threads = []
-    for name, timeout_us in (("running", 0), ("next", 0), ("queued", 100_000), ("full", 0)):
+    for name, timeout_us in (("running", 0), ("queued", 100_000), ("full", 0)):
         threads.append(threading.Thread(target=send, args=(name, timeout_us)))
         threads[-1].start()
         time.sleep(0.05)
     for thread in threads:
         thread.join(timeout=30)
-    assert outcomes["running"] == outcomes["next"] == "ok"
-    assert outcomes["full"] == "503 Exceeds maximum queue size"
+    assert outcomes["running"] == "ok"
+    assert outcomes["full"] == "503 [request id: <id_unknown>] Exceeds maximum queue size"
     assert outcomes["queued"] == "503 Request timeout expired"

@@ -60,3 +60,12 @@ def test_complete_says_whether_waiting_could_grow_the_head_batch() -> None:
     assert batcher.complete([Item(), Item(shape_key=((8,),))])  # the next cannot join
     assert DynamicBatcher(max_batch_size=4, enabled=False).complete([Item()])
     assert DynamicBatcher(max_batch_size=1).complete([Item()])
+
+
+def test_the_delay_counts_from_the_oldest_request_of_the_batch_not_the_first() -> None:
+    batcher = DynamicBatcher(max_batch_size=8, max_queue_delay_ns=DELAY)
+    # A higher-priority request (or a DELAYed one behind it) puts a newer one first.
+    queue = [Item(enqueued_ns=DELAY), Item(enqueued_ns=0)]
+    assert batcher.wake_at(queue) == DELAY
+    assert batcher.take(queue, now_ns=DELAY) == 2
+    assert batcher.take(queue, now_ns=DELAY - 1) == 0

@@ -61,10 +61,6 @@ def config(text: str) -> ModelConfig:
     ("optimization { graph { level: 1 } }", "optimization.graph"),
     ('optimization { execution_accelerators { cpu_execution_accelerator [{ name: "openvino" }] '
      "} }", "optimization.execution_accelerators"),
-    ("dynamic_batching { default_queue_policy { timeout_action: DELAY } }",
-     "dynamic_batching.default_queue_policy"),
-    ("dynamic_batching { priority_levels: 2 priority_queue_policy { key: 1 value { "
-     "max_queue_size: 1 } } }", "dynamic_batching.priority_queue_policy"),
     ('input [{ name: "x" data_type: TYPE_FP32 dims: [1] allow_ragged_batch: true }]',
      "input.allow_ragged_batch"),
     ("instance_group [{ count: 1 rate_limiter { priority: 2 } }]", "instance_group.rate_limiter"),
@@ -81,7 +77,10 @@ def test_what_inferd_implements_passes_and_harmless_fields_warn() -> None:
         'max_batch_size: 8 input [{ name: "x" data_type: TYPE_FP32 format: FORMAT_NCHW '
         'dims: [3] optional: true }] output [{ name: "y" data_type: TYPE_FP32 dims: [3] }] '
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 100 "
-        "default_queue_policy { timeout_action: REJECT max_queue_size: 9 } } "
+        "default_queue_policy { timeout_action: REJECT max_queue_size: 9 } "
+        "priority_levels: 2 preserve_ordering: true priority_queue_policy { key: 1 value { "
+        "timeout_action: DELAY default_timeout_microseconds: 5 allow_timeout_override: true "
+        "max_queue_size: 1 } } } "
         'instance_group [{ count: 2 kind: KIND_CPU }] parameters { key: "k" value { '
         'string_value: "v" } } optimization { input_pinned_memory { enable: true } } '
         "response_cache { enable: true }")

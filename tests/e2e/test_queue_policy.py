@@ -1,0 +1,312 @@
+"""Triton's queue policies end to end, through tritonclient over HTTP and gRPC: a per-level
+``max_queue_size`` refusing with Triton's message and request id, ``timeout_action`` REJECT
+against DELAY (the order requests complete in, seen by the client), ``allow_timeout_override``
+(the request's ``timeout`` applies only when it is true; without dynamic batching it never
+does), and ``preserve_ordering`` over two instances whose later requests finish first, for a
+plain and for a decoupled model. Slow models make the queues form; the client's sleeps only
+order the arrivals, every wait is bounded and the assertions are on outcomes and order."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
+ServerHandle = Any
+WAIT_SECS = 30.0
+
+SLOW = """
+name: "{name}"
+backend: "inferd_testing"
+max_batch_size: 0
+input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }}]
+output [{{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }}]
+instance_group [{{ count: 1 kind: KIND_CPU }}]
+parameters {{ key: "mode" value {{ string_value: "slow" }} }}
+parameters {{ key: "delay_ms" value {{ string_value: "{delay_ms}" }} }}
+{batching}
+"""
+
+LEVELS = """dynamic_batching { priority_levels: 2 default_priority_level: 2
+  default_queue_policy { max_queue_size: 1 }
+  priority_queue_policy { key: 1 value { max_queue_size: 2 } } }"""
+# A long default every request may shorten (allow_timeout_override), or not.
+POLICIES = {
+    "reject": "dynamic_batching { default_queue_policy { timeout_action: REJECT "
+              "default_timeout_microseconds: 10000000 allow_timeout_override: true } }",
+    "delay": "dynamic_batching { default_queue_policy { timeout_action: DELAY "
+             "default_timeout_microseconds: 10000000 allow_timeout_override: true } }",
+    "no_override": "dynamic_batching { default_queue_policy { timeout_action: REJECT "
+                   "default_timeout_microseconds: 10000000 allow_timeout_override: false } }",
+    "plain": "",  # no dynamic batching: no queue policy at all, as in Triton
+}
+
+SLEEPER_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 2 }} ]
+dynamic_batching {{ preserve_ordering: {ordered} }}
+{decoupled}
+"""
+# Sleeps SECONDS, then answers them (one response; three, one per sleep, when decoupled).
+SLEEPER = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+DECOUPLED = {decoupled}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
+            if not DECOUPLED:
+                time.sleep(float(seconds[0]))
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", seconds)]))
+                continue
+            sender = request.get_response_sender()
+            for index in range(3):
+                time.sleep(float(seconds[0]))
+                out = np.array([index], np.float32)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None if DECOUPLED else responses
+"""
+
+
+def add_sleeper(root: Path, name: str, ordered: bool, decoupled: bool) -> None:
+    folder = root / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(SLEEPER_CONFIG.format(
+        name=name, ordered=str(ordered).lower(),
+        decoupled="model_transaction_policy { decoupled: true }" if decoupled else ""))
+    (folder / "1" / "model.py").write_text(SLEEPER.format(decoupled=decoupled))
+
+
+@pytest.fixture(scope="module")
+def server(module_inferd: InferdHarness) -> ServerHandle:
+    configs = {"levels": SLOW.format(name="levels", delay_ms=400, batching=LEVELS)}
+    for name, batching in POLICIES.items():
+        configs[name] = SLOW.format(name=name, delay_ms=600, batching=batching)
+    root = module_inferd.repository(configs=configs)
+    for name, ordered, decoupled in (("ordered", True, False), ("unordered", False, False),
+                                     ("ordered_stream", True, True),
+                                     ("unordered_stream", False, True)):
+        add_sleeper(root, name, ordered, decoupled)
+    return module_inferd.start(root)
+
+
+class Outcome:
+    """What one request got, and when (monotonic seconds) it got it."""
+
+    def __init__(self) -> None:
+        self.ok = False
+        self.error = ""
+        self.at = 0.0
+
+
+def send(protocol: str, server: ServerHandle, model: str, request_id: str, outcome: Outcome,
+         timeout_us: int = 0, priority: int = 0) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("INPUT0", [4], "FP32")
+    tensor.set_data_from_numpy(np.zeros(4, dtype=np.float32))
+    try:
+        client.infer(model, [tensor], request_id=request_id, priority=priority,
+                     timeout=timeout_us or None)
+        outcome.ok = True
+    except InferenceServerException as error:
+        outcome.error = f"{error.status()} {error.message()}"
+    finally:
+        outcome.at = time.monotonic()
+        client.close()
+
+
+def run_staggered(calls: list[tuple[str, Callable[[Outcome], None]]], gap: float
+                  ) -> dict[str, Outcome]:
+    """Start each call in its own thread, ``gap`` seconds apart (so they arrive in this
+    order), and wait (bounded) for all of them."""
+    outcomes: dict[str, Outcome] = {}
+    threads = []
+    for name, call in calls:
+        outcomes[name] = Outcome()
+        threads.append(threading.Thread(target=call, args=(outcomes[name],)))
+        threads[-1].start()
+        time.sleep(gap)
+    for thread in threads:
+        thread.join(timeout=WAIT_SECS)
+    assert not any(thread.is_alive() for thread in threads), "a request never answered"
+    return outcomes
+
+
+def completion_order(outcomes: dict[str, Outcome]) -> list[str]:
+    return sorted((name for name, o in outcomes.items() if o.ok), key=lambda n: outcomes[n].at)
+
+
+UNAVAILABLE = {"http": "503", "grpc": "StatusCode.UNAVAILABLE"}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_each_priority_level_has_its_own_queue_size(server: ServerHandle, protocol: str) -> None:
+    def call(request_id: str, priority: int) -> Callable[[Outcome], None]:
+        return lambda outcome: send(protocol, server, "levels", request_id, outcome,
+                                    priority=priority)
+
+    # One request runs (under a queue policy nothing waits in a busy instance, as in
+    # Triton); then level 2 (room for one) and level 1 (room for two) fill up, and one more
+    # each is refused.
+    outcomes = run_staggered([
+        ("running", call("running", 2)),
+        ("low", call("low", 2)), ("low-over", call("low-over", 0)),  # 0: the default level
+        ("high", call("high", 1)), ("high2", call("high2", 1)), ("high-over", call("high-over", 1)),
+    ], gap=0.05)
+    status = UNAVAILABLE[protocol]
+    assert outcomes["low-over"].error == \
+        f"{status} [request id: low-over] Exceeds maximum queue size"
+    assert outcomes["high-over"].error == \
+        f"{status} [request id: high-over] Exceeds maximum queue size"
+    # Refused at the door, long before the queue they found full moved.
+    assert outcomes["high-over"].at < outcomes["running"].at
+    assert completion_order(outcomes) == ["running", "high", "high2", "low"]
+
+
+def timeout_round(protocol: str, server: ServerHandle, model: str) -> dict[str, Outcome]:
+    """``running`` (600 ms) occupies the instance and ``next`` waits; ``short`` queues with a
+    100 ms timeout of its own, which expires long before an instance is free; ``long`` queues
+    behind it (its timeout is the 10 s default)."""
+    def call(request_id: str, timeout_us: int = 0) -> Callable[[Outcome], None]:
+        return lambda outcome: send(protocol, server, model, request_id, outcome,
+                                    timeout_us=timeout_us)
+
+    return run_staggered([("running", call("running")), ("next", call("next")),
+                          ("short", call("short", timeout_us=100_000)), ("long", call("long"))],
+                         gap=0.1)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_reject_fails_a_request_whose_timeout_expires_in_the_queue(
+        server: ServerHandle, protocol: str) -> None:
+    outcomes = timeout_round(protocol, server, "reject")
+    assert outcomes["short"].error == f"{UNAVAILABLE[protocol]} Request timeout expired"
+    # It is answered when its timeout expires, not when an instance gets to it.
+    assert outcomes["short"].at < outcomes["running"].at
+    assert completion_order(outcomes) == ["running", "next", "long"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_delay_keeps_a_timed_out_request_but_behind_the_live_ones(
+        server: ServerHandle, protocol: str) -> None:
+    outcomes = timeout_round(protocol, server, "delay")
+    assert all(o.ok for o in outcomes.values()), {n: o.error for n, o in outcomes.items()}
+    assert completion_order(outcomes) == ["running", "next", "long", "short"]
+
+
+@pytest.mark.parametrize("model", ["no_override", "plain"])
+def test_the_request_timeout_is_ignored_unless_the_policy_allows_overriding(
+        server: ServerHandle, model: str) -> None:
+    outcomes = timeout_round("http", server, model)
+    assert all(o.ok for o in outcomes.values()), {n: o.error for n, o in outcomes.items()}
+    assert completion_order(outcomes) == ["running", "next", "short", "long"]
+
+
+def sleep_for(protocol: str, server: ServerHandle, model: str, seconds: float,
+              outcome: Outcome) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("SECONDS", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([seconds], np.float32))
+    try:
+        client.infer(model, [tensor])
+        outcome.ok = True
+    except InferenceServerException as error:
+        outcome.error = f"{error.status()} {error.message()}"
+    finally:
+        outcome.at = time.monotonic()
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_preserve_ordering_holds_a_later_response_until_the_earlier_one_is_sent(
+        server: ServerHandle, protocol: str) -> None:
+    def quick_ahead(model: str) -> float:
+        """How long before the slow first request the quick second one was answered (two
+        instances: they run at once)."""
+        outcomes = run_staggered([
+            ("slow", lambda o: sleep_for(protocol, server, model, 1.0, o)),
+            ("quick", lambda o: sleep_for(protocol, server, model, 0.05, o)),
+        ], gap=0.1)
+        assert all(o.ok for o in outcomes.values()), {n: o.error for n, o in outcomes.items()}
+        return outcomes["slow"].at - outcomes["quick"].at
+
+    assert quick_ahead("unordered") > 0.5  # the difference is visible without it
+    # Held until the slow one is sent, then sent with it (the client threads may see the two
+    # in either order within a moment).
+    assert quick_ahead("ordered") < 0.1
+
+
+def streamed_times(server: ServerHandle, model: str) -> dict[tuple[str, int], float]:
+    """When (monotonic seconds) each (request id, response index) reached the client, for a
+    slow request (3 responses 0.3 s apart) sent just before a quick one (3, 0.02 s apart),
+    each on a gRPC stream of its own (inferd writes one stream's responses in its requests'
+    order, so one stream would not show the model's order)."""
+    received: queue.Queue[tuple[str, int, float] | str] = queue.Queue()
+
+    def callback(result: Any, error: InferenceServerException | None) -> None:
+        if error is not None:
+            received.put(str(error))
+            return
+        response = result.get_response()
+        if response.outputs:
+            received.put((response.id, int(result.as_numpy("OUT")[0]), time.monotonic()))
+
+    clients = []
+    try:
+        for request_id, seconds in (("slow", 0.3), ("quick", 0.02)):
+            client = grpcclient.InferenceServerClient(server.grpc_url)
+            clients.append(client)
+            client.start_stream(callback=callback)
+            tensor = grpcclient.InferInput("SECONDS", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([seconds], np.float32))
+            client.async_stream_infer(model, [tensor], request_id=request_id)
+            time.sleep(0.1)
+        times: dict[tuple[str, int], float] = {}
+        deadline = time.monotonic() + WAIT_SECS
+        while len(times) < 6:
+            item = received.get(timeout=max(0.1, deadline - time.monotonic()))
+            assert isinstance(item, tuple), item
+            times[item[0], item[1]] = item[2]
+        return times
+    finally:
+        for client in clients:
+            client.stop_stream()
+            client.close()
+
+
+def test_preserve_ordering_on_a_decoupled_model_streams_requests_one_after_another(
+        server: ServerHandle) -> None:
+    unordered = streamed_times(server, "unordered_stream")
+    assert unordered["slow", 2] - unordered["quick", 2] > 0.3, unordered
+    # As in Triton: the first request streams as it goes (its responses 0.3 s apart), the
+    # next one's responses wait until the first has sent its final one.
+    ordered = streamed_times(server, "ordered_stream")
+    assert ordered["slow", 1] - ordered["slow", 0] > 0.2, ordered
+    assert ordered["slow", 2] - ordered["slow", 1] > 0.2, ordered
+    assert min(ordered["quick", n] for n in range(3)) > ordered["slow", 2] - 0.1, ordered
