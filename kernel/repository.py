@@ -155,7 +155,8 @@ class ModelRepository:
         if not has_config:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)
         validate(config, folder_name=name, complete=not completes_later)
-        for warning in check_supported(config):
+        warnings = check_supported(config)
+        for warning in warnings:
             log.warning("%s", warning)
         if config.backend and self._backends.get(config.backend) is None:
             installed = ", ".join(self._backends.names()) or "none"
@@ -172,6 +173,8 @@ class ModelRepository:
             config=config.SerializeToString(),
             path=str(model_dir),
             versions=tuple(selected),
+            version_fingerprints=tuple(version_fingerprints(model_dir, selected).items()),
+            warnings=tuple(warnings),
         )
 
     def fingerprint(self, name: str) -> str:
@@ -199,8 +202,10 @@ class ModelRepository:
             # Clients see this message: it names the model, not the server's folders.
             raise NotFound(f"model '{name}' is not in the model repository")
         if len(folders) > 1:
-            where = ", ".join(str(folder) for folder in folders)
-            raise InvalidArgument(f"model '{name}' cannot be loaded: {TWO_ROOTS_PROBLEM} ({where})")
+            # Triton's words (the index has them too); the folders go to the log only.
+            log.error("model '%s' is in more than one repository: %s", name,
+                      ", ".join(str(folder) for folder in folders))
+            raise InvalidArgument(TWO_ROOTS_PROBLEM)
         return folders[0]
 
     def _read_config(
@@ -244,6 +249,32 @@ class ModelRepository:
             raise InvalidArgument(
                 f"{missing}, and backend '{config.backend}' cannot auto-complete a config"
             )
+
+
+def version_fingerprints(model_dir: Path, versions: Sequence[int]) -> dict[int, str]:
+    """version -> a hash of what loading that version reads besides the config: its own
+    version folder and the model folder's other entries (the config files and the other
+    version folders left out, as Triton's per-version timestamps do). Relative path, size
+    and mtime of each non-hidden entry, as ``ModelRepository.fingerprint``."""
+    shared: list[str] = []
+    own: dict[str, list[str]] = {str(version): [] for version in versions}
+    for relative, info in sorted(_walk(model_dir)):
+        top = relative.split("/", 1)[0]
+        size = "dir" if stat.S_ISDIR(info.st_mode) else str(info.st_size)
+        mtime = 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
+        line = f"{relative}\0{size}\0{mtime}\n"
+        if top.isdigit():
+            if top in own:
+                own[top].append(line)
+        elif top not in (CONFIG_FILENAME, CUSTOM_CONFIGS):
+            shared.append(line)
+    found = {}
+    for version in versions:
+        digest = hashlib.sha256()
+        for line in (*shared, "\0", *own[str(version)]):
+            digest.update(line.encode("utf-8", "surrogateescape"))
+        found[version] = digest.hexdigest()
+    return found
 
 
 def _no_version_available(name: str) -> NoReturn:
