@@ -180,7 +180,8 @@ class ModelRepository:
     def fingerprint(self, name: str) -> str:
         """A hash of the model folder's entries (relative path, size, mtime), which changes
         when a file or version folder is added, removed or rewritten. Hidden entries (editor
-        swap files) are left out. Raises ``NotFound`` when no root holds the model."""
+        swap files) and ``__pycache__`` folders are left out. Raises ``NotFound`` when no root
+        holds the model."""
         folders = [] if model_name_problem(name) else self._folders(name)
         if not folders:
             raise NotFound(f"model '{name}' is not in the model repository")
@@ -296,8 +297,9 @@ def _model_folder_names(root: Path) -> Iterator[str]:
 
 
 def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """(posix path relative to ``folder``, stat) of every non-hidden entry below it,
-    following symbolic links but visiting each real directory once."""
+    """(posix path relative to ``folder``, stat) of every entry below it but hidden ones and
+    ``__pycache__`` folders, following symbolic links but visiting each real directory
+    once."""
     visited: set[tuple[int, int]] = set()
     pending = [(folder, "")]
     while pending:
@@ -311,7 +313,9 @@ def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
             continue
         visited.add((info.st_dev, info.st_ino))
         for entry in entries:
-            if entry.name.startswith("."):
+            # Hidden entries (editor swap files) and Python's bytecode caches (which loading a
+            # python model writes next to its model.py) are not the model's content.
+            if entry.name.startswith(".") or entry.name == "__pycache__":
                 continue
             try:
                 entry_info = entry.stat()
