@@ -428,14 +428,15 @@ class ServeVersion(Message):
     """Control -> scheduler: route requests for this version to these instances
     (``(executor address, instance id)`` pairs). Serving a version that is already served
     swaps its instances; the reply comes once the replaced instances have no batch left.
-    Serving it again with the instances it has only replaces its config (a load that kept
-    the version, with a new version policy)."""
+    With ``config_only`` a served version keeps its instances and only takes ``config`` (a
+    load kept the version, with a new version policy)."""
 
     model: str
     version: int
     config: bytes
     instances: tuple[tuple[str, int], ...]
     path: str = ""  # the model's folder (a sequence model's initial_state/ files are there)
+    config_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

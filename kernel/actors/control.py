@@ -5,9 +5,12 @@ reason — and decides what is loaded: the start-up set of the mode (NONE: every
 EXPLICIT: ``--load-model``), and the load/unload/index calls of the repository API. A load
 resolves the config through the repository actor, loads each selected version on an executor
 through the pool, checks the auto-completed config, and only then tells the scheduler to
-serve it. A reload brings the new copy up beside the one serving and swaps, so a failing
-reload leaves the old version READY. Loads of one model are serialized; loads of different
-models run side by side, and none of this is on the inference path.
+serve it. As in Triton a load is whole or nothing: every selected version is brought up
+before any serves (a READY version the load does not change is kept, instances and all:
+``inferd.kernel.version_reuse``; another brings a new copy up beside the one serving), and
+if one fails the copies go again, so a failing reload or a failing new version leaves what
+served READY. Loads of one model are serialized; loads of different models run side by
+side, and none of this is on the inference path.
 """
 
 from __future__ import annotations
@@ -520,7 +523,8 @@ class ControlActor(EnsembleControl, Actor):
             # Kept: its instances stay; the scheduler learns its new version policy only.
             if ready.config != current.config:
                 await self.router.ask(SCHEDULER, ServeVersion(
-                    name, number, ready.config, current.instances, resolved.path))
+                    name, number, ready.config, current.instances, resolved.path,
+                    config_only=True))
             current.config = ready.config
             return
         await self.router.ask(SCHEDULER, ServeVersion(name, number, ready.config,
