@@ -352,3 +352,29 @@ def test_in_poll_mode_a_model_in_a_second_root_keeps_serving(
     poll(poll_server)
     assert versions(http, "polled") == [("1", "READY", ""), ("2", "READY", "")]
     assert initialized(poll_log) == before, "a version was loaded again"
+
+
+def test_in_poll_mode_a_new_version_that_fails_leaves_the_others_serving(
+    poll_server: Any, poll_roots: tuple[Path, Path], poll_log: Path
+) -> None:
+    http = httpclient.InferenceServerClient(poll_server.http_url)
+    folder = poll_roots[0] / "polled"
+    before = initialized(poll_log)
+    (folder / "3").mkdir()
+    (folder / "3" / "model.py").write_text(FAILING_PY)
+
+    poll(poll_server)
+
+    [one, two, three] = versions(http, "polled")
+    opening = "load failed for model 'polled': version 3 is at UNAVAILABLE state: "
+    assert one[:2] == ("1", "READY") and one[2].startswith(opening)
+    assert two[:2] == ("2", "READY") and two[2].startswith(opening)
+    assert three[:2] == ("3", "UNAVAILABLE") and "no weights in this version" in three[2]
+    assert echo(grpcclient, poll_server.grpc_url, "polled") == [1.5, -2.0]  # version 2
+    assert http.is_server_ready()
+    assert initialized(poll_log) == before
+
+    shutil.rmtree(folder / "3")  # the fix: the others were never loaded again
+    poll(poll_server)
+    assert versions(http, "polled")[:2] == [("1", "READY", ""), ("2", "READY", "")]
+    assert initialized(poll_log) == before
