@@ -200,11 +200,14 @@ class ControlActor(EnsembleControl, Actor):
         entries: list[IndexEntry] = []
         for name in sorted(set(listing.names) | set(self._models)):
             model = self._models.get(name)
+            problem = listing.problems.get(name, "")
+            # A load refused for a second root says nothing once that folder is gone.
+            error = model.error if model is not None else ""
+            if error == TWO_ROOTS_PROBLEM and not problem:
+                error = ""
             if model is not None and model.versions:
                 # A failed reload leaves the old version READY: its reason says what failed,
                 # or why the model cannot load now (its folder in a second root).
-                problem = listing.problems.get(name, "")
-                error = "" if model.error == TWO_ROOTS_PROBLEM and not problem else model.error
                 entries.extend(
                     IndexEntry(name, str(number), version.state, version.reason)
                     if version.state != State.READY
@@ -212,10 +215,10 @@ class ControlActor(EnsembleControl, Actor):
                                     version.reason or problem or error, version.warnings)
                     for number, version in sorted(model.versions.items())
                 )
-            elif model is not None and model.error:
-                entries.append(IndexEntry(name, "", State.UNAVAILABLE, model.error))
-            elif name in listing.problems:
-                entries.append(IndexEntry(name, "", State.UNAVAILABLE, listing.problems[name]))
+            elif error:
+                entries.append(IndexEntry(name, "", State.UNAVAILABLE, error))
+            elif problem:
+                entries.append(IndexEntry(name, "", State.UNAVAILABLE, problem))
             else:
                 entries.append(IndexEntry(name))
         if request.ready_only:

@@ -262,6 +262,16 @@ def test_a_model_that_appears_in_a_second_root_keeps_serving(
     grpc.load_model("twin")
     assert initialized(log) == before  # the folder is as it was: nothing to load again
 
+    # A model never loaded: one UNAVAILABLE entry, as Triton's, until the copy goes.
+    add_counted(first, "stray", log, "latest { num_versions: 1 }", 1)
+    shutil.copytree(first / "stray", second / "stray")
+    assert versions(http, "stray") == [("", "UNAVAILABLE", TWO_ROOTS)]
+    error = refused(lambda: http.load_model("stray"))
+    assert error.message() == f"failed to load 'stray': {TWO_ROOTS}"
+    assert versions(http, "stray") == [("", "UNAVAILABLE", TWO_ROOTS)]
+    shutil.rmtree(second / "stray")
+    assert versions(http, "stray") == [("", "", "")]
+
 
 # ------------------------------------------------------------------ index warnings
 
