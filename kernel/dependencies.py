@@ -3,10 +3,11 @@
 Owns control's bookkeeping for ensembles (SPEC 4.2): the composing models of every ensemble
 that is loaded or being loaded (so a cycle through nested ensembles is refused before any
 load waits on another), which ensemble versions the scheduler serves (their state follows
-their composing models: READY only while each has a READY version), which models were loaded
-on request and which only because an ensemble needed them (so ``unload_dependents`` knows
-what it may take down). Pure: no I/O and no model states of its own; whether a model is
-READY is asked through a callable. Control does the loading and unloading.
+their composing models: READY only while each has a READY version), and which models were
+loaded on request (so ``unload_dependents`` knows what it may take down: as Triton's
+cascading removal, every composing model no user asked for that no other ensemble uses).
+Pure: no I/O and no model states of its own; whether a model is READY is asked through a
+callable. Control does the loading and unloading.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ class EnsembleDependencies:
         self._composing: dict[str, tuple[Requirement, ...]] = {}  # loading or loaded ensembles
         self._served: dict[str, set[int]] = {}  # ensemble -> versions the scheduler serves
         self._requested: set[str] = set()  # loaded by a load request or at start-up
-        self._loaded_for: dict[str, set[str]] = {}  # model -> ensembles whose load loaded it
 
     # ------------------------------------------------------------------ the graph
 
@@ -132,8 +132,6 @@ class EnsembleDependencies:
         if not versions:
             del self._served[ensemble]
             self._composing.pop(ensemble, None)
-            for loaded_for in self._loaded_for.values():
-                loaded_for.discard(ensemble)
 
     def is_served(self, ensemble: str, version: int) -> bool:
         return version in self._served.get(ensemble, ())
@@ -147,20 +145,16 @@ class EnsembleDependencies:
         """These models were loaded on request (load API, start-up set)."""
         self._requested.update(models)
 
-    def mark_loaded_for(self, model: str, ensemble: str) -> None:
-        """``model`` was loaded because loading ``ensemble`` needed it."""
-        self._loaded_for.setdefault(model, set()).add(ensemble)
-
     def forget_model(self, model: str) -> None:
         """``model`` was unloaded: a later load records anew why it is loaded."""
         self._requested.discard(model)
-        self._loaded_for.pop(model, None)
 
     def unload_candidates(self, ensemble: str) -> list[str]:
-        """What unloading ``ensemble`` with ``unload_dependents`` also unloads: composing
-        models loaded only because of it (or of another model unloaded with it), not loaded
-        on request, and used by no other loaded ensemble; nested ensembles before the models
-        they use. Ask before unloading ``ensemble``."""
+        """What unloading ``ensemble`` with ``unload_dependents`` also unloads (Triton's
+        cascading removal): its composing models, and theirs through nested ensembles, that
+        were not loaded on request (they came in implicitly, with this ensemble or with one
+        unloaded before) and that no ensemble left loaded uses; nested ensembles before the
+        models they use. Ask before unloading ``ensemble``."""
         removing = {ensemble}
         chosen: list[str] = []
         pending = [ensemble]
@@ -169,9 +163,6 @@ class EnsembleDependencies:
             for requirement in self._composing.get(current, ()):
                 model = requirement.model
                 if model in removing or model in self._requested:
-                    continue
-                loaded_for = self._loaded_for.get(model, set())
-                if current not in loaded_for or loaded_for - removing:
                     continue
                 if any(
                     other not in removing and any(r.model == model for r in needed)

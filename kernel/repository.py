@@ -157,7 +157,8 @@ class ModelRepository:
         if not has_config:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)
         validate(config, folder_name=name, complete=not completes_later)
-        for warning in check_supported(config):
+        warnings = check_supported(config)
+        for warning in warnings:
             log.warning("%s", warning)
         if config.backend and self._backends.get(config.backend) is None:
             installed = ", ".join(self._backends.names()) or "none"
@@ -174,12 +175,15 @@ class ModelRepository:
             config=config.SerializeToString(),
             path=str(model_dir),
             versions=tuple(selected),
+            version_fingerprints=tuple(version_fingerprints(model_dir, selected).items()),
+            warnings=tuple(warnings),
         )
 
     def fingerprint(self, name: str) -> str:
         """A hash of the model folder's entries (relative path, size, mtime), which changes
         when a file or version folder is added, removed or rewritten. Hidden entries (editor
-        swap files) are left out. Raises ``NotFound`` when no root holds the model."""
+        swap files) and ``__pycache__`` folders are left out. Raises ``NotFound`` when no root
+        holds the model."""
         folders = [] if model_name_problem(name) else self._folders(name)
         if not folders:
             raise NotFound(f"model '{name}' is not in the model repository")
@@ -201,8 +205,10 @@ class ModelRepository:
             # Clients see this message: it names the model, not the server's folders.
             raise NotFound(f"model '{name}' is not in the model repository")
         if len(folders) > 1:
-            where = ", ".join(str(folder) for folder in folders)
-            raise InvalidArgument(f"model '{name}' cannot be loaded: {TWO_ROOTS_PROBLEM} ({where})")
+            # Triton's words (the index has them too); the folders go to the log only.
+            log.error("model '%s' is in more than one repository: %s", name,
+                      ", ".join(str(folder) for folder in folders))
+            raise InvalidArgument(TWO_ROOTS_PROBLEM)
         return folders[0]
 
     def _read_config(
@@ -248,6 +254,32 @@ class ModelRepository:
             )
 
 
+def version_fingerprints(model_dir: Path, versions: Sequence[int]) -> dict[int, str]:
+    """version -> a hash of what loading that version reads besides the config: its own
+    version folder and the model folder's other entries (the config files and the other
+    version folders left out, as Triton's per-version timestamps do). Relative path, size
+    and mtime of each non-hidden entry, as ``ModelRepository.fingerprint``."""
+    shared: list[str] = []
+    own: dict[str, list[str]] = {str(version): [] for version in versions}
+    for relative, info in sorted(_walk(model_dir)):
+        top = relative.split("/", 1)[0]
+        size = "dir" if stat.S_ISDIR(info.st_mode) else str(info.st_size)
+        mtime = 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
+        line = f"{relative}\0{size}\0{mtime}\n"
+        if top.isdigit():
+            if top in own:
+                own[top].append(line)
+        elif top not in (CONFIG_FILENAME, CUSTOM_CONFIGS):
+            shared.append(line)
+    found = {}
+    for version in versions:
+        digest = hashlib.sha256()
+        for line in (*shared, "\0", *own[str(version)]):
+            digest.update(line.encode("utf-8", "surrogateescape"))
+        found[version] = digest.hexdigest()
+    return found
+
+
 def _no_version_available(name: str) -> NoReturn:
     raise InvalidArgument(
         f"at least one version must be available under the version policy of model '{name}'"
@@ -267,8 +299,9 @@ def _model_folder_names(root: Path) -> Iterator[str]:
 
 
 def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """(posix path relative to ``folder``, stat) of every non-hidden entry below it,
-    following symbolic links but visiting each real directory once."""
+    """(posix path relative to ``folder``, stat) of every entry below it but hidden ones and
+    ``__pycache__`` folders, following symbolic links but visiting each real directory
+    once."""
     visited: set[tuple[int, int]] = set()
     pending = [(folder, "")]
     while pending:
@@ -282,7 +315,9 @@ def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
             continue
         visited.add((info.st_dev, info.st_ino))
         for entry in entries:
-            if entry.name.startswith("."):
+            # Hidden entries (editor swap files) and Python's bytecode caches (which loading a
+            # python model writes next to its model.py) are not the model's content.
+            if entry.name.startswith(".") or entry.name == "__pycache__":
                 continue
             try:
                 entry_info = entry.stat()

@@ -479,10 +479,13 @@ def decode_index_request(request: Any) -> IndexRequest:
 
 
 def encode_index(index: Index) -> Any:
+    """Triton's index; the message has no field for warnings, so a READY version's reason,
+    empty in Triton, carries them (joined by "; ") when nothing else is to be said."""
     reply = service_pb2.RepositoryIndexResponse()
     for entry in index.entries:
         reply.models.add(
-            name=entry.name, version=entry.version, state=entry.state, reason=entry.reason
+            name=entry.name, version=entry.version, state=entry.state,
+            reason=entry.reason or "; ".join(entry.warnings),
         )
     return reply
 

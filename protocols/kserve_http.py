@@ -724,16 +724,19 @@ def encode_model_metadata(metadata: ModelMetadata) -> bytes:
 
 def encode_index(index: Index) -> bytes:
     """Triton's index rows: ``{"name"}`` alone for a model never loaded, else its version (when
-    known), state and reason (when there is one)."""
+    known), state and reason (when there is one); plus, an inferd extension, ``warnings``: the
+    config fields a READY version's config sets that inferd ignores (when there are any)."""
     rows = []
     for entry in index.entries:
-        row: dict[str, str] = {"name": entry.name}
+        row: dict[str, str | list[str]] = {"name": entry.name}
         if entry.version:
             row["version"] = entry.version
         if entry.state:
             row["state"] = entry.state
         if entry.reason:
             row["reason"] = entry.reason
+        if entry.warnings:
+            row["warnings"] = list(entry.warnings)
         rows.append(row)
     return dumps(rows)
 

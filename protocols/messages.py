@@ -190,6 +190,7 @@ class IndexEntry(Message):
     version: str = ""
     state: str = ""
     reason: str = ""
+    warnings: tuple[str, ...] = ()  # a READY version's config fields inferd ignores
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +271,10 @@ class ResolvedModel(Message):
     config: bytes
     path: str
     versions: tuple[int, ...]
+    # (version, hash of its version folder and of the model folder's files other than the
+    # config and the version folders): a READY version whose hash is unchanged may be kept
+    version_fingerprints: tuple[tuple[int, str], ...] = ()
+    warnings: tuple[str, ...] = ()  # the config's fields inferd ignores (harmless ones)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +292,9 @@ class Fingerprints(Message):
     """Model name -> a hash that changes whenever anything in its folder changes."""
 
     fingerprints: dict[str, str]
+    # Models that cannot load as they are (found in two roots, ...), with why: a poll
+    # neither loads nor unloads them.
+    problems: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,13 +430,16 @@ class StreamInferRequest(Message):
 class ServeVersion(Message):
     """Control -> scheduler: route requests for this version to these instances
     (``(executor address, instance id)`` pairs). Serving a version that is already served
-    swaps its instances; the reply comes once the replaced instances have no batch left."""
+    swaps its instances; the reply comes once the replaced instances have no batch left.
+    With ``config_only`` a served version keeps its instances and only takes ``config`` (a
+    load kept the version, with a new version policy)."""
 
     model: str
     version: int
     config: bytes
     instances: tuple[tuple[str, int], ...]
     path: str = ""  # the model's folder (a sequence model's initial_state/ files are there)
+    config_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,12 @@ reason — and decides what is loaded: the start-up set of the mode (NONE: every
 EXPLICIT: ``--load-model``), and the load/unload/index calls of the repository API. A load
 resolves the config through the repository actor, loads each selected version on an executor
 through the pool, checks the auto-completed config, and only then tells the scheduler to
-serve it. A reload brings the new copy up beside the one serving and swaps, so a failing
-reload leaves the old version READY. Loads of one model are serialized; loads of different
-models run side by side, and none of this is on the inference path.
+serve it. As in Triton a load is whole or nothing: every selected version is brought up
+before any serves (a READY version the load does not change is kept, instances and all:
+``inferd.kernel.version_reuse``; another brings a new copy up beside the one serving), and
+if one fails the copies go again, so a failing reload or a failing new version leaves what
+served READY. Loads of one model are serialized; loads of different models run side by
+side, and none of this is on the inference path.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -28,9 +31,11 @@ from inferd.kernel.config_support import check_supported
 from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import executor_isolated, validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
+from inferd.kernel.repository import TWO_ROOTS_PROBLEM
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.settings import Settings
+from inferd.kernel.version_reuse import load_signature, with_version_policy
 from inferd.protocols.errors import (
     DeadlineExceeded,
     InferdError,
@@ -94,6 +99,13 @@ class _Version:
     load_id: int = 0
     executors: tuple[str, ...] = ()  # the processes its instances live in
     load_secs: float = 0.0
+    # What a later load compares to keep it (inferd.kernel.version_reuse), and what it serves.
+    signature: bytes = b""
+    fingerprint: str = ""
+    path: str = ""
+    config: bytes = b""  # the auto-completed config the scheduler serves it with
+    instances: tuple[tuple[str, int], ...] = ()
+    warnings: tuple[str, ...] = ()  # its config's fields inferd ignores (for the index)
 
 
 @dataclass(slots=True)
@@ -143,7 +155,8 @@ class ControlActor(EnsembleControl, Actor):
         else:
             names = []
         if mode == "poll":
-            self._seen = self._acted_on = await self._fingerprints()
+            self._seen, _ = await self._fingerprints()
+            self._acted_on = dict(self._seen)
         failures: dict[str, str] = {}
 
         async def load(name: str) -> None:
@@ -188,21 +201,25 @@ class ControlActor(EnsembleControl, Actor):
         entries: list[IndexEntry] = []
         for name in sorted(set(listing.names) | set(self._models)):
             model = self._models.get(name)
+            problem = listing.problems.get(name, "")
+            # A load refused for a second root says nothing once that folder is gone.
+            error = model.error if model is not None else ""
+            if error == TWO_ROOTS_PROBLEM and not problem:
+                error = ""
             if model is not None and model.versions:
-                # A failed reload leaves the old version READY: its reason says what failed.
+                # A failed reload leaves the old version READY: its reason says what failed,
+                # or why the model cannot load now (its folder in a second root).
                 entries.extend(
-                    IndexEntry(
-                        name,
-                        str(number),
-                        version.state,
-                        version.reason or (model.error if version.state == State.READY else ""),
-                    )
+                    IndexEntry(name, str(number), version.state, version.reason)
+                    if version.state != State.READY
+                    else IndexEntry(name, str(number), version.state,
+                                    version.reason or problem or error, version.warnings)
                     for number, version in sorted(model.versions.items())
                 )
-            elif model is not None and model.error:
-                entries.append(IndexEntry(name, "", State.UNAVAILABLE, model.error))
-            elif name in listing.problems:
-                entries.append(IndexEntry(name, "", State.UNAVAILABLE, listing.problems[name]))
+            elif error:
+                entries.append(IndexEntry(name, "", State.UNAVAILABLE, error))
+            elif problem:
+                entries.append(IndexEntry(name, "", State.UNAVAILABLE, problem))
             else:
                 entries.append(IndexEntry(name))
         if request.ready_only:
@@ -226,7 +243,7 @@ class ControlActor(EnsembleControl, Actor):
         if self._settings.model_control_mode != "poll":
             raise Unavailable("repository poll is only available with --model-control-mode=poll")
         async with self._poll_lock:
-            self._seen = await self._fingerprints()
+            self._seen, _ = await self._fingerprints()
             await anyio.sleep(min(POLL_SETTLE_SECS, self._settings.repository_poll_secs))
             await self._poll_once()
         return Ack()
@@ -240,22 +257,30 @@ class ControlActor(EnsembleControl, Actor):
                 except InferdError as error:
                     log.error("repository poll failed: %s", error.message)
 
-    async def _fingerprints(self) -> dict[str, str]:
+    async def _fingerprints(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Each model folder's fingerprint, and the models that cannot load as they are."""
         reply = await self.router.ask(REPOSITORY, FingerprintModels())
         assert isinstance(reply, Fingerprints)
-        return dict(reply.fingerprints)
+        return dict(reply.fingerprints), dict(reply.problems)
 
     async def _poll_once(self) -> None:
         """Act on every folder that changed before the last poll and not since (SPEC 2.2):
-        load what is new, reload what changed, unload what is gone."""
-        previous, current = self._seen, await self._fingerprints()
+        load what is new, reload what changed, unload what is gone. A model with a problem
+        (its folder in a second root) is left as it is: what serves keeps serving, and the
+        index says why it cannot load."""
+        previous = self._seen
+        current, problems = await self._fingerprints()
         self._seen = current
         changed = [
             name
             for name, fingerprint in current.items()
             if previous.get(name) == fingerprint and self._acted_on.get(name) != fingerprint
         ]
-        removed = [name for name in self._acted_on if name not in current and name not in previous]
+        removed = [
+            name
+            for name in self._acted_on
+            if name not in current and name not in previous and name not in problems
+        ]
         for name in changed:
             self._acted_on[name] = current[name]
         for name in removed:
@@ -367,7 +392,12 @@ class ControlActor(EnsembleControl, Actor):
     async def _load_locked(
         self, name: str, model: _Model, config_override: str, override_dir: str
     ) -> None:
-        """Resolve and load every version of ``name``; the caller owns ``override_dir``."""
+        """Resolve and load every version of ``name``; the caller owns ``override_dir``.
+
+        As Triton, a load is whole or nothing: every version the policy selects is brought
+        up (loaded beside the one serving, or kept when unchanged) before any serves; if one
+        fails, the copies brought up go again and what served before keeps serving. Only once
+        all serve do the versions the policy no longer selects unload."""
         try:
             resolved = await self.router.ask(
                 REPOSITORY, ResolveModel(name, config_override, override_dir)
@@ -381,37 +411,59 @@ class ControlActor(EnsembleControl, Actor):
         assert isinstance(resolved, ResolvedModel)
         await self._prepare_if_ensemble(name, model, resolved)
         failures: dict[int, str] = {}
+        brought_up: dict[int, _Version] = {}
 
-        async def load_version(number: int) -> None:
+        async def bring_up(number: int) -> None:
             try:
-                await self._load_version(name, model, resolved, number)
+                brought_up[number] = await self._bring_up_version(name, model, resolved, number)
             except InferdError as error:
                 failures[number] = error.message
 
-        async with anyio.create_task_group() as tasks:
+        if resolved.backend:
+            async with anyio.create_task_group() as tasks:
+                for number in resolved.versions:
+                    tasks.start_soon(bring_up, number)
+            if not failures:
+                for number in resolved.versions:
+                    await self._serve_version(name, model, number, brought_up[number], resolved)
+        else:  # an ensemble: nothing to bring up, the scheduler serves it from its config
             for number in resolved.versions:
-                tasks.start_soon(load_version, number)
-        for number in [n for n in model.versions if n not in resolved.versions]:
-            await self._unload_version(name, model, number, reason="unloaded")
+                try:
+                    await self._serve_ensemble_version(name, model, number, resolved)
+                except InferdError as error:
+                    failures[number] = error.message
         if failures:
             number, cause = min(failures.items())
             model.error = (
                 f"load failed for model '{name}': version {number} is at"
                 f" UNAVAILABLE state: {cause}"
             )
+            await self._abandon(model, brought_up, model.error)
             raise InvalidArgument(model.error)
+        for number in [n for n in model.versions if n not in resolved.versions]:
+            await self._unload_version(name, model, number, reason="unloaded")
         model.error = ""
 
-    async def _load_version(
+    async def _bring_up_version(
         self, name: str, model: _Model, resolved: ResolvedModel, number: int
-    ) -> None:
-        if not resolved.backend:  # an ensemble: served by the scheduler, no executor
-            await self._serve_ensemble_version(name, model, number, resolved)
-            return
+    ) -> _Version:
+        """The READY version ``number`` will be once served: the one serving, kept when
+        the load changes nothing it depends on (``inferd.kernel.version_reuse``), else a new
+        copy loaded on the executors beside it. Not served yet: ``_serve_version`` does."""
         previous = model.versions.get(number)
         serving = previous if previous is not None and previous.state == State.READY else None
-        current = serving or _Version(State.LOADING)
-        model.versions[number] = current
+        signature = load_signature(resolved.config)
+        fingerprint = dict(resolved.version_fingerprints).get(number, "")
+        if (
+            serving is not None
+            and serving.load_id
+            and fingerprint
+            and (serving.signature, serving.fingerprint, serving.path)
+            == (signature, fingerprint, resolved.path)
+        ):
+            return replace(serving, config=with_version_policy(serving.config, resolved.config))
+        if serving is None:
+            model.versions[number] = _Version(State.LOADING)
         load_id = next(self._load_ids)
         config = ModelConfig()
         config.ParseFromString(resolved.config)
@@ -446,7 +498,8 @@ class ControlActor(EnsembleControl, Actor):
         completed.ParseFromString(loaded.config)
         try:
             validate(completed, folder_name=name, complete=True)
-            check_supported(completed)  # what auto-complete added is held to the same rules
+            # What auto-complete added is held to the same rules.
+            warnings = dict.fromkeys((*resolved.warnings, *check_supported(completed)))
             read_labels(completed, Path(resolved.path))  # a missing label file fails the load
             if completed.HasField("sequence_batching"):
                 if completed.model_transaction_policy.decoupled:
@@ -458,16 +511,45 @@ class ControlActor(EnsembleControl, Actor):
             self._fail_version(model, number, serving, error.message)
             raise
         instances = loaded.instances or tuple((loaded.executor, i) for i in loaded.instance_ids)
-        await self.router.ask(SCHEDULER, ServeVersion(name, number, loaded.config, instances,
-                                                      resolved.path))
-        old_load = serving.load_id if serving is not None else 0
-        model.versions[number] = _Version(
+        return _Version(
             State.READY, "", load_id, tuple(dict.fromkeys(e for e, _ in instances)),
-            time.monotonic() - started
+            time.monotonic() - started, signature=signature, fingerprint=fingerprint,
+            path=resolved.path, config=loaded.config, instances=instances,
+            warnings=tuple(warnings),
         )
+
+    async def _serve_version(
+        self, name: str, model: _Model, number: int, ready: _Version, resolved: ResolvedModel
+    ) -> None:
+        """Make the scheduler serve ``ready`` (from ``_bring_up_version``) as version
+        ``number``; a new copy replaces the one serving, which then unloads."""
+        current = model.versions.get(number)
+        if current is not None and current.load_id and current.load_id == ready.load_id:
+            # Kept: its instances stay; the scheduler learns its new version policy only.
+            if ready.config != current.config:
+                await self.router.ask(SCHEDULER, ServeVersion(
+                    name, number, ready.config, current.instances, resolved.path,
+                    config_only=True))
+            current.config = ready.config
+            return
+        await self.router.ask(SCHEDULER, ServeVersion(name, number, ready.config,
+                                                      ready.instances, resolved.path))
+        old_load = current.load_id if current is not None else 0
+        model.versions[number] = ready
         self._refresh_dependents(name)
         if old_load:
             await self.router.ask(EXECUTORS, UnloadVersion(old_load))
+
+    async def _abandon(self, model: _Model, brought_up: dict[int, _Version], why: str) -> None:
+        """A load failed: the copies it brought up unload; a version that was not serving
+        before is UNAVAILABLE with ``why`` (unless it failed itself, with its own cause)."""
+        for number, ready in brought_up.items():
+            current = model.versions.get(number)
+            if current is not None and current.load_id == ready.load_id:
+                continue  # kept: it serves as before
+            await self.router.ask(EXECUTORS, UnloadVersion(ready.load_id))
+            if current is None or current.state != State.READY:
+                model.versions[number] = _Version(State.UNAVAILABLE, why)
 
     def _forget_if_unknown(self, name: str, model: _Model) -> None:
         """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless

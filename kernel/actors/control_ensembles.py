@@ -2,11 +2,12 @@
 
 Owns what loading, serving and unloading mean for an ensemble: its graph is checked against
 the models known (in the repository or loaded) and cycles through nested ensembles are
-refused; in EXPLICIT mode its composing models are loaded first (recursively), and the ones
-it loaded are remembered so ``unload_dependents`` can take them down again; an ensemble
-version is served by the scheduler without any executor; its state follows its composing
-models (READY only while each has a READY version, else UNAVAILABLE with a reason naming
-the one missing), refreshed whenever a model's versions change. The bookkeeping itself is
+refused; in EXPLICIT mode its composing models are loaded first (recursively), and
+``unload_dependents`` takes down again those no user asked for and no other ensemble uses
+(Triton's cascading removal); an ensemble version is served by the scheduler without any
+executor; its state follows its composing models (READY only while each has a READY
+version, else UNAVAILABLE with a reason naming the one missing), refreshed whenever a
+model's versions change. The bookkeeping itself is
 ``inferd.kernel.dependencies`` (pure); ``ControlActor`` calls the hooks below from its load
 and unload paths and owns everything else.
 """
@@ -112,7 +113,6 @@ class EnsembleControl:
         if self._settings.model_control_mode != "explicit":
             return  # it loads (or failed) on its own; the ensemble follows its state
         await self._load(name)
-        self._dependencies.mark_loaded_for(name, ensemble)
 
     def _check_composing_ready(self, ensemble: str) -> None:
         """After EXPLICIT mode loaded the composing models: a step naming a version that is

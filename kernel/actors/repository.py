@@ -49,7 +49,7 @@ class RepositoryActor(Actor):
     async def on_fingerprint_models(
         self, message: FingerprintModels, envelope: Envelope
     ) -> Fingerprints:
-        def fingerprint_all() -> dict[str, str]:
+        def fingerprint_all() -> Fingerprints:
             names, problems = self._repository.list_models()
             fingerprints = {}
             for name in names:
@@ -59,9 +59,9 @@ class RepositoryActor(Actor):
                     fingerprints[name] = self._repository.fingerprint(name)
                 except InferdError:
                     continue  # removed while we looked: the next poll sees it gone
-            return fingerprints
+            return Fingerprints(fingerprints, problems)
 
-        return Fingerprints(await anyio.to_thread.run_sync(fingerprint_all))
+        return await anyio.to_thread.run_sync(fingerprint_all)
 
     async def on_resolve_model(self, message: ResolveModel, envelope: Envelope) -> ResolvedModel:
         def resolve() -> ResolvedModel:

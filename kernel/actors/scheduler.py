@@ -240,6 +240,9 @@ class SchedulerActor(Actor):
         slots = [_Slot(executor, instance) for executor, instance in message.instances]
         versions = self._served.setdefault(message.model, {})
         current = versions.get(message.version)
+        if message.config_only and current is not None and not current.retired:
+            current.config = config  # the same instances: only its version policy changed
+            return Ack()
         ensemble = EnsembleState.for_config(config, current.ensemble if current else None)
         replaced: list[_Slot] = []
         if current is not None and not current.retired:

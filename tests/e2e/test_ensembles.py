@@ -93,6 +93,12 @@ CONFIGS = {
         step("simple", {"INPUT0": "twice_a", "INPUT1": "twice_b"},
              {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}),
     ),
+    # simple -> slow_x: OUT = A + B after BRANCH_DELAY_MS.
+    "via_x": ensemble(
+        "via_x", AB, tensors(("OUT", "TYPE_INT32", 16)),
+        step("simple", SIMPLE_AB, {"OUTPUT0": "sum", "OUTPUT1": "diff"}),
+        step("slow_x", {"INPUT0": "sum"}, {"OUTPUT0": "OUT"}),
+    ),
     "broken": ensemble(
         "broken", AB, tensors(("OUT", "TYPE_INT32", 16)),
         step("simple", SIMPLE_AB, {"OUTPUT0": "sum", "OUTPUT1": "diff"}),
@@ -432,6 +438,30 @@ def test_unload_dependents_unloads_what_only_the_ensemble_needed(http: Any, grpc
     }
     error = refused(lambda: http.infer("pipeline", ab_inputs(httpclient, *sample())))
     assert error.message() == "Request for unknown model: 'pipeline' has no available versions"
+
+
+def test_unload_dependents_takes_a_composing_model_an_earlier_ensemble_brought_in(
+    http: Any, grpc: Any
+) -> None:
+    """Triton's cascading removal: every composing model no user asked for and no other
+    loaded ensemble uses goes, whichever ensemble's load brought it in."""
+    grpc.load_model("pipeline")  # slow_x comes in with it, implicitly
+    http.unload_model("pipeline")  # without dependents: slow_x stays
+    assert states(http, "pipeline", "slow_x") == {
+        "pipeline": ("UNAVAILABLE", "unloaded"), "slow_x": ("READY", "")}
+    http.load_model("via_x")  # finds slow_x READY
+    a, b = sample()
+    result = grpc.infer("via_x", ab_inputs(grpcclient, a, b))
+    np.testing.assert_array_equal(result.as_numpy("OUT"), a + b)
+
+    grpc.unload_model("via_x", unload_dependents=True)
+
+    assert states(http, "via_x", "slow_x", "slow_y", "simple") == {
+        "via_x": ("UNAVAILABLE", "unloaded"),
+        "slow_x": ("UNAVAILABLE", "unloaded"),  # implicit, and nothing else uses it
+        "slow_y": ("READY", ""),  # loaded on request
+        "simple": ("READY", ""),  # loaded on request
+    }
 
 
 # ---------------------------------------------------------------------------- NONE mode

@@ -62,11 +62,11 @@ def test_served_versions_and_retiring_the_last_one_forgets_the_ensemble() -> Non
     deps = EnsembleDependencies()
     loaded(deps, "e", "a", version=1)
     deps.serve("e", 2)
-    deps.mark_loaded_for("a", "e")
     assert deps.served_versions("e") == (1, 2)
     assert deps.is_served("e", 2) and not deps.is_served("e", 3)
     deps.retire("e", 1)
     assert deps.requirements("e") == (Requirement("a"),)
+    assert deps.unload_candidates("e") == ["a"]
     deps.retire("e", 2)
     assert deps.requirements("e") == ()
     assert deps.dependents("a") == []
@@ -74,18 +74,16 @@ def test_served_versions_and_retiring_the_last_one_forgets_the_ensemble() -> Non
     deps.retire("never", 1)  # nothing to do
 
 
-def test_unload_dependents_takes_only_what_the_ensemble_alone_brought_in() -> None:
+def test_unload_dependents_takes_what_no_user_asked_for_and_no_other_ensemble_uses() -> None:
     deps = EnsembleDependencies()
-    loaded(deps, "e", "mine", "shared", "requested", "preloaded")
+    # "mine" came in with e; "orphan" came in with an ensemble unloaded since (e found it
+    # READY): both were loaded implicitly, so both go, as in Triton's cascading removal.
+    loaded(deps, "e", "mine", "shared", "requested", "orphan")
     loaded(deps, "f", "shared")
     deps.mark_requested("e", "f", "requested")
-    deps.mark_loaded_for("mine", "e")
-    deps.mark_loaded_for("shared", "e")  # e loaded it, but f uses it too
-    deps.mark_loaded_for("requested", "e")  # loaded for e, later loaded on request
-    # "preloaded" was READY before e was loaded: e did not load it.
-    assert deps.unload_candidates("e") == ["mine"]
+    assert deps.unload_candidates("e") == ["mine", "orphan"]
     deps.retire("f", 1)
-    assert deps.unload_candidates("e") == ["mine", "shared"]
+    assert deps.unload_candidates("e") == ["mine", "shared", "orphan"]
 
 
 def test_unload_dependents_follows_nested_ensembles_outer_first() -> None:
@@ -93,21 +91,18 @@ def test_unload_dependents_follows_nested_ensembles_outer_first() -> None:
     loaded(deps, "outer", "inner", "leaf")
     loaded(deps, "inner", "leaf", "deep")
     deps.mark_requested("outer")
-    deps.mark_loaded_for("inner", "outer")
-    deps.mark_loaded_for("leaf", "inner")  # outer found it READY when inner had loaded it
-    deps.mark_loaded_for("deep", "inner")
     assert deps.unload_candidates("outer") == ["inner", "leaf", "deep"]
     # Unloading inner alone: outer still uses leaf, and nothing else uses deep.
     assert deps.unload_candidates("inner") == ["deep"]
+    # A nested ensemble loaded on request stays, and so does what it uses.
+    deps.mark_requested("inner")
+    assert deps.unload_candidates("outer") == []
 
 
-def test_a_model_unloaded_on_its_own_forgets_why_it_was_loaded() -> None:
+def test_a_model_unloaded_on_its_own_forgets_it_was_requested() -> None:
     deps = EnsembleDependencies()
     loaded(deps, "e", "a")
-    deps.mark_loaded_for("a", "e")
-    deps.forget_model("a")
-    assert deps.unload_candidates("e") == []
     deps.mark_requested("a")
-    deps.forget_model("a")
-    deps.mark_loaded_for("a", "e")
+    assert deps.unload_candidates("e") == []
+    deps.forget_model("a")  # unloaded, then loaded again only for e
     assert deps.unload_candidates("e") == ["a"]

@@ -9,7 +9,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.repository import ModelRepository
+from inferd.kernel.repository import ModelRepository, version_fingerprints
 from inferd.protocols.errors import InvalidArgument, NotFound
 
 SIMPLE = """
@@ -74,6 +74,28 @@ def test_model_in_two_roots_is_listed_with_its_problem(tmp_path: Path) -> None:
     assert problems == {"shared": "model appears in two or more repositories"}
     with pytest.raises(InvalidArgument, match="model appears in two or more repositories"):
         repository.resolve("shared")
+
+
+def test_a_version_fingerprint_follows_its_folder_and_the_shared_files_only(
+    tmp_path: Path,
+) -> None:
+    folder = make_model(tmp_path, "m", versions={"1": "model.onnx", "2": "model.onnx"})
+    before = version_fingerprints(folder, [1, 2])
+    assert before[1] != before[2]
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text() + "# a comment\n")  # configs are compared
+    (folder / "2" / "__pycache__").mkdir()  # written by the server itself
+    (folder / "2" / "__pycache__" / "model.pyc").write_bytes(b"x")
+    assert version_fingerprints(folder, [1, 2]) == before
+    (folder / "2" / "model.onnx").write_bytes(b"new weights")
+    (folder / "3").mkdir()  # another version folder
+    after = version_fingerprints(folder, [1, 2])
+    assert after[1] == before[1] and after[2] != before[2]
+    (folder / "labels.txt").write_text("cat\n")  # outside the version folders: every one
+    shared = version_fingerprints(folder, [1, 2])
+    assert shared[1] != after[1] and shared[2] != after[2]
+    resolved = ModelRepository([tmp_path], registry()).resolve("m")  # latest: version 3
+    assert dict(resolved.version_fingerprints) == version_fingerprints(folder, [3])
 
 
 def test_the_same_root_twice_is_one_root(tmp_path: Path) -> None:

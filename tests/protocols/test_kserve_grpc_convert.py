@@ -312,6 +312,11 @@ def test_information_replies() -> None:
     index = convert.encode_index(Index((IndexEntry("a"), IndexEntry("b", "1", "READY", ""))))
     assert [(e.name, e.version, e.state) for e in index.models] == [("a", "", ""),
                                                                    ("b", "1", "READY")]
+    # No field for warnings in the proto: a READY version's reason carries them, unless it
+    # has a reason of its own.
+    index = convert.encode_index(Index((IndexEntry("w", "1", "READY", "", ("x", "y")),
+                                        IndexEntry("e", "1", "READY", "failed", ("x",)))))
+    assert [e.reason for e in index.models] == ["x; y", "failed"]
 
 
 def test_repository_requests() -> None:

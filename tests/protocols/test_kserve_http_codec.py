@@ -285,12 +285,14 @@ def test_reply_documents() -> None:
         "outputs": [{"name": "y", "datatype": "FP32", "shape": [3]}]}
     index = Index((IndexEntry("never"), IndexEntry("ready", "1", "READY"),
                    IndexEntry("gone", "2", "UNAVAILABLE", "unloaded"),
-                   IndexEntry("broken", "", "UNAVAILABLE", "bad config")))
+                   IndexEntry("broken", "", "UNAVAILABLE", "bad config"),
+                   IndexEntry("warned", "1", "READY", "", ("x is ignored",))))
     assert json.loads(codec.encode_index(index)) == [
         {"name": "never"},
         {"name": "ready", "version": "1", "state": "READY"},
         {"name": "gone", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
         {"name": "broken", "state": "UNAVAILABLE", "reason": "bad config"},
+        {"name": "warned", "version": "1", "state": "READY", "warnings": ["x is ignored"]},
     ]
     stats = Statistics(({"name": "m", "version": "1", "inference_count": 3},))
     assert json.loads(codec.encode_statistics(stats)) == {"model_stats": [
