@@ -592,9 +592,11 @@ class SchedulerActor(Actor):
         lookup = await cache.lookup(request)
         if lookup.response is not None:
             cache.record_hit(version.statistics, lookup, arrived_ns)
-            hit = _Queued(request, 0, (), arrived_ns, result=lookup.response,
-                          started_ns=lookup.started_ns)
-            hit.done.set()
+            hit = _Queued(request, 0, (), arrived_ns, started_ns=lookup.started_ns)
+            if version.plan.preserve_ordering:  # as Triton: behind the requests already sent
+                version.order.take(hit)
+            self._deliver(version, hit, lookup.response, True)
+            await hit.done.wait()
             return hit
         queued = await self._infer_on(version, request, arrived_ns, cached=False)
         await cache.store(lookup, queued.result, version.statistics)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -387,3 +388,32 @@ def test_an_unreachable_redis_stops_the_start(inferd: Any, redis_servers: Any) -
     server.clean_exit = False
     assert server.wait_exit(WAIT_SECS) == 1
     assert "Failed to initialize RedisCache: cannot reach Redis at 127.0.0.1:" in server.log()
+
+
+def test_a_hit_keeps_its_place_under_preserve_ordering(inferd: Any) -> None:
+    """As Triton: a hit answers after the requests already sent to an instance."""
+    config = inferd.testing_config("ordered_cached", "slow", delay_ms="1500") + (
+        "dynamic_batching { preserve_ordering: true }\n" + CACHED)
+    server = inferd.start(inferd.repository(configs={"ordered_cached": config}),
+                          f"--cache-config=local,size={CACHE_BYTES}")
+    finished: dict[str, Any] = {}
+
+    def infer(name: str, value: float) -> None:
+        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.full(4, value, dtype=np.float32))
+        try:  # a client each: tritonclient's clients are not shared across threads
+            with httpclient.InferenceServerClient(server.http_url) as client:
+                client.infer("ordered_cached", [tensor])
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            finished[f"{name} failed"] = error
+        finished[name] = time.monotonic()
+
+    infer("first", 1.0)  # now in the cache
+    slow = threading.Thread(target=infer, args=("slow", 2.0))  # a miss: 1.5 s
+    slow.start()
+    time.sleep(0.5)  # it has reached its instance (not an assertion: the order below is)
+    infer("hit", 1.0)
+    slow.join(WAIT_SECS)
+    assert not [key for key in finished if key.endswith("failed")], finished
+    assert finished["hit"] >= finished["slow"] - 0.2, finished
+    assert counts(server, "ordered_cached")[:2] == (1, 2), stats(server, "ordered_cached")
