@@ -82,6 +82,12 @@ def _serve_parser(
                            help="tritonserver's rate limiter: inferd has none, only off applies")
     execution.add_argument("--cache-config", action="append", default=[], metavar="CACHE,K=V",
                            help="tritonserver's response cache: inferd has none yet")
+    execution.add_argument("--trace-config", action="append", default=[],
+                           metavar="[MODE,]SETTING=VALUE",
+                           help="tracing, as tritonserver's: level=TIMESTAMPS|TENSORS, rate=N, "
+                                "count=N, mode=triton|opentelemetry, triton,file=PATH, "
+                                "triton,log-frequency=N, opentelemetry,url=URL, "
+                                "opentelemetry,resource=KEY=VALUE (repeatable)")
     logs = parser.add_argument_group("logging")
     LogSettings.add_arguments(logs)
     logs.add_argument("--log-file", default="", metavar="PATH",

@@ -30,6 +30,7 @@ from inferd.kernel.plugins import Plugins
 from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
+from inferd.kernel.tracing import tracer_from_options
 from inferd.protocols.messages import (
     Drain,
     Index,
@@ -51,6 +52,7 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "system_shared_memory",
+    "trace",
 )
 UNLOAD_TIMEOUT_SECS = 30.0
 
@@ -61,6 +63,7 @@ class StartupFailed(Exception):
 
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
+    tracer = tracer_from_options(settings.options)  # first: a bad --trace-config starts nothing
     backends = plugins.backends()
     router = Router("main")
     context = zmq.Context()
@@ -83,7 +86,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     scheduler = SchedulerActor(router)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES)
-    dataplane = DataPlane(router, EXTENSIONS)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tasks:
@@ -104,6 +107,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
                 await _shut_down(router, frontends, settings)
                 tasks.cancel_scope.cancel()
     finally:
+        tracer.close()
         if link is not None:
             link.close()
         context.term()

@@ -38,6 +38,7 @@ from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import CURRENT
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
@@ -107,6 +108,7 @@ class _Queued:
     result: InferResponse | InferdError | None = None
     started_ns: int = 0
     compute_ns: tuple[int, int, int] = (0, 0, 0)
+    compute_started_ns: int = 0  # when its instance began its batch (the executor's clock)
     level: int = 0  # priority level: lower goes first
     stream: ResponseStream | None = None  # a decoupled model's request: its responses go here
     failed: bool = False  # a decoupled request answered with an error on the way
@@ -562,6 +564,9 @@ class SchedulerActor(Actor):
         request, ensemble steps included); raises the error it got."""
         if version.decoupled:
             raise DecoupledNotStreamed(version.model)
+        trace = CURRENT.get()
+        if trace is not None:
+            trace.request_started(version.model, version.version, request, arrived_ns)
         queued = self._queue(version, request, arrived_ns)
         plan = version.plan
         timeout_us = request.timeout_us or plan.default_timeout_us
@@ -579,6 +584,9 @@ class SchedulerActor(Actor):
             await queued.done.wait()  # already running: its instance will answer
         finished_ns = time.perf_counter_ns()
         result = queued.result
+        if trace is not None:
+            trace.request_finished(queued.compute_started_ns or queued.started_ns,
+                                   queued.compute_ns, result)
         version.statistics.record_request(
             isinstance(result, InferResponse),
             finished_ns - arrived_ns,
@@ -718,6 +726,7 @@ class SchedulerActor(Actor):
         )
         for queued in batch:
             queued.compute_ns = reply.compute_ns
+            queued.compute_started_ns = reply.started_ns
         return [
             InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
             for r in reply.results

@@ -32,8 +32,10 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.server import StartupFailed
+from inferd.kernel.tracing import traced
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols import trace_api
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
     GRPC_METHOD_GROUPS,
@@ -321,10 +323,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
         async with self._frontend.rpc(context):
-            reply = await self._frontend.infer(request)
+            tracer = self._frontend.dataplane.tracer
+            trace = tracer.begin(request.header.model_name) if tracer.active else None
+            if trace is not None:
+                trace.stamp("GRPC_WAITREAD_END")
+            reply = await traced(trace, self._frontend.infer(request))
+            if trace is not None:
+                trace.stamp("GRPC_SEND_START")
             header, raw_output_contents = convert.encode_infer_response(reply)
             response = wire.serialize_infer_response(header, raw_output_contents)
             del reply, raw_output_contents
+            if trace is not None:  # handed to gRPC, which sends it once this returns
+                trace.stamp("GRPC_SEND_END")
+                trace.end()
             if len(response) >= LARGE_MESSAGE_BYTES:
                 # The reply's outputs stay alive as long as the event loop step that handed
                 # them over runs, and gRPC copies the response within the step this returns
@@ -414,8 +425,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         async with self._frontend.rpc(context):
             raise Unsupported(f"inferd does not implement {rpc}: {extension} is not supported")
 
-    async def TraceSetting(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "TraceSetting", "tracing")
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        async with self._frontend.rpc(context):
+            message = trace_api.decode_grpc_request(request)
+            reply = await self._frontend.ask(message, trace_api.TraceSettingReply)
+            return trace_api.encode_grpc_reply(reply, service_pb2.TraceSettingResponse)
 
     async def LogSettings(self, request: Any, context: Any) -> None:
         await self._unimplemented(context, "LogSettings", "the logging extension")

@@ -17,6 +17,7 @@ import functools
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,9 +36,11 @@ from inferd.plugins.frontends.kserve_http.connection import (
     HttpLimits,
 )
 from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import Trace, traced
 from inferd.protocols import content_coding
 from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
+from inferd.protocols import trace_api
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     ErrorCode,
@@ -105,6 +108,7 @@ class HttpRequest:
     path_arguments: tuple[str, ...]
     headers: dict[str, str]
     body: bytes | memoryview
+    received_ns: int = 0  # when its head arrived, kept only while tracing
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,7 @@ class HttpResponse:
     compressible: bool = False
     # A body written as it is made (Server-Sent Events), after ``parts``; no content-length.
     stream: AsyncIterator[bytes] | None = None
+    trace: Trace | None = None  # a traced inference: its send is stamped, then it ends
 
     @property
     def length(self) -> int:
@@ -162,10 +167,16 @@ class KserveHttpApp:
         except Exception as error:
             logger.exception("HTTP %s %s failed", scope.get("method"), scope.get("path"))
             response = error_response(500, f"{type(error).__name__}: {error}")
+        trace = response.trace
+        if trace is not None:
+            trace.stamp("HTTP_SEND_START")
         try:
             await self._send(send, response)
         except Exception:
             logger.debug("could not send an HTTP response", exc_info=True)
+        if trace is not None:
+            trace.stamp("HTTP_SEND_END")
+            trace.end()
 
     async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
         path = bytes(scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
@@ -179,6 +190,7 @@ class KserveHttpApp:
             return error_response(405, "Method Not Allowed")
         if not self.accepting:
             return error_response(503, SHUTTING_DOWN)
+        received_ns = time.perf_counter_ns() if self.dataplane.tracer.active else 0
         headers = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
         }
@@ -187,7 +199,8 @@ class KserveHttpApp:
             return error_response(403, http_refusal(restriction))
         try:
             body = await self._read_body(headers, receive) if method == "POST" else b""
-            response = await handler(self, HttpRequest(method, arguments, headers, body))
+            response = await handler(self, HttpRequest(method, arguments, headers, body,
+                                                       received_ns))
         except InferdError as error:
             return error_response(http_status(ErrorCode(error.code)), error.message)
         if response.compressible and response.length:
@@ -238,7 +251,7 @@ class KserveHttpApp:
         else:
             body = content_coding.compress(response.parts, coding)
         headers = (*response.headers, ("content-encoding", coding))
-        return HttpResponse(response.status, (body,), headers)
+        return HttpResponse(response.status, (body,), headers, trace=response.trace)
 
     @staticmethod
     async def _send(send: Send, response: HttpResponse) -> None:
@@ -310,8 +323,9 @@ class KserveHttpApp:
             )
         else:
             infer_request, encoding = codec.decode_infer_request(*arguments)
+        trace = self._begin_trace(model, request)
         try:
-            reply = await self.ask(infer_request)
+            reply = await traced(trace, self.ask(infer_request))
         except DecoupledNotStreamed:
             raise Unsupported(DecoupledNotStreamed.endpoint_message("HTTP end point")) from None
         if not isinstance(reply, (InferResponse, SharedMemoryInferResponse)):
@@ -325,7 +339,23 @@ class KserveHttpApp:
             encoded = await anyio.to_thread.run_sync(codec.encode_infer_response, reply, encoding)
         else:
             encoded = codec.encode_infer_response(reply, encoding)
-        return HttpResponse(200, encoded.parts, encoded.headers, compressible=True)
+        return HttpResponse(200, encoded.parts, encoded.headers, compressible=True, trace=trace)
+
+    def _begin_trace(self, model: str, request: HttpRequest) -> Trace | None:
+        tracer = self.dataplane.tracer
+        trace = tracer.begin(model) if tracer.active else None
+        if trace is not None:
+            trace.stamp("HTTP_RECV_START", request.received_ns or None)
+            trace.stamp("HTTP_RECV_END")
+        return trace
+
+    async def trace_setting(self, request: HttpRequest) -> HttpResponse:
+        """``GET/POST v2[/models/<m>]/trace/setting`` (Triton's trace extension)."""
+        model = unquote(request.path_arguments[0] or "")
+        message = (trace_api.decode_http_update(model, request.body) if request.method == "POST"
+                   else trace_api.TraceSettingRequest(model))
+        reply = _expect(await self.ask(message), trace_api.TraceSettingReply)
+        return json_response(trace_api.encode_http_reply(reply))
 
     async def index(self, request: HttpRequest) -> HttpResponse:
         reply = _expect(await self.ask(codec.decode_index_request(request.body)), Index)
@@ -449,6 +479,8 @@ _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (_REPOSITORY + "/models/([^/]+)/load", "model-repository", {"POST": KserveHttpApp.load}),
     (_REPOSITORY + "/models/([^/]+)/unload", "model-repository",
      {"POST": KserveHttpApp.unload}),
+    (r"/v2(?:/models/([^/]+))?/trace/setting", "trace",
+     {"GET": KserveHttpApp.trace_setting, "POST": KserveHttpApp.trace_setting}),
     (_SHARED_MEMORY + "/status", "shared-memory", {"GET": KserveHttpApp.shared_memory_status}),
     (_SHARED_MEMORY + "/register", "shared-memory",
      {"POST": KserveHttpApp.shared_memory_register}),
