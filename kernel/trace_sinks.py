@@ -151,7 +151,7 @@ class TritonFileSink:
         self._worker.submit(lambda: self._collect(trace))
 
     def retire(self, setting: TraceSetting) -> None:
-        self._worker.submit(lambda: self._flush(setting, setting.log_frequency != 0))
+        self._worker.submit(lambda: self._retired(setting))
 
     def close(self) -> None:
         self._worker.close()
@@ -173,6 +173,12 @@ class TritonFileSink:
             self._flush(setting, True)
         elif setting.retired:
             self._flush(setting, setting.log_frequency != 0)
+
+    def _retired(self, setting: TraceSetting) -> None:
+        # Set here, in order: traces that ended before the setting was replaced still
+        # collect as it said; those that end later are written at once.
+        setting.retired = True
+        self._flush(setting, setting.log_frequency != 0)
 
     def _flush(self, setting: TraceSetting, indexed: bool) -> None:
         if setting.stream and setting.file:

@@ -54,7 +54,7 @@ class TraceSetting:
         self.created = 0  # traces sampled
         self.collected = 0  # traces ended (the sink's counter)
         self.stream: list[str] = []  # ended traces not yet written (the sink's buffer)
-        self.retired = False
+        self.retired = False  # set by the sink, on its own thread
         if not level:
             self.invalid_reason = "tracing is disabled"
         elif rate == 0:
@@ -262,7 +262,6 @@ class Tracer:
                             frozenset(specified))
 
     def _retire(self, setting: TraceSetting) -> None:
-        setting.retired = True
         self.sink.retire(setting)
 
     def close(self) -> None:

@@ -380,3 +380,37 @@ def test_level_tensors_adds_the_tensors_and_off_stops_a_model(
     assert {e.get("request_id") for e in files[0]} - {None} == {"still-traced"}
     http.update_trace_settings("simple", settings={"trace_level": None})
     assert http.get_trace_settings("simple")["trace_level"] == ["TIMESTAMPS"]
+
+
+# ---------------------------------------------------------------------------- start-up
+
+
+def test_the_trace_group_restricts_the_settings_and_nothing_else(inferd: InferdHarness) -> None:
+    server = inferd.start(inferd.repository("simple"), "--http-restricted-api=trace:tk=1",
+                          "--grpc-restricted-protocol=trace:tk=1")
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    for call in (lambda: http.get_trace_settings(), lambda: http.get_trace_settings("simple"),
+                 lambda: http.update_trace_settings(settings={"trace_rate": "3"})):
+        with pytest.raises(InferenceServerException) as refused:
+            call()
+        assert (refused.value.status(), refused.value.message()) == (
+            "403", "This API is restricted, expecting header 'tk'")
+    with pytest.raises(InferenceServerException) as refused:
+        grpc.get_trace_settings()
+    assert refused.value.status() == "StatusCode.UNAVAILABLE"
+    assert http.get_trace_settings(headers={"tk": "1"}) == DEFAULTS
+    assert grpc.get_trace_settings(headers={"triton-grpc-protocol-tk": "1"}, as_json=True)
+    _http_infer(http)  # inference is another group
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("level=loud", "invalid value for trace level option: loud"),
+    ("triton,files=x", "unknown triton trace setting 'files'"),
+    ("mode", "the format is"),
+])
+def test_a_bad_trace_config_fails_the_start(inferd: InferdHarness, flag: str,
+                                            message: str) -> None:
+    server = inferd.launch(inferd.repository("simple"), "--trace-config", flag)
+    assert server.wait_exit(30) == 1
+    assert message in server.log()
