@@ -327,7 +327,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             trace = tracer.begin(request.header.model_name) if tracer.active else None
             if trace is not None:
                 trace.stamp("GRPC_WAITREAD_END")
-            reply = await traced(trace, self._frontend.infer(request))
+            pending = self._frontend.infer(request)
+            reply = await (pending if trace is None else traced(trace, pending))
             if trace is not None:
                 trace.stamp("GRPC_SEND_START")
             header, raw_output_contents = convert.encode_infer_response(reply)

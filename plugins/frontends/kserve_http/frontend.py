@@ -325,7 +325,8 @@ class KserveHttpApp:
             infer_request, encoding = codec.decode_infer_request(*arguments)
         trace = self._begin_trace(model, request)
         try:
-            reply = await traced(trace, self.ask(infer_request))
+            pending = self.ask(infer_request)
+            reply = await (pending if trace is None else traced(trace, pending))
         except DecoupledNotStreamed:
             raise Unsupported(DecoupledNotStreamed.endpoint_message("HTTP end point")) from None
         if not isinstance(reply, (InferResponse, SharedMemoryInferResponse)):

@@ -187,7 +187,8 @@ class ZmqFrontend(Frontend):
         trace = (tracer.begin(body.model)
                  if tracer.active and isinstance(body, InferRequest) else None)
         try:
-            reply: Message = await traced(trace, self.dataplane.handle(body))
+            pending = self.dataplane.handle(body)
+            reply: Message = await (pending if trace is None else traced(trace, pending))
             if trace is not None:
                 trace.end()
         except InferdError as error:
