@@ -515,9 +515,7 @@ def test_reserved_and_mistyped_parameters(stub: Any) -> None:
 
 
 def test_unimplemented_rpcs(client: grpcclient.InferenceServerClient, stub: Any) -> None:
-    with pytest.raises(InferenceServerException) as error:
-        client.get_trace_settings()
-    assert error.value.status() == "StatusCode.UNIMPLEMENTED"
+    # TraceSetting is implemented (tests/e2e/test_trace.py).
     with pytest.raises(InferenceServerException) as error:
         client.get_log_settings()
     assert error.value.status() == "StatusCode.UNIMPLEMENTED"
