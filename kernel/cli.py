@@ -88,6 +88,13 @@ def _serve_parser(
                                 "count=N, mode=triton|opentelemetry, triton,file=PATH, "
                                 "triton,log-frequency=N, opentelemetry,url=URL, "
                                 "opentelemetry,resource=KEY=VALUE (repeatable)")
+    for flag, kind in (("file", str), ("level", str), ("rate", int), ("count", int),
+                       ("log-frequency", int)):
+        execution.add_argument(f"--trace-{flag}", type=kind, default=None,
+                               action="append" if flag == "level" else "store",
+                               help=f"deprecated by tritonserver: --trace-config "
+                                    f"{'triton,' if flag in ('file', 'log-frequency') else ''}"
+                                    f"{flag}=...")
     logs = parser.add_argument_group("logging")
     LogSettings.add_arguments(logs)
     logs.add_argument("--log-file", default="", metavar="PATH",

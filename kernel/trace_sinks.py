@@ -223,7 +223,11 @@ class OpenTelemetrySink:
 
     def close(self) -> None:
         self._worker.close()
-        self._provider.shutdown()  # exports what the batch processor still holds
+        # Exports what the batch processor still holds; bounded, as an unreachable collector
+        # would have the exporter retry for a minute.
+        closing = threading.Thread(target=self._provider.shutdown, daemon=True)
+        closing.start()
+        closing.join(CLOSE_TIMEOUT_SECS)
 
     def _export(self, trace: Trace) -> None:
         from opentelemetry.trace import SpanKind, set_span_in_context

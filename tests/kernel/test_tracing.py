@@ -192,3 +192,15 @@ def test_an_untraced_request_costs_one_lookup() -> None:
     for _ in range(100_000):
         traces.begin("m")
     assert (time.perf_counter() - started) / 100_000 < 20e-6
+
+
+def test_tritons_deprecated_trace_flags_still_work_and_trace_config_wins(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from inferd.kernel.tracing import tracer_from_options
+
+    traces = tracer_from_options({"trace_file": "/x.json", "trace_level": ["TIMESTAMPS"],
+                                  "trace_rate": 1, "trace_log_frequency": 3,
+                                  "trace_config": ["rate=5"]})
+    assert (traces.config.file, traces.config.level, traces.config.rate,
+            traces.config.log_frequency) == ("/x.json", ("TIMESTAMPS",), 5, 3)
+    assert "'--trace-file' has been deprecated" in caplog.text
