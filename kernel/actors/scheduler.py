@@ -38,7 +38,7 @@ from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.streams import ResponseStream
-from inferd.kernel.tracing import CURRENT
+from inferd.kernel.tracing import CURRENT, Trace
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
@@ -113,6 +113,7 @@ class _Queued:
     stream: ResponseStream | None = None  # a decoupled model's request: its responses go here
     failed: bool = False  # a decoupled request answered with an error on the way
     executor: str = ""  # where a decoupled request runs (its stream ends if that one restarts)
+    trace: Trace | None = None  # a traced decoupled request (its stream ends the request)
 
 
 @dataclass(eq=False, slots=True)
@@ -481,7 +482,11 @@ class SchedulerActor(Actor):
     async def _open_stream(self, version: _Version, request: InferRequest) -> ResponseStream:
         """Queue a request of a decoupled model; its responses go to the stream returned."""
         stream = ResponseStream()
-        self._queue(version, request, time.perf_counter_ns(), stream)
+        arrived_ns = time.perf_counter_ns()
+        trace = CURRENT.get()
+        if trace is not None:
+            trace.request_started(version.model, version.version, request, arrived_ns)
+        self._queue(version, request, arrived_ns, stream).trace = trace
         return stream
 
     async def on_remote_stream_request(self, message: RemoteStreamRequest,
@@ -526,6 +531,8 @@ class SchedulerActor(Actor):
 
     def _end_stream(self, token: int, version: _Version, queued: _Queued) -> None:
         del self._streams[token]
+        if queued.trace is not None:
+            queued.trace.stamp("REQUEST_END")
         version.statistics.record_request(
             not queued.failed, time.perf_counter_ns() - queued.enqueued_ns,
             queued.started_ns - queued.enqueued_ns)

@@ -10,6 +10,7 @@ so they run in file order; every wait for a trace file is bounded."""
 from __future__ import annotations
 
 import json
+import queue
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +50,8 @@ ensemble_scheduling { step [
 """
 
 
-def _repository(harness: InferdHarness) -> Path:
-    root = harness.repository("simple")
+def _repository(harness: InferdHarness, *extra: str) -> Path:
+    root = harness.repository("simple", *extra)
     (root / "chain" / "1").mkdir(parents=True)
     (root / "chain" / "config.pbtxt").write_text(CHAIN, encoding="utf-8")
     return root
@@ -70,7 +71,7 @@ def trace_file(module_inferd: InferdHarness) -> Path:
 def traced(module_inferd: InferdHarness, trace_file: Path) -> ServerHandle:
     trace_file.parent.mkdir()
     return module_inferd.start(
-        _repository(module_inferd), "--trace-config", f"triton,file={trace_file}",
+        _repository(module_inferd, "stream_words"), "--trace-config", f"triton,file={trace_file}",
         "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
         "--trace-config", "triton,log-frequency=1")
 
@@ -279,6 +280,35 @@ def test_a_traced_grpc_request_has_grpc_timestamps(
     assert names == ["GRPC_WAITREAD_END", *REQUEST_ORDER, "GRPC_SEND_START", "GRPC_SEND_END"]
     times = [ns for _, ns in trace["stamps"]]
     assert times == sorted(times)
+
+
+def test_grpc_streams_are_traced_with_a_send_per_response(
+        grpc: grpcclient.InferenceServerClient, trace_file: Path) -> None:
+    before = _indexed(trace_file)
+    answers: queue.Queue[Any] = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: answers.put(error))
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [1, 16], "INT32")
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        inputs.append(tensor)
+    grpc.async_stream_infer("simple", inputs, request_id="s1")
+    words = grpcclient.InferInput("text_input", [1], "BYTES")
+    words.set_data_from_numpy(np.array([b"one two three"], dtype=object))
+    grpc.async_stream_infer("stream_words", [words], request_id="w1")
+    errors = [answers.get(timeout=FILE_WAIT_SECS) for _ in range(4)]
+    grpc.stop_stream()
+    assert errors == [None] * 4
+    files = _new_files(trace_file, before, 2)
+    traces = {t["head"]["request_id"]: t for entries in files
+              for t in _traces(entries).values()}
+    names = [name for name, _ in traces["s1"]["stamps"]]
+    assert names == ["GRPC_WAITREAD_END", *REQUEST_ORDER, "GRPC_SEND_START", "GRPC_SEND_END"]
+    decoupled = [name for name, _ in traces["w1"]["stamps"]]
+    assert decoupled[:3] == ["GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START"]
+    assert "REQUEST_END" in decoupled
+    assert decoupled.count("GRPC_SEND_START") == decoupled.count("GRPC_SEND_END") == 3
+    assert traces["w1"]["head"]["model_name"] == "stream_words"
 
 
 def test_an_ensemble_traces_each_step_as_a_child(

@@ -32,7 +32,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.server import StartupFailed
-from inferd.kernel.tracing import traced
+from inferd.kernel.tracing import CURRENT, traced
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols import trace_api
@@ -204,6 +204,26 @@ class KserveGrpcFrontend(Frontend):
         """Write the stream responses to one ``ModelStreamInfer`` request as they come: one
         for a model that is not decoupled, any number for one that is. A failure is a
         response with ``error_message``, never an exception."""
+        tracer = self.dataplane.tracer
+        trace = tracer.begin(request.header.model_name) if tracer.active else None
+        if trace is None:
+            return await self._stream_answer(request, write)
+        trace.stamp("GRPC_WAITREAD_END")
+
+        async def traced_write(response: Any) -> None:
+            trace.stamp("GRPC_SEND_START")
+            await write(response)
+            trace.stamp("GRPC_SEND_END")
+
+        token = CURRENT.set(trace)  # this request's own task: its answer is awaited here
+        try:
+            await self._stream_answer(request, traced_write)
+        finally:
+            CURRENT.reset(token)
+            trace.end()
+
+    async def _stream_answer(self, request: wire.ParsedInferRequest,
+                             write: Callable[[Any], Awaitable[None]]) -> None:
         header = request.header
         try:
             empty_final = convert.empty_final_response_requested(header)
