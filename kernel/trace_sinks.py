@@ -233,7 +233,14 @@ class OpenTelemetrySink:
         from opentelemetry.trace import SpanKind, set_span_in_context
 
         offset = self._offset_ns
-        root = self._tracer.start_span("InferRequest", kind=SpanKind.SERVER,
+        client = None
+        if trace.traceparent:
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+
+            client = TraceContextTextMapPropagator().extract({"traceparent": trace.traceparent})
+        root = self._tracer.start_span("InferRequest", context=client, kind=SpanKind.SERVER,
                                        start_time=trace.started_ns + offset)
         for name, ns in trace.stamps:
             if name.startswith(_FRONTEND):

@@ -64,16 +64,22 @@ class TraceSetting:
         else:
             self.invalid_reason = ""
 
-    def sample(self) -> bool:
-        if self.invalid_reason or self.count == 0:
+    def sample(self, force: bool = False) -> bool:
+        """Whether to trace the next request; ``force`` (a request carrying an OpenTelemetry
+        context) is traced whatever the rate and count, and is counted as Triton counts it."""
+        if not self.level:
+            return False
+        if self.rate == 0:
+            return force
+        if (self.invalid_reason or self.count == 0) and not force:
             return False
         self.seen += 1
-        if self.seen % self.rate:
-            return False
-        if self.count > 0:
-            self.count -= 1
-        self.created += 1
-        return True
+        hit = self.seen % self.rate == 0 and self.count != 0
+        if hit:
+            if self.count > 0:
+                self.count -= 1
+            self.created += 1
+        return hit or force
 
 
 class Trace:
@@ -84,7 +90,7 @@ class Trace:
 
     __slots__ = ("id", "parent_id", "model", "version", "request_id", "stamps", "tensors",
                  "timestamps", "capture_tensors", "root", "children", "setting", "started_ns",
-                 "ended_ns", "_tracer")
+                 "ended_ns", "traceparent", "_tracer")
 
     def __init__(self, tracer: Tracer, setting: TraceSetting, model: str,
                  parent: Trace | None = None) -> None:
@@ -103,6 +109,7 @@ class Trace:
         self.setting = setting
         self.started_ns = time.perf_counter_ns()
         self.ended_ns = 0
+        self.traceparent = ""  # the W3C context a client sent (opentelemetry mode)
 
     def stamp(self, name: str, ns: int | None = None) -> None:
         if self.timestamps:
@@ -178,12 +185,18 @@ class Tracer:
         self._models: dict[str, TraceSetting] = {}
         self.active = bool(config.level)
 
-    def begin(self, model: str) -> Trace | None:
-        """A trace for a request to ``model`` if this one is sampled."""
+    def begin(self, model: str, traceparent: str | None = None) -> Trace | None:
+        """A trace for a request to ``model`` if this one is sampled. In opentelemetry mode
+        a request with a W3C ``traceparent`` is always traced, its spans under the client's
+        (Triton's context propagation)."""
         setting = self._models.get(model, self._global)
-        if not setting.sample():
+        propagated = bool(traceparent) and setting.mode == "opentelemetry"
+        if not setting.sample(propagated):
             return None
-        return Trace(self, setting, model)
+        trace = Trace(self, setting, model)
+        if propagated:
+            trace.traceparent = traceparent or ""
+        return trace
 
     def finished(self, trace: Trace) -> None:
         self.sink.write(trace)

@@ -189,3 +189,30 @@ def test_an_ensembles_steps_are_child_spans(server: Any, receiver: Receiver) -> 
     ensemble_id = _attributes(ensemble.attributes)["triton.trace_id"]
     assert all(_attributes(s.attributes)["triton.trace_parent_id"] == ensemble_id
                for s in steps)
+
+
+def test_a_propagated_context_is_always_traced_under_the_clients_span(
+        server: Any, receiver: Receiver) -> None:
+    http = httpclient.InferenceServerClient(server.http_url)
+    assert http.update_trace_settings(settings={"trace_rate": "1000"})["trace_rate"] == "1000"
+    try:
+        trace_id, span_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+        data = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            tensor = httpclient.InferInput(name, [1, 16], "INT32")
+            tensor.set_data_from_numpy(data)
+            inputs.append(tensor)
+        http.infer("simple", inputs, request_id="unsampled")  # 1 in 1000: not traced
+        http.infer("simple", inputs, request_id="propagated",
+                   headers={"traceparent": f"00-{trace_id}-{span_id}-01"})
+        spans = receiver.trace_of("simple", "propagated")
+        [root] = [s for s in spans if s.name == "InferRequest"]
+        assert root.trace_id.hex() == trace_id
+        assert root.parent_span_id.hex() == span_id
+        with receiver.lock:
+            ids = {_attributes(span.attributes).get("triton.request_id")
+                   for _, span in receiver.spans}
+        assert "unsampled" not in ids
+    finally:
+        http.update_trace_settings(settings={"trace_rate": None})

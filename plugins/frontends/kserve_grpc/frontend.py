@@ -344,7 +344,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
         async with self._frontend.rpc(context):
             tracer = self._frontend.dataplane.tracer
-            trace = tracer.begin(request.header.model_name) if tracer.active else None
+            trace = (tracer.begin(request.header.model_name, _traceparent(context))
+                     if tracer.active else None)
             if trace is not None:
                 trace.stamp("GRPC_WAITREAD_END")
             pending = self._frontend.infer(request)
@@ -488,6 +489,14 @@ class _Restricted(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         make = kinds[(handler.request_streaming, handler.response_streaming)]
         return make(refuse, request_deserializer=handler.request_deserializer,
                     response_serializer=handler.response_serializer)
+
+
+def _traceparent(context: Any) -> str | None:
+    """The W3C trace context a client sent in the call's metadata, if any."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

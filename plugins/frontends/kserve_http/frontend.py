@@ -344,7 +344,7 @@ class KserveHttpApp:
 
     def _begin_trace(self, model: str, request: HttpRequest) -> Trace | None:
         tracer = self.dataplane.tracer
-        trace = tracer.begin(model) if tracer.active else None
+        trace = tracer.begin(model, request.headers.get("traceparent")) if tracer.active else None
         if trace is not None:
             trace.stamp("HTTP_RECV_START", request.received_ns or None)
             trace.stamp("HTTP_RECV_END")
