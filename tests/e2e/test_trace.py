@@ -9,6 +9,7 @@ so they run in file order; every wait for a trace file is bounded."""
 
 from __future__ import annotations
 
+import http.client as http_client
 import json
 import queue
 import time
@@ -309,6 +310,41 @@ def test_grpc_streams_are_traced_with_a_send_per_response(
     assert "REQUEST_END" in decoupled
     assert decoupled.count("GRPC_SEND_START") == decoupled.count("GRPC_SEND_END") == 3
     assert traces["w1"]["head"]["model_name"] == "stream_words"
+
+
+def _post(server: ServerHandle, path: str, document: dict[str, Any]) -> bytes:
+    host, port = server.http_url.rsplit(":", 1)
+    connection = http_client.HTTPConnection(host, int(port), timeout=FILE_WAIT_SECS)
+    try:
+        connection.request("POST", path, body=json.dumps(document),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200
+        return response.read()
+    finally:
+        connection.close()
+
+
+def test_generate_native_and_streamed_requests_are_traced(
+        traced: ServerHandle, trace_file: Path) -> None:
+    before = _indexed(trace_file)
+    _post(traced, "/v2/models/simple/generate",
+          {"id": "gen", "INPUT0": list(range(16)), "INPUT1": [1] * 16})
+    body = _post(traced, "/v2/models/stream_words/generate_stream",
+                 {"id": "sse", "text_input": "one two"})
+    assert body.count(b"data: ") == 2
+    with traced.client() as native:
+        native.infer("simple", {"INPUT0": np.ones((1, 16), np.int32),
+                                "INPUT1": np.ones((1, 16), np.int32)}, request_id="zmq")
+    files = _new_files(trace_file, before, 3)
+    traces = {t["head"]["request_id"]: [name for name, _ in t["stamps"]]
+              for entries in files for t in _traces(entries).values()}
+    assert traces["gen"] == ["HTTP_RECV_START", "HTTP_RECV_END", *REQUEST_ORDER,
+                             "HTTP_SEND_START", "HTTP_SEND_END"]
+    assert traces["sse"][:4] == ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START",
+                                 "QUEUE_START"]
+    assert {"REQUEST_END", "HTTP_SEND_START", "HTTP_SEND_END"} <= set(traces["sse"])
+    assert traces["zmq"] == REQUEST_ORDER  # the native protocol has no stamps of its own
 
 
 def test_an_ensemble_traces_each_step_as_a_child(

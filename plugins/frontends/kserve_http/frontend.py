@@ -13,6 +13,7 @@ before anything is allocated from them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -36,7 +37,7 @@ from inferd.plugins.frontends.kserve_http.connection import (
     HttpLimits,
 )
 from inferd.kernel.streams import ResponseStream
-from inferd.kernel.tracing import Trace, traced
+from inferd.kernel.tracing import CURRENT, Trace, traced
 from inferd.protocols import content_coding
 from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
@@ -170,11 +171,14 @@ class KserveHttpApp:
         trace = response.trace
         if trace is not None:
             trace.stamp("HTTP_SEND_START")
+            # A streamed body's answers are computed as it is sent: in the request's trace.
+            token = CURRENT.set(trace)
         try:
             await self._send(send, response)
         except Exception:
             logger.debug("could not send an HTTP response", exc_info=True)
         if trace is not None:
+            CURRENT.reset(token)
             trace.stamp("HTTP_SEND_END")
             trace.end()
 
@@ -398,6 +402,12 @@ class KserveHttpApp:
 
     async def generate(self, request: HttpRequest) -> HttpResponse:
         """Triton's generate: exactly one response, as a JSON object."""
+        trace = self._begin_trace(_model_arguments(request)[0], request)
+        if trace is None:
+            return await self._generate(request)
+        return dataclasses.replace(await traced(trace, self._generate(request)), trace=trace)
+
+    async def _generate(self, request: HttpRequest) -> HttpResponse:
         stream = await self._generate_stream(request)
         answers = [(result, final) async for result, final in stream]
         results = [result for result, _ in answers if result is not None]
@@ -411,7 +421,9 @@ class KserveHttpApp:
     async def generate_stream(self, request: HttpRequest) -> HttpResponse:
         """Triton's generate_stream: each response a Server-Sent Event, as it comes; a
         request refused before it runs is a JSON error with its status."""
-        stream = await self._generate_stream(request)
+        trace = self._begin_trace(_model_arguments(request)[0], request)
+        pending = self._generate_stream(request)
+        stream = await (pending if trace is None else traced(trace, pending))
 
         async def events() -> AsyncIterator[bytes]:
             async for result, _final in stream:
@@ -424,7 +436,7 @@ class KserveHttpApp:
                 yield generate_codec.server_sent_event(document)
 
         return HttpResponse(200, headers=tuple(generate_codec.event_stream_headers()),
-                            stream=events())
+                            stream=events(), trace=trace)
 
     async def _generate_stream(self, request: HttpRequest) -> ResponseStream:
         model, version = _model_arguments(request)
