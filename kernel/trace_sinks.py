@@ -7,10 +7,12 @@ finished trace over.
 ``trace_count`` is used up (also an indexed file), or until the setting is replaced or the
 server stops (then ``<file>`` itself, or an indexed file when log_frequency is set). Unlike
 Triton's, ``<file>`` is a complete JSON array after every write (the closing bracket is
-rewritten), so it can be read while the server runs. ``OpenTelemetrySink`` builds Triton's
-spans (``InferRequest``, a span per model with ``triton.*`` attributes, a ``compute`` span,
-ensemble steps under their ensemble's span) and hands them to a batch span processor with
-the OTLP/HTTP exporter; ``opentelemetry-sdk`` is imported only when that mode is chosen.
+rewritten), so it can be read while the server runs, and without a frequency or a count each
+trace is appended to it as it ends rather than held in memory until exit.
+``OpenTelemetrySink`` builds Triton's spans (``InferRequest``, a span per model with
+``triton.*`` attributes, a ``compute`` span, ensemble steps under their ensemble's span) and
+hands them to a batch span processor with the OTLP/HTTP exporter; ``opentelemetry-sdk`` is
+imported only when that mode is chosen.
 """
 
 from __future__ import annotations
@@ -173,6 +175,10 @@ class TritonFileSink:
             self._flush(setting, True)
         elif setting.retired:
             self._flush(setting, setting.log_frequency != 0)
+        elif not setting.log_frequency and setting.count < 0:
+            # Unlimited traces, no frequency: Triton holds them all in memory until exit;
+            # appended at once they end up in <file> the same, without piling up.
+            self._flush(setting, False)
 
     def _retired(self, setting: TraceSetting) -> None:
         # Set here, in order: traces that ended before the setting was replaced still

@@ -402,15 +402,12 @@ def test_log_frequency_writes_every_n_traces_to_the_next_indexed_file(
     http.update_trace_settings("simple", settings={"log_frequency": None})
 
 
-def test_log_frequency_zero_writes_the_file_itself_when_the_setting_changes(
+def test_log_frequency_zero_appends_to_the_file_itself(
         http: httpclient.InferenceServerClient, trace_file: Path) -> None:
     http.update_trace_settings("simple", settings={"log_frequency": "0"})
     before = _indexed(trace_file)
     _http_infer(http, request_id="kept1")
     _http_infer(http, request_id="kept2")
-    time.sleep(0.3)
-    assert _indexed(trace_file) == before  # held until the setting is replaced
-    http.update_trace_settings("simple", settings={"log_frequency": None})
     deadline = time.monotonic() + FILE_WAIT_SECS
     while True:
         text = trace_file.read_text() if trace_file.exists() else ""
@@ -420,6 +417,19 @@ def test_log_frequency_zero_writes_the_file_itself_when_the_setting_changes(
         assert time.monotonic() < deadline, f"trace.json holds {text!r}"
         time.sleep(0.05)
     assert [i for i in ids if i] == ["kept1", "kept2"]
+    assert _indexed(trace_file) == before
+    http.update_trace_settings("simple", settings={"log_frequency": None})
+
+
+def test_log_frequency_zero_with_a_count_writes_an_indexed_file_when_it_runs_out(
+        http: httpclient.InferenceServerClient, trace_file: Path) -> None:
+    http.update_trace_settings("simple", settings={"log_frequency": "0", "trace_count": "2"})
+    before = _indexed(trace_file)
+    for number in range(3):
+        _http_infer(http, request_id=f"c{number}")
+    [entries] = _new_files(trace_file, before, 1)
+    assert [e["request_id"] for e in entries if "request_id" in e] == ["c0", "c1"]
+    http.update_trace_settings("simple", settings={"log_frequency": None, "trace_count": None})
 
 
 def test_level_tensors_adds_the_tensors_and_off_stops_a_model(
