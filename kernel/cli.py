@@ -92,6 +92,19 @@ def _serve_parser(
     execution.add_argument("--cache-directory", default="", metavar="PATH",
                            help="tritonserver's folder of cache libraries: inferd's caches are "
                                 "built in, so it is not read")
+    execution.add_argument("--trace-config", action="append", default=[],
+                           metavar="[MODE,]SETTING=VALUE",
+                           help="tracing, as tritonserver's: level=TIMESTAMPS|TENSORS, rate=N, "
+                                "count=N, mode=triton|opentelemetry, triton,file=PATH, "
+                                "triton,log-frequency=N, opentelemetry,url=URL, "
+                                "opentelemetry,resource=KEY=VALUE (repeatable)")
+    for flag, kind in (("file", str), ("level", str), ("rate", int), ("count", int),
+                       ("log-frequency", int)):
+        execution.add_argument(f"--trace-{flag}", type=kind, default=None,
+                               action="append" if flag == "level" else "store",
+                               help=f"deprecated by tritonserver: --trace-config "
+                                    f"{'triton,' if flag in ('file', 'log-frequency') else ''}"
+                                    f"{flag}=...")
     logs = parser.add_argument_group("logging")
     LogSettings.add_arguments(logs)
     add_boolean(logs, "--allow-log-file-updates", False,

@@ -24,11 +24,13 @@ from inferd.kernel.shared_memory import (
     refuse_cuda_register,
 )
 from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import Tracer, disabled_tracer
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.names import check_model_name
 from inferd.protocols.messages import (
     Ack,
     HealthRequest,
+    HealthStatus,
     IndexRequest,
     InferRequest,
     InferResponse,
@@ -58,6 +60,7 @@ from inferd.protocols.messages import (
     UnloadRequest,
 )
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
+from inferd.protocols.trace_api import TraceSettingRequest
 
 SERVER_NAME = "inferd"
 SERVER_VERSION = "0.1.0"
@@ -92,10 +95,13 @@ class DataPlane:
         router: Router,
         extensions: tuple[str, ...] = (),
         shared_memory: SharedMemoryRegistry | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._router = router
         self.extensions = extensions
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        # Frontends begin and end the traces of the requests they take (inferd.kernel.tracing).
+        self.tracer = tracer if tracer is not None else disabled_tracer()
 
     async def handle(self, request: Message) -> Message:
         owner = _OWNER.get(type(request))  # first: the common case, an inference
@@ -114,6 +120,8 @@ class DataPlane:
             return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
         if isinstance(request, MetricsRequest):
             return await self._metrics()
+        if isinstance(request, TraceSettingRequest):
+            return await self._trace_setting(request)
         raise Unsupported(f"{type(request).__name__} is not a request inferd serves")
 
     async def stream(self, request: InferRequest) -> ResponseStream:
@@ -124,6 +132,17 @@ class DataPlane:
         if not isinstance(stream, ResponseStream):
             raise Internal(f"a stream request was answered with a {type(stream).__name__}")
         return stream
+
+    async def _trace_setting(self, request: TraceSettingRequest) -> Message:
+        """The trace extension: a model's settings only while it is ready, as in Triton."""
+        if request.model:
+            check_model_name(request.model)
+            ready = await self._router.call("scheduler", ModelReadyRequest(request.model))
+            if not (isinstance(ready, HealthStatus) and ready.ok):
+                raise InvalidArgument(f"Request for unknown model : {request.model}")
+        if request.update:
+            self.tracer.update(request)
+        return self.tracer.settings(request.model)
 
     async def _metrics(self) -> Metrics:
         """Inference metrics come from the scheduler, load metrics from control."""

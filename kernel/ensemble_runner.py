@@ -32,6 +32,7 @@ from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import CURRENT
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     InferdError,
@@ -194,6 +195,16 @@ class EnsembleRunner(Generic[V]):
 
     async def infer(self, version: V, request: InferRequest, arrived_ns: int) -> InferResponse:
         """Answer ``request`` to the ensemble ``version`` (resolved by the caller)."""
+        trace = CURRENT.get()
+        if trace is None:
+            return await self._infer_ensemble(version, request, arrived_ns)
+        trace.request_started(version.model, version.version, request, arrived_ns)
+        response = await self._infer_ensemble(version, request, arrived_ns)
+        trace.request_finished(0, (0, 0, 0), response)
+        return response
+
+    async def _infer_ensemble(self, version: V, request: InferRequest, arrived_ns: int
+                              ) -> InferResponse:
         state = _state(version)
         batch_size = check_request(request, version.signature)
         wanted = request.outputs or state.plan.outputs
@@ -454,6 +465,26 @@ class EnsembleRunner(Generic[V]):
         return outcome
 
     async def _send(self, target: _Pin[V], request: InferRequest, started_ns: int) -> _Outcome:
+        parent = CURRENT.get()
+        if parent is None:
+            return await self._send_step(target, request, started_ns)
+        # The step's own trace, a child of the ensemble's (Triton's parent_id).
+        trace = parent.child(target.version.model)
+        token = CURRENT.set(trace)
+        try:
+            if target.version.ensemble is None:  # the scheduler stamps a model's request
+                return await self._send_step(target, request, started_ns)
+            trace.request_started(target.version.model, target.version.version, request,
+                                  started_ns)
+            outcome = await self._send_step(target, request, started_ns)
+            trace.request_finished(0, (0, 0, 0), outcome.response)
+            return outcome
+        finally:
+            CURRENT.reset(token)
+            trace.end()
+
+    async def _send_step(self, target: _Pin[V], request: InferRequest, started_ns: int
+                         ) -> _Outcome:
         if target.version.ensemble is not None:  # a nested ensemble runs right here
             batch_size = check_request(request, target.version.signature)
             return await self._execute(target, request, batch_size, started_ns)

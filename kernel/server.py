@@ -31,6 +31,7 @@ from inferd.kernel.response_cache import CacheUnavailable, ResponseCache, open_c
 from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
+from inferd.kernel.tracing import tracer_from_options
 from inferd.protocols.messages import (
     Drain,
     Index,
@@ -54,6 +55,7 @@ EXTENSIONS = (
     "model_repository(unload_dependents)",
     "system_shared_memory",
     "logging",
+    "trace",
 )
 UNLOAD_TIMEOUT_SECS = 30.0
 
@@ -64,6 +66,7 @@ class StartupFailed(Exception):
 
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
+    tracer = tracer_from_options(settings.options)  # first: a bad --trace-config starts nothing
     backends = plugins.backends()
     cache = await _open_cache(settings)  # first: a Redis that does not answer leaves nothing
     router = Router("main")
@@ -87,7 +90,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     scheduler = SchedulerActor(router, cache)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES)
-    dataplane = DataPlane(router, EXTENSIONS)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tasks:
@@ -111,6 +114,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         if cache is not None:
             with anyio.CancelScope(shield=True):
                 await cache.close()
+        tracer.close()
         if link is not None:
             link.close()
         context.term()

@@ -376,10 +376,13 @@ class InferBatch(Message):
 @dataclass(frozen=True, slots=True)
 class BatchResult(Message):
     """Executor -> scheduler: one ``InferResponse`` or ``Failure`` per request, in order.
-    ``compute_ns`` is (input, infer, output) nanoseconds for the statistics."""
+    ``compute_ns`` is (input, infer, output) nanoseconds for the statistics; ``started_ns``
+    the steady clock (``time.perf_counter_ns``, one clock for every process of a machine) when
+    the instance began the batch, for traces."""
 
     results: tuple[InferResponse | Failure, ...]
     compute_ns: tuple[int, int, int] = (0, 0, 0)
+    started_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

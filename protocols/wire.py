@@ -365,7 +365,7 @@ _RESPONSE_FIELDS = ("model", "version", "outputs", "id", "parameters")
 assert _CODECS_BY_CLASS[InferRequest].field_names == _REQUEST_FIELDS
 assert _CODECS_BY_CLASS[InferResponse].field_names == _RESPONSE_FIELDS
 assert _CODECS_BY_CLASS[InferBatch].field_names == ("model", "version", "instance", "requests")
-assert _CODECS_BY_CLASS[BatchResult].field_names == ("results", "compute_ns")
+assert _CODECS_BY_CLASS[BatchResult].field_names == ("results", "compute_ns", "started_ns")
 assert _CODECS_BY_CLASS[Failure].field_names == ("code", "message")
 
 
@@ -394,7 +394,7 @@ def _flat_batch_result(encoder: _Encoder, result: BatchResult) -> tuple[Any, ...
         if type(r) is InferResponse else (r.code, r.message)  # a Failure: two values
         for r in result.results
     )
-    return (results, result.compute_ns)
+    return (results, result.compute_ns, result.started_ns)
 
 
 def _infer_batch_from(decoder: _Decoder, values: tuple[Any, ...]) -> InferBatch:
@@ -419,8 +419,9 @@ def _infer_batch_from(decoder: _Decoder, values: tuple[Any, ...]) -> InferBatch:
 
 
 def _batch_result_from(decoder: _Decoder, values: tuple[Any, ...]) -> BatchResult:
-    results, compute_ns = values
-    _expect_types(("results", results, tuple), ("compute_ns", compute_ns, tuple))
+    results, compute_ns, started_ns = values
+    _expect_types(("results", results, tuple), ("compute_ns", compute_ns, tuple),
+                  ("started_ns", started_ns, int))
     if len(compute_ns) != 3 or not all(type(ns) is int for ns in compute_ns):
         raise InvalidArgument("BatchResult.compute_ns must be three integers")
     tensors = decoder.tensors
@@ -436,7 +437,7 @@ def _batch_result_from(decoder: _Decoder, values: tuple[Any, ...]) -> BatchResul
                       ("id", response_id, str), ("parameters", parameters, dict))
         _expect_names("parameters", parameters)
         built.append(InferResponse(model, version, tensors(outputs), response_id, parameters))
-    return BatchResult(tuple(built), compute_ns)
+    return BatchResult(tuple(built), compute_ns, started_ns)
 
 
 def _expect_types(*fields: tuple[str, Any, type]) -> None:

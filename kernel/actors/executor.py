@@ -357,7 +357,8 @@ class ExecutorActor(Actor):
         return _batch_result(batch, slot, outcome)
 
 
-_Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int]]
+# The results, the (input, infer, output) nanoseconds and when the batch started (for traces).
+_Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int], int]
 
 
 def _execute(slot: _LoadedInstance, batch: InferBatch) -> _Outcome | BaseException:
@@ -371,7 +372,7 @@ def _execute(slot: _LoadedInstance, batch: InferBatch) -> _Outcome | BaseExcepti
     except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
         return error
     total = time.perf_counter_ns() - started
-    return results, instance.phase_ns or (0, total, 0)
+    return results, instance.phase_ns or (0, total, 0), started
 
 
 def _batch_result(
@@ -381,7 +382,7 @@ def _batch_result(
         log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=outcome)
         failure = Failure("INTERNAL", f"{type(outcome).__name__}: {outcome}")
         return BatchResult(tuple(failure for _ in batch.requests))
-    results, compute_ns = outcome
+    results, compute_ns, started_ns = outcome
     slot.observe(sum(compute_ns))
     if len(results) != len(batch.requests):
         failure = Failure(
@@ -389,7 +390,7 @@ def _batch_result(
             f"backend returned {len(results)} responses for {len(batch.requests)} requests",
         )
         return BatchResult(tuple(failure for _ in batch.requests))
-    return BatchResult(tuple(_as_reply(result) for result in results), compute_ns)
+    return BatchResult(tuple(_as_reply(result) for result in results), compute_ns, started_ns)
 
 
 def _as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:

@@ -48,6 +48,7 @@ from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import CURRENT, Trace
 from inferd.kernel.validation import ModelSignature, check_request
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
@@ -118,10 +119,12 @@ class _Queued:
     result: InferResponse | InferdError | None = None
     started_ns: int = 0
     compute_ns: tuple[int, int, int] = (0, 0, 0)
+    compute_started_ns: int = 0  # when its instance began its batch (the executor's clock)
     level: int = 0  # priority level: lower goes first
     stream: ResponseStream | None = None  # a decoupled model's request: its responses go here
     failed: bool = False  # a decoupled request answered with an error on the way
     executor: str = ""  # where a decoupled request runs (its stream ends if that one restarts)
+    trace: Trace | None = None  # a traced decoupled request (its stream ends the request)
 
 
 @dataclass(eq=False, slots=True)
@@ -489,7 +492,11 @@ class SchedulerActor(Actor):
     async def _open_stream(self, version: _Version, request: InferRequest) -> ResponseStream:
         """Queue a request of a decoupled model; its responses go to the stream returned."""
         stream = ResponseStream()
-        self._queue(version, request, time.perf_counter_ns(), stream)
+        arrived_ns = time.perf_counter_ns()
+        trace = CURRENT.get()
+        if trace is not None:
+            trace.request_started(version.model, version.version, request, arrived_ns)
+        self._queue(version, request, arrived_ns, stream).trace = trace
         return stream
 
     async def on_remote_stream_request(self, message: RemoteStreamRequest,
@@ -533,6 +540,8 @@ class SchedulerActor(Actor):
 
     def _end_stream(self, token: int, version: _Version, queued: _Queued) -> None:
         del self._streams[token]
+        if queued.trace is not None:
+            queued.trace.stamp("REQUEST_END")
         version.statistics.record_request(
             not queued.failed, time.perf_counter_ns() - queued.enqueued_ns,
             queued.started_ns - queued.enqueued_ns)
@@ -570,11 +579,17 @@ class SchedulerActor(Actor):
             raise DecoupledNotStreamed(version.model)
         if cached and version.cache is not None:
             return await self._infer_cached(version, version.cache, request, arrived_ns)
+        trace = CURRENT.get()
+        if trace is not None:
+            trace.request_started(version.model, version.version, request, arrived_ns)
         queued = self._queue(version, request, arrived_ns)
         if not queued.done.is_set():  # the queue's policy times it out, not this task
             await queued.done.wait()
         finished_ns = time.perf_counter_ns()
         result = queued.result
+        if trace is not None:
+            trace.request_finished(queued.compute_started_ns or queued.started_ns,
+                                   queued.compute_ns, result)
         version.statistics.record_request(
             isinstance(result, InferResponse),
             finished_ns - arrived_ns,
@@ -754,6 +769,7 @@ class SchedulerActor(Actor):
         )
         for queued in batch:
             queued.compute_ns = reply.compute_ns
+            queued.compute_started_ns = reply.started_ns
         return [
             InferdError.from_code(r.code, r.message) if isinstance(r, Failure) else r
             for r in reply.results

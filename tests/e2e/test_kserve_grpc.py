@@ -514,10 +514,7 @@ def test_reserved_and_mistyped_parameters(stub: Any) -> None:
     assert_rpc_error(stub.ModelInfer, empty, invalid, "parameter 'custom' has no value")
 
 
-def test_unimplemented_rpcs(client: grpcclient.InferenceServerClient, stub: Any) -> None:
-    with pytest.raises(InferenceServerException) as error:
-        client.get_trace_settings()
-    assert error.value.status() == "StatusCode.UNIMPLEMENTED"
+def test_a_shared_memory_reference_needs_its_size(stub: Any) -> None:
     # Shared memory is implemented (tests/e2e/test_shared_memory.py): a region reference
     # without its size is the client's mistake.
     shared = raw_request()

@@ -12,6 +12,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from inferd.kernel.tracing import disabled_tracer
 from inferd.plugins.frontends.kserve_http import frontend
 from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
@@ -31,6 +32,7 @@ class FakeDataPlane:
     def __init__(self, answers: dict[str, Any]) -> None:
         self.answers = answers
         self.requests: list[Message] = []
+        self.tracer = disabled_tracer()
 
     async def handle(self, request: Message) -> Message:
         self.requests.append(request)

@@ -15,6 +15,7 @@ import zmq.asyncio
 
 from inferd.kernel.frontend import FrontendRegistry
 from inferd.kernel.settings import Settings
+from inferd.kernel.tracing import disabled_tracer
 from inferd.plugins.frontends.zmq import inferd_register_frontends
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend
 from inferd.protocols import wire
@@ -49,6 +50,7 @@ class FakeDataPlane:
 
     def __init__(self) -> None:
         self.handled = 0
+        self.tracer = disabled_tracer()
         self.slow_started = anyio.Event()
 
     async def handle(self, request: Message) -> Message:

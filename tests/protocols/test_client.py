@@ -13,6 +13,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 import pytest
+from inferd.kernel.tracing import disabled_tracer
 from inferd.kernel.settings import Settings
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend
 from inferd.protocols.client import AsyncClient, Client, InferResult
@@ -59,6 +60,7 @@ class FakeDataPlane:
 
     def __init__(self) -> None:
         self.loads: list[LoadRequest] = []
+        self.tracer = disabled_tracer()
         self.unloads: list[UnloadRequest] = []
 
     async def handle(self, request: Message) -> Message:

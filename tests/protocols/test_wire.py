@@ -195,7 +195,7 @@ def test_batch_result_with_responses_and_failures() -> None:
         for i in range(3)
     ]
     results = (responses[0], Failure("INTERNAL", "boom"), responses[1], responses[2])
-    envelope = Envelope(9, "executor", "scheduler", BatchResult(results, (1, 2, 3)))
+    envelope = Envelope(9, "executor", "scheduler", BatchResult(results, (1, 2, 3), 42))
     frames = encode(envelope)
     assert len(frames) == 2 + 3
     decoded = decode(frames)
@@ -453,9 +453,10 @@ def test_batches_travel_flat_and_fall_back_to_the_generic_layout() -> None:
      "field 'classification' holds a name that is not a string"),
     ("flat:InferBatch", ("m", 1, 2, (("m", [("x", "INT32", (1,), 0)], "", "", (), {}, 0, 0, {}),)),
      "refers to buffer 0 but the message has 0 buffers"),
-    ("flat:BatchResult", ((), (1, 2)), "compute_ns must be three integers"),
-    ("flat:BatchResult", ((("CODE", 5),), (1, 2, 3)), "field 'message' has a value"),
-    ("flat:BatchResult", ((("m", "1", "not a list", "", {}),), (1, 2, 3)),
+    ("flat:BatchResult", ((), (1, 2), 0), "compute_ns must be three integers"),
+    ("flat:BatchResult", ((), (1, 2, 3), "0"), "field 'started_ns' has a value"),
+    ("flat:BatchResult", ((("CODE", 5),), (1, 2, 3), 0), "field 'message' has a value"),
+    ("flat:BatchResult", ((("m", "1", "not a list", "", {}),), (1, 2, 3), 0),
      "malformed tensor list"),
     ("flat:BatchResult", "nothing", "expected an array of field values"),
 ])

@@ -33,9 +33,11 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.server import StartupFailed
 from inferd.kernel.tls import read_certificates, read_key_pair
+from inferd.kernel.tracing import CURRENT, traced
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols import logging_api
+from inferd.protocols import trace_api
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
     GRPC_METHOD_GROUPS,
@@ -209,6 +211,26 @@ class KserveGrpcFrontend(Frontend):
         """Write the stream responses to one ``ModelStreamInfer`` request as they come: one
         for a model that is not decoupled, any number for one that is. A failure is a
         response with ``error_message``, never an exception."""
+        tracer = self.dataplane.tracer
+        trace = tracer.begin(request.header.model_name) if tracer.active else None
+        if trace is None:
+            return await self._stream_answer(request, write)
+        trace.stamp("GRPC_WAITREAD_END")
+
+        async def traced_write(response: Any) -> None:
+            trace.stamp("GRPC_SEND_START")
+            await write(response)
+            trace.stamp("GRPC_SEND_END")
+
+        token = CURRENT.set(trace)  # this request's own task: its answer is awaited here
+        try:
+            await self._stream_answer(request, traced_write)
+        finally:
+            CURRENT.reset(token)
+            trace.end()
+
+    async def _stream_answer(self, request: wire.ParsedInferRequest,
+                             write: Callable[[Any], Awaitable[None]]) -> None:
         header = request.header
         try:
             empty_final = convert.empty_final_response_requested(header)
@@ -328,10 +350,21 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
         async with self._frontend.rpc(context):
-            reply = await self._frontend.infer(request)
+            tracer = self._frontend.dataplane.tracer
+            trace = (tracer.begin(request.header.model_name, _traceparent(context))
+                     if tracer.active else None)
+            if trace is not None:
+                trace.stamp("GRPC_WAITREAD_END")
+            pending = self._frontend.infer(request)
+            reply = await (pending if trace is None else traced(trace, pending))
+            if trace is not None:
+                trace.stamp("GRPC_SEND_START")
             header, raw_output_contents = convert.encode_infer_response(reply)
             response = wire.serialize_infer_response(header, raw_output_contents)
             del reply, raw_output_contents
+            if trace is not None:  # handed to gRPC, which sends it once this returns
+                trace.stamp("GRPC_SEND_END")
+                trace.end()
             if len(response) >= LARGE_MESSAGE_BYTES:
                 # The reply's outputs stay alive as long as the event loop step that handed
                 # them over runs, and gRPC copies the response within the step this returns
@@ -415,7 +448,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             await self._frontend.ask(message, Ack)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
-    # ------------------------------------------------------------------ logging extension
+    # ------------------------------------------------------------------ logging and trace
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
         async with self._frontend.rpc(context):
@@ -423,15 +456,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             reply = await self._frontend.ask(message, LogSettingsReply)
             return logging_api.encode_grpc_reply(reply)
 
-    # ------------------------------------------------------------------ not implemented
-
-    async def _unimplemented(self, context: Any, rpc: str, extension: str) -> None:
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
         async with self._frontend.rpc(context):
-            raise Unsupported(f"inferd does not implement {rpc}: {extension} is not supported")
-
-    async def TraceSetting(self, request: Any, context: Any) -> None:
-        await self._unimplemented(context, "TraceSetting", "tracing")
-
+            message = trace_api.decode_grpc_request(request)
+            reply = await self._frontend.ask(message, trace_api.TraceSettingReply)
+            return trace_api.encode_grpc_reply(reply, service_pb2.TraceSettingResponse)
 
 
 def _credentials(options: dict[str, Any]) -> grpc.ServerCredentials | None:
@@ -491,6 +520,14 @@ class _Restricted(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         make = kinds[(handler.request_streaming, handler.response_streaming)]
         return make(refuse, request_deserializer=handler.request_deserializer,
                     response_serializer=handler.response_serializer)
+
+
+def _traceparent(context: Any) -> str | None:
+    """The W3C trace context a client sent in the call's metadata, if any."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

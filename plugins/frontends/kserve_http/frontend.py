@@ -13,11 +13,13 @@ before anything is allocated from them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,10 +39,12 @@ from inferd.plugins.frontends.kserve_http.connection import (
     HttpLimits,
 )
 from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import CURRENT, Trace, traced
 from inferd.protocols import content_coding
 from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
 from inferd.protocols import logging_api
+from inferd.protocols import trace_api
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     ErrorCode,
@@ -110,6 +114,7 @@ class HttpRequest:
     path_arguments: tuple[str, ...]
     headers: dict[str, str]
     body: bytes | memoryview
+    received_ns: int = 0  # when its head arrived, kept only while tracing
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,7 @@ class HttpResponse:
     compressible: bool = False
     # A body written as it is made (Server-Sent Events), after ``parts``; no content-length.
     stream: AsyncIterator[bytes] | None = None
+    trace: Trace | None = None  # a traced inference: its send is stamped, then it ends
 
     @property
     def length(self) -> int:
@@ -167,10 +173,19 @@ class KserveHttpApp:
         except Exception as error:
             logger.exception("HTTP %s %s failed", scope.get("method"), scope.get("path"))
             response = error_response(500, f"{type(error).__name__}: {error}")
+        trace = response.trace
+        if trace is not None:
+            trace.stamp("HTTP_SEND_START")
+            # A streamed body's answers are computed as it is sent: in the request's trace.
+            token = CURRENT.set(trace)
         try:
             await self._send(send, response)
         except Exception:
             logger.debug("could not send an HTTP response", exc_info=True)
+        if trace is not None:
+            CURRENT.reset(token)
+            trace.stamp("HTTP_SEND_END")
+            trace.end()
 
     async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
         path = bytes(scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
@@ -184,6 +199,7 @@ class KserveHttpApp:
             return error_response(405, "Method Not Allowed")
         if not self.accepting:
             return error_response(503, SHUTTING_DOWN)
+        received_ns = time.perf_counter_ns() if self.dataplane.tracer.active else 0
         headers = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
         }
@@ -192,7 +208,8 @@ class KserveHttpApp:
             return error_response(403, http_refusal(restriction))
         try:
             body = await self._read_body(headers, receive) if method == "POST" else b""
-            response = await handler(self, HttpRequest(method, arguments, headers, body))
+            response = await handler(self, HttpRequest(method, arguments, headers, body,
+                                                       received_ns))
         except InferdError as error:
             return error_response(http_status(ErrorCode(error.code)), error.message)
         if response.compressible and response.length:
@@ -243,7 +260,7 @@ class KserveHttpApp:
         else:
             body = content_coding.compress(response.parts, coding)
         headers = (*response.headers, ("content-encoding", coding))
-        return HttpResponse(response.status, (body,), headers)
+        return HttpResponse(response.status, (body,), headers, trace=response.trace)
 
     @staticmethod
     async def _send(send: Send, response: HttpResponse) -> None:
@@ -315,8 +332,10 @@ class KserveHttpApp:
             )
         else:
             infer_request, encoding = codec.decode_infer_request(*arguments)
+        trace = self._begin_trace(model, request)
         try:
-            reply = await self.ask(infer_request)
+            pending = self.ask(infer_request)
+            reply = await (pending if trace is None else traced(trace, pending))
         except DecoupledNotStreamed:
             raise Unsupported(DecoupledNotStreamed.endpoint_message("HTTP end point")) from None
         if not isinstance(reply, (InferResponse, SharedMemoryInferResponse)):
@@ -330,7 +349,23 @@ class KserveHttpApp:
             encoded = await anyio.to_thread.run_sync(codec.encode_infer_response, reply, encoding)
         else:
             encoded = codec.encode_infer_response(reply, encoding)
-        return HttpResponse(200, encoded.parts, encoded.headers, compressible=True)
+        return HttpResponse(200, encoded.parts, encoded.headers, compressible=True, trace=trace)
+
+    def _begin_trace(self, model: str, request: HttpRequest) -> Trace | None:
+        tracer = self.dataplane.tracer
+        trace = tracer.begin(model, request.headers.get("traceparent")) if tracer.active else None
+        if trace is not None:
+            trace.stamp("HTTP_RECV_START", request.received_ns or None)
+            trace.stamp("HTTP_RECV_END")
+        return trace
+
+    async def trace_setting(self, request: HttpRequest) -> HttpResponse:
+        """``GET/POST v2[/models/<m>]/trace/setting`` (Triton's trace extension)."""
+        model = unquote(request.path_arguments[0] or "")
+        message = (trace_api.decode_http_update(model, request.body) if request.method == "POST"
+                   else trace_api.TraceSettingRequest(model))
+        reply = _expect(await self.ask(message), trace_api.TraceSettingReply)
+        return json_response(trace_api.encode_http_reply(reply))
 
     async def index(self, request: HttpRequest) -> HttpResponse:
         reply = _expect(await self.ask(codec.decode_index_request(request.body)), Index)
@@ -379,6 +414,12 @@ class KserveHttpApp:
 
     async def generate(self, request: HttpRequest) -> HttpResponse:
         """Triton's generate: exactly one response, as a JSON object."""
+        trace = self._begin_trace(_model_arguments(request)[0], request)
+        if trace is None:
+            return await self._generate(request)
+        return dataclasses.replace(await traced(trace, self._generate(request)), trace=trace)
+
+    async def _generate(self, request: HttpRequest) -> HttpResponse:
         stream = await self._generate_stream(request)
         answers = [(result, final) async for result, final in stream]
         results = [result for result, _ in answers if result is not None]
@@ -392,7 +433,9 @@ class KserveHttpApp:
     async def generate_stream(self, request: HttpRequest) -> HttpResponse:
         """Triton's generate_stream: each response a Server-Sent Event, as it comes; a
         request refused before it runs is a JSON error with its status."""
-        stream = await self._generate_stream(request)
+        trace = self._begin_trace(_model_arguments(request)[0], request)
+        pending = self._generate_stream(request)
+        stream = await (pending if trace is None else traced(trace, pending))
 
         async def events() -> AsyncIterator[bytes]:
             async for result, _final in stream:
@@ -405,7 +448,7 @@ class KserveHttpApp:
                 yield generate_codec.server_sent_event(document)
 
         return HttpResponse(200, headers=tuple(generate_codec.event_stream_headers()),
-                            stream=events())
+                            stream=events(), trace=trace)
 
     async def _generate_stream(self, request: HttpRequest) -> ResponseStream:
         model, version = _model_arguments(request)
@@ -463,6 +506,8 @@ _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
      {"POST": KserveHttpApp.unload}),
     (r"/v2/logging", "logging",
      {"GET": KserveHttpApp.log_settings, "POST": KserveHttpApp.log_settings}),
+    (r"/v2(?:/models/([^/]+))?/trace/setting", "trace",
+     {"GET": KserveHttpApp.trace_setting, "POST": KserveHttpApp.trace_setting}),
     (_SHARED_MEMORY + "/status", "shared-memory", {"GET": KserveHttpApp.shared_memory_status}),
     (_SHARED_MEMORY + "/register", "shared-memory",
      {"POST": KserveHttpApp.shared_memory_register}),

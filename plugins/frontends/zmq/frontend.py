@@ -22,6 +22,7 @@ import anyio.abc
 import zmq
 
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.tracing import traced
 from inferd.protocols import wire
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
@@ -181,8 +182,15 @@ class ZmqFrontend(Frontend):
                 ErrorCode.DEADLINE_EXCEEDED.value,
                 "the request's deadline passed before the server could handle it",
             )
+        body = request.body
+        tracer = self.dataplane.tracer
+        trace = (tracer.begin(body.model)
+                 if tracer.active and isinstance(body, InferRequest) else None)
         try:
-            reply: Message = await self.dataplane.handle(request.body)
+            pending = self.dataplane.handle(body)
+            reply: Message = await (pending if trace is None else traced(trace, pending))
+            if trace is not None:
+                trace.end()
         except InferdError as error:
             return Failure(ErrorCode(error.code).value, error.message)
         except Exception as error:

@@ -1,0 +1,166 @@
+"""Triton's trace extension on the wire: ``GET/POST v2[/models/<m>]/trace/setting`` and gRPC
+``TraceSetting``.
+
+Owns the two messages the data plane answers (``TraceSettingRequest``, ``TraceSettingReply``),
+reading an update from an HTTP JSON body or a gRPC settings map with Triton's setting names
+and error messages, and writing the settings back in either form (every value a string, the
+level a list of strings). A bad update is refused whole, before anything changes. Pure: no
+I/O, no state; the settings themselves live in ``inferd.kernel.tracing``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inferd.protocols.errors import InvalidArgument, Unsupported
+from inferd.protocols.messages import Message
+
+LEVELS = ("TIMESTAMPS", "TENSORS")
+UINT32_MAX = 2**32 - 1
+INT32_MAX = 2**31 - 1
+MIN_TRACE_COUNT = -1
+SETTINGS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
+FILE_NOT_UPDATABLE = "trace file location can not be updated through network protocol"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettingRequest(Message):
+    """Read (``update`` false) or update the trace settings of ``model`` ("" = global).
+    A field left ``None`` keeps its value; a name in ``clear`` reverts to the fallback (the
+    global setting for a model, the start-up value for the global one)."""
+
+    model: str = ""
+    update: bool = False
+    level: tuple[str, ...] | None = None  # () means OFF
+    rate: int | None = None
+    count: int | None = None
+    log_frequency: int | None = None
+    clear: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettingReply(Message):
+    """The settings in force, in Triton's order: name and its values (one, except for the
+    level and a repeated option)."""
+
+    settings: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+# ------------------------------------------------------------------------------ decoding
+
+
+def _level(values: Sequence[str]) -> tuple[str, ...]:
+    if "OFF" in values:
+        if len(values) != 1:
+            raise InvalidArgument("Expect only one trace level 'OFF' is specified")
+        return ()
+    unknown = [value for value in values if value not in LEVELS]
+    if unknown:
+        # Triton ignores a level it does not know; a typo would then change nothing silently.
+        raise InvalidArgument(
+            f"unknown trace level '{unknown[0]}': expected OFF, TIMESTAMPS or TENSORS")
+    return tuple(level for level in LEVELS if level in values)
+
+
+def _number(name: str, text: str, low: int, high: int, grpc: bool) -> int:
+    stripped = text.strip()
+    digits = stripped[1:] if stripped[:1] in "+-" else stripped
+    if not digits.isascii() or not digits.isdigit():
+        raise InvalidArgument(f"Unable to parse '{name}', got: {text}")
+    value = int(stripped)
+    if name == "trace_count" and value < low:
+        space = " " if grpc else ""
+        raise InvalidArgument(
+            f"Unable to parse 'trace_count'. Expecting value >= {low}, got:{space}{text}")
+    if not low <= value <= high:
+        raise InvalidArgument(
+            f"Unable to parse '{name}', value is out of range [ {low}, {high} ], got: {text}")
+    return value
+
+
+_BOUNDS = {"trace_rate": (0, UINT32_MAX), "trace_count": (MIN_TRACE_COUNT, INT32_MAX),
+           "log_frequency": (0, UINT32_MAX)}
+_FIELDS = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count",
+           "log_frequency": "log_frequency"}
+
+
+def _request(model: str, values: Mapping[str, Sequence[str] | None], grpc: bool
+             ) -> TraceSettingRequest:
+    if "trace_file" in values:
+        raise Unsupported(FILE_NOT_UPDATABLE)
+    unknown = [name for name in values if name not in _FIELDS]
+    if unknown:
+        raise InvalidArgument(f"unknown trace setting '{unknown[0]}': the settings that can be "
+                              f"updated are {', '.join(SETTINGS)}")
+    fields: dict[str, Any] = {}
+    clear = []
+    for name, value in values.items():
+        if value is None:
+            clear.append(name)
+        elif name == "trace_level":
+            fields["level"] = _level(value)
+        elif len(value) != 1:
+            raise InvalidArgument(f"expect only 1 value for '{name}'")
+        else:
+            low, high = _BOUNDS[name]
+            fields[_FIELDS[name]] = _number(name, value[0], low, high, grpc)
+    return TraceSettingRequest(model, True, clear=tuple(clear), **fields)
+
+
+def decode_http_update(model: str, body: bytes | memoryview) -> TraceSettingRequest:
+    """A ``POST`` body: a JSON object (or nothing) of setting names to strings, the level a
+    list of strings, ``null`` clearing a setting."""
+    text = bytes(body).strip()
+    if not text:
+        return TraceSettingRequest(model, True)
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise InvalidArgument(f"failed to parse the trace setting request: {error}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgument("the trace setting request must be a JSON object")
+    values: dict[str, Sequence[str] | None] = {}
+    for name, value in document.items():
+        if value is None or name == "trace_file":
+            values[name] = None
+        elif name == "trace_level":
+            if not isinstance(value, list) or not value or not all(
+                    isinstance(item, str) for item in value):
+                raise InvalidArgument(
+                    "'trace_level' must be a non-empty array of strings (null clears it)")
+            values[name] = value
+        elif isinstance(value, str):
+            values[name] = [value]
+        else:
+            raise InvalidArgument(
+                f"'{name}' must be a string (null clears it), got {json.dumps(value)}")
+    return _request(model, values, grpc=False)
+
+
+def decode_grpc_request(request: Any) -> TraceSettingRequest:
+    """A ``TraceSettingRequest`` protobuf: no settings reads, an empty value clears."""
+    settings = request.settings
+    if not settings:
+        return TraceSettingRequest(request.model_name)
+    values = {name: (list(entry.value) or None) for name, entry in settings.items()}
+    return _request(request.model_name, values, grpc=True)
+
+
+# ------------------------------------------------------------------------------ encoding
+
+
+def encode_http_reply(reply: TraceSettingReply) -> bytes:
+    document: dict[str, str | list[str]] = {}
+    for name, values in reply.settings:
+        document[name] = list(values) if name == "trace_level" or len(values) != 1 else values[0]
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def encode_grpc_reply(reply: TraceSettingReply, response_class: Any) -> Any:
+    response = response_class()
+    for name, values in reply.settings:
+        response.settings[name].value.extend(values)
+    return response
