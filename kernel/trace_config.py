@@ -147,7 +147,8 @@ def parse_trace_config(items: Sequence[str], environ: Mapping[str, str] | None =
             if not any(key == setting for key, _ in options):
                 value = environ.get(variable, str(default))
                 options.append((setting, str(_integer(value, variable, 0))))
-    level = () if off else tuple(name for name in ("TIMESTAMPS", "TENSORS") if name in levels)
-    return TraceConfig(level=level, rate=int(fields.get("rate", DEFAULT_RATE)),
+    traced_levels = () if off else tuple(
+        name for name in ("TIMESTAMPS", "TENSORS") if name in levels)
+    return TraceConfig(level=traced_levels, rate=int(fields.get("rate", DEFAULT_RATE)),
                        count=int(fields.get("count", -1)), log_frequency=log_frequency,
                        file=file, mode=chosen, options=tuple(options))
