@@ -180,7 +180,7 @@ class Reference:
 
     def expire(self, now_ns: int) -> list[str]:
         rejected = []
-        for level, live in self.live.items():
+        for level, live in sorted(self.live.items()):  # in queue order: level 1 first
             kept = []
             for name, deadline in live:
                 if deadline and now_ns > deadline:
