@@ -60,7 +60,7 @@ from inferd.protocols.messages import (
     UnloadRequest,
 )
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
-from inferd.protocols.trace_api import TraceSettingRequest
+from inferd.protocols.messages import TraceSettingRequest
 
 SERVER_NAME = "inferd"
 SERVER_VERSION = "0.1.0"

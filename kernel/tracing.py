@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.trace_api import TraceSettingReply, TraceSettingRequest
+from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
 
 if TYPE_CHECKING:
     from inferd.kernel.trace_config import TraceConfig

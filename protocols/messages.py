@@ -533,6 +533,32 @@ class ApplyLogSettings(Message):
     file: str
 
 
+# ------------------------------------------------------------ trace (Triton extension)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettingRequest(Message):
+    """Read (``update`` false) or update the trace settings of ``model`` ("" = global).
+    A field left ``None`` keeps its value; a name in ``clear`` reverts to the fallback (the
+    global setting for a model, the start-up value for the global one)."""
+
+    model: str = ""
+    update: bool = False
+    level: tuple[str, ...] | None = None  # () means OFF
+    rate: int | None = None
+    count: int | None = None
+    log_frequency: int | None = None
+    clear: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettingReply(Message):
+    """The settings in force, in Triton's order: name and its values (one, except for the
+    level and a repeated option)."""
+
+    settings: tuple[tuple[str, tuple[str, ...]], ...]
+
+
 # ------------------------------------------------- system shared memory (KServe extension)
 
 

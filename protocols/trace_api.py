@@ -1,22 +1,22 @@
 """Triton's trace extension on the wire: ``GET/POST v2[/models/<m>]/trace/setting`` and gRPC
 ``TraceSetting``.
 
-Owns the two messages the data plane answers (``TraceSettingRequest``, ``TraceSettingReply``),
-reading an update from an HTTP JSON body or a gRPC settings map with Triton's setting names
-and error messages, and writing the settings back in either form (every value a string, the
-level a list of strings). A bad update is refused whole, before anything changes. Pure: no
-I/O, no state; the settings themselves live in ``inferd.kernel.tracing``.
+Turns the data plane's two messages (``TraceSettingRequest``, ``TraceSettingReply``, in
+``inferd.protocols.messages``) to and from the wire: an update read from an HTTP JSON body or
+a gRPC settings map with Triton's setting names and error messages, the settings written back
+in either form (every value a string, the level a list of strings). A bad update is refused
+whole, before anything changes. Pure: no I/O, no state; the settings themselves live in
+``inferd.kernel.tracing``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from inferd.protocols.errors import InvalidArgument, Unsupported
-from inferd.protocols.messages import Message
+from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
 
 LEVELS = ("TIMESTAMPS", "TENSORS")
 UINT32_MAX = 2**32 - 1
@@ -24,29 +24,6 @@ INT32_MAX = 2**31 - 1
 MIN_TRACE_COUNT = -1
 SETTINGS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 FILE_NOT_UPDATABLE = "trace file location can not be updated through network protocol"
-
-
-@dataclass(frozen=True, slots=True)
-class TraceSettingRequest(Message):
-    """Read (``update`` false) or update the trace settings of ``model`` ("" = global).
-    A field left ``None`` keeps its value; a name in ``clear`` reverts to the fallback (the
-    global setting for a model, the start-up value for the global one)."""
-
-    model: str = ""
-    update: bool = False
-    level: tuple[str, ...] | None = None  # () means OFF
-    rate: int | None = None
-    count: int | None = None
-    log_frequency: int | None = None
-    clear: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TraceSettingReply(Message):
-    """The settings in force, in Triton's order: name and its values (one, except for the
-    level and a repeated option)."""
-
-    settings: tuple[tuple[str, tuple[str, ...]], ...]
 
 
 # ------------------------------------------------------------------------------ decoding

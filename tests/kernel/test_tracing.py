@@ -15,7 +15,7 @@ from inferd.kernel.trace_sinks import TritonFileSink, trace_entries
 from inferd.kernel.tracing import Trace, TraceSetting, Tracer
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
-from inferd.protocols.trace_api import TraceSettingRequest
+from inferd.protocols.messages import TraceSettingRequest
 
 
 class ListSink:

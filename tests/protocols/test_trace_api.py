@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
 from inferd.protocols.errors import InvalidArgument, Unsupported
+from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
 from inferd.protocols.trace_api import (
-    TraceSettingReply,
-    TraceSettingRequest,
     decode_grpc_request,
     decode_http_update,
     encode_grpc_reply,

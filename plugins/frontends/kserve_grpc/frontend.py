@@ -76,6 +76,7 @@ from inferd.protocols.messages import (
     SharedMemoryStatus,
     Statistics,
     StatisticsRequest,
+    TraceSettingReply,
 )
 
 if TYPE_CHECKING:
@@ -459,7 +460,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         async with self._frontend.rpc(context):
             message = trace_api.decode_grpc_request(request)
-            reply = await self._frontend.ask(message, trace_api.TraceSettingReply)
+            reply = await self._frontend.ask(message, TraceSettingReply)
             return trace_api.encode_grpc_reply(reply, service_pb2.TraceSettingResponse)
 
 

@@ -78,6 +78,8 @@ from inferd.protocols.messages import (
     Statistics,
     StatisticsRequest,
     Tensor,
+    TraceSettingReply,
+    TraceSettingRequest,
 )
 
 if TYPE_CHECKING:
@@ -363,8 +365,8 @@ class KserveHttpApp:
         """``GET/POST v2[/models/<m>]/trace/setting`` (Triton's trace extension)."""
         model = unquote(request.path_arguments[0] or "")
         message = (trace_api.decode_http_update(model, request.body) if request.method == "POST"
-                   else trace_api.TraceSettingRequest(model))
-        reply = _expect(await self.ask(message), trace_api.TraceSettingReply)
+                   else TraceSettingRequest(model))
+        reply = _expect(await self.ask(message), TraceSettingReply)
         return json_response(trace_api.encode_http_reply(reply))
 
     async def index(self, request: HttpRequest) -> HttpResponse:
