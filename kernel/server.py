@@ -47,6 +47,7 @@ log = logging.getLogger("inferd")
 EXTENSIONS = (
     "binary_tensor_data",
     "classification",
+    "sequence",
     "parameters",
     "schedule_policy",
     "statistics",

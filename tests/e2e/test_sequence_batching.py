@@ -122,6 +122,11 @@ def test_string_correlation_ids_over_grpc(server: ServerHandle) -> None:
     assert total(send(client, "accumulate", 4.0, "speaker-b", end=True)) == 6.0
 
 
+def test_server_metadata_lists_the_sequence_extension(server: ServerHandle) -> None:
+    assert "sequence" in connect(server, "grpc").get_server_metadata().extensions
+    assert "sequence" in connect(server, "http").get_server_metadata()["extensions"]
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_model_sees_tritons_control_values(server: ServerHandle, protocol: str) -> None:
     client = connect(server, protocol)
