@@ -5,6 +5,7 @@ one), refused fields fail with the field's path, harmless ones warn."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
@@ -91,3 +92,24 @@ def test_what_inferd_implements_passes_and_harmless_fields_warn() -> None:
         "model 'm': metric_tags is ignored: inferd's metrics carry no custom tags",
         "model 'm': optimization.priority is ignored: inferd does not prioritize models' "
         "executions"]
+
+
+def test_the_readme_lists_what_is_refused_and_warned_about_as_the_table_does() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Triton compatibility: extensions and config fields", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    refused = section.split("Refused today:", 1)[1].split("Warned about and ignored:", 1)[0]
+    warned = section.split("Warned about and ignored:", 1)[1]
+
+    def named(path: str, text: str) -> bool:
+        return f"`{path}`" in text or f"`{path.rsplit('.', 1)[-1]}`" in text
+
+    kinds = {path: rule[0] for path, rule in RULES.items()}
+    for path, kind in kinds.items():
+        if kind == REFUSED:
+            assert named(path, refused), f"README does not list {path} as refused"
+        elif kind == HARMLESS:
+            assert named(path, warned), f"README does not list {path} as warned about"
+        elif not any(other != HONOURED and o.rsplit(".", 1)[-1] == path.rsplit(".", 1)[-1]
+                     for o, other in kinds.items()):
+            assert not named(path, refused), f"README lists {path} as refused; it is honoured"
