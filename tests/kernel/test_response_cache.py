@@ -148,7 +148,7 @@ def test_cache_metrics_are_printed_only_when_there_are_some() -> None:
     assert "nv_cache" not in render([("nv_inference_count", {"model": "m", "version": "1"}, 1)])
     text = render([("nv_cache_num_entries", {}, 3), ("nv_cache_util", {}, 0.5)])
     lines = text.splitlines()
-    assert "nv_cache_num_entries 3" in lines and "nv_cache_util 0.5" in lines
+    assert "nv_cache_num_entries 3.0" in lines and "nv_cache_util 0.5" in lines
     assert "# TYPE nv_cache_num_entries gauge" in lines
     assert "nv_cache_num_hits_per_model" not in text
 
