@@ -15,8 +15,10 @@ that decides the status.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
+from inferd.kernel import link_memory
 from inferd.kernel.router import Router
 from inferd.kernel.shared_memory import (
     SharedMemoryRegistry,
@@ -145,12 +147,22 @@ class DataPlane:
         return self.tracer.settings(request.model)
 
     async def _metrics(self) -> Metrics:
-        """Inference metrics come from the scheduler, load metrics from control."""
+        """Inference metrics come from the scheduler, load metrics from control, the
+        executor processes' from the executor pool; the shared memory's are the data
+        plane's own (the regions it mapped) and the server's segments in /dev/shm."""
         samples: list[tuple[str, dict[str, str], float]] = []
-        for owner in ("scheduler", "control"):
+        for owner in ("scheduler", "control", "executors"):
             reply = await self._router.ask(owner, MetricsRequest())
             assert isinstance(reply, Metrics)
             samples += reply.samples
+        regions = self.shared_memory.status().regions
+        segments, segment_bytes = link_memory.server_segment_bytes(os.getpid())
+        samples += [
+            ("inferd_system_shared_memory_bytes", {}, sum(r.byte_size for r in regions)),
+            ("inferd_system_shared_memory_regions", {}, len(regions)),
+            ("inferd_link_shared_memory_bytes", {}, segment_bytes),
+            ("inferd_link_shared_memory_segments", {}, segments),
+        ]
         return Metrics(tuple(samples))
 
     def _shared_memory_request(

@@ -287,3 +287,22 @@ def _remove(doomed: Callable[[int, int], bool]) -> list[str]:
         removed.append(entry.name)
     return removed
 
+
+
+def server_segment_bytes(server_pid: int) -> tuple[int, int]:
+    """(segments, bytes) the processes of the server ``server_pid`` hold now (its metrics)."""
+    count = total = 0
+    try:
+        entries = list(os.scandir(SHM_DIR))
+    except OSError:
+        return 0, 0
+    for entry in entries:
+        found = _SEGMENT.fullmatch(entry.name)
+        if found is None or int(found.group(1)) != server_pid:
+            continue
+        try:
+            total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue  # released meanwhile
+        count += 1
+    return count, total

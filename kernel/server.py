@@ -26,6 +26,7 @@ from inferd.kernel.actors.repository import RepositoryActor
 from inferd.kernel.actors.scheduler import SchedulerActor
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.metrics_config import metrics_config_from_options
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.response_cache import CacheUnavailable, ResponseCache, open_cache
 from inferd.kernel.router import LinkMemory, ProcessLink, Router
@@ -68,6 +69,10 @@ class StartupFailed(Exception):
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
     tracer = tracer_from_options(settings.options)  # first: a bad --trace-config starts nothing
+    try:
+        metrics = metrics_config_from_options(settings.options)
+    except ValueError as error:
+        raise StartupFailed(str(error)) from None
     backends = plugins.backends()
     cache = await _open_cache(settings)  # first: a Redis that does not answer leaves nothing
     router = Router("main")
@@ -88,7 +93,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         auto_complete=not settings.disable_auto_complete_config,
         config_name=settings.model_config_name,
     )
-    scheduler = SchedulerActor(router, cache)
+    scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES)
     dataplane = DataPlane(router, EXTENSIONS, tracer=tracer)

@@ -2,8 +2,10 @@
 
 Counters only rise. ``success``/``fail``/``queue``/``compute_*`` are ``{count, ns}`` pairs;
 ``inference_count`` counts batch elements, ``execution_count`` batches run;
-``batch_stats`` breaks compute time down by batch size. ``as_dict`` prints them as Triton's
-statistics extension does. No I/O.
+``batch_stats`` breaks compute time down by batch size. ``failures`` counts the failed
+requests by Triton's metric reason (REJECTED, CANCELED, BACKEND, OTHER); ``summaries``, when
+the server has latency summaries on, observes each request's latencies. ``as_dict`` prints
+them as Triton's statistics extension does. No I/O.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from inferd.kernel.latency_summary import LatencySummaries
+from inferd.protocols.prometheus import FAILURE_REASONS
 
 
 @dataclass(slots=True)
@@ -51,6 +56,9 @@ class VersionStatistics:
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchSizeStatistics] = field(default_factory=dict)
+    failures: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    summaries: LatencySummaries | None = None
 
     def record_batch(
         self, batch_size: int, requests: int, compute_ns: tuple[int, int, int]
@@ -64,12 +72,23 @@ class VersionStatistics:
         for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
             getattr(self, phase).add(ns * requests, requests)
             getattr(by_size, phase).add(ns)
+            if self.summaries is not None:
+                self.summaries.observe(phase, ns, time.monotonic(), requests)
 
-    def record_request(self, ok: bool, total_ns: int, queue_ns: int) -> None:
+    def record_request(self, ok: bool, total_ns: int, queue_ns: int,
+                       reason: str = "OTHER") -> None:
+        """One request answered; a failed one is counted under ``reason`` (one of
+        ``FAILURE_REASONS``)."""
         self.last_inference_ms = int(time.time() * 1000)
         (self.success if ok else self.fail).add(total_ns)
         if ok:
             self.queue.add(queue_ns)
+            if self.summaries is not None:
+                now = time.monotonic()
+                self.summaries.observe("request", total_ns, now)
+                self.summaries.observe("queue", queue_ns, now)
+        else:
+            self.failures[reason if reason in self.failures else "OTHER"] += 1
 
     def record_cache_hit(self, total_ns: int, queue_ns: int, hit_ns: int) -> None:
         """A request answered from the response cache: as in Triton a success (its whole

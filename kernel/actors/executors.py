@@ -32,6 +32,7 @@ from inferd.kernel import execution_env, placement
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
 from inferd.kernel.logs import LogSettings, as_reply, configure_logging, console_descriptor, updated
+from inferd.kernel.process_metrics import process_usage
 from inferd.kernel.router import ProcessLink, Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
@@ -50,6 +51,8 @@ from inferd.protocols.messages import (
     LoadVersion,
     LogSettingsReply,
     LogSettingsRequest,
+    Metrics,
+    MetricsRequest,
     Shutdown,
     UnloadVersion,
     VersionLoaded,
@@ -75,6 +78,7 @@ class _Executor:
     process: anyio.abc.Process | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
     crashes: int = 0
+    restarts: int = 0  # every death that was restarted (crashes resets; a metric never does)
     started_once: bool = False
     isolated: bool = False  # one model's own: stopped when that model's last load goes
     retired: bool = False  # stopped on purpose: not restarted until a load needs it again
@@ -221,11 +225,31 @@ class ExecutorPoolActor(Actor):
         self._load_counts[executor.name] = 0
         self.router.tell(CONTROL_ADDRESS, ExecutorLost(executor.name, reason))
         executor.crashes += 1
+        executor.restarts += 1
         backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
         await anyio.sleep(backoff)
         if executor.retired or self._stopping:  # its model was unloaded meanwhile
             return
         await self._spawn(executor)
+
+    async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
+        """Each running executor process's CPU seconds and resident memory, and each
+        executor's restart count (inferd's ``inferd_executor_*`` metrics)."""
+        samples: list[tuple[str, dict[str, str], float]] = []
+        if self._settings.executor_inline:
+            running = [(INLINE, os.getpid(), 0)]
+        else:
+            running = [(e.name, e.process.pid if e.process is not None
+                        and e.process.returncode is None else 0, e.restarts)
+                       for e in self._executors.values()]
+        for name, pid, restarts in sorted(running):
+            labels = {"executor": name}
+            usage = process_usage(pid) if pid else None
+            if usage is not None:
+                samples += [("inferd_executor_cpu_seconds_total", labels, usage[0]),
+                            ("inferd_executor_resident_memory_bytes", labels, usage[1])]
+            samples.append(("inferd_executor_restarts_total", labels, restarts))
+        return Metrics(tuple(samples))
 
     async def on_executor_hello(self, hello: ExecutorHello, envelope: Envelope) -> None:
         executor = self._executors.get(hello.name)

@@ -34,6 +34,8 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.batcher import DynamicBatcher
 from inferd.kernel.classification import Labels, classify, read_labels
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
+from inferd.kernel.latency_summary import LatencySummaries
+from inferd.kernel.metrics_config import MetricsConfig
 from inferd.kernel.modelconfig import config_to_json_text
 from inferd.kernel.response_cache import CacheScope, ResponseCache, cache_samples, scope_for
 from inferd.kernel.queue_policy import (
@@ -46,7 +48,7 @@ from inferd.kernel.response_order import ResponseOrder
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
-from inferd.kernel.statistics import VersionStatistics
+from inferd.kernel.statistics import COMPUTE_PHASES, VersionStatistics
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT, Trace
 from inferd.kernel.validation import ModelSignature, check_request
@@ -125,6 +127,7 @@ class _Queued:
     failed: bool = False  # a decoupled request answered with an error on the way
     executor: str = ""  # where a decoupled request runs (its stream ends if that one restarts)
     trace: Trace | None = None  # a traced decoupled request (its stream ends the request)
+    reason: str = ""  # why it failed, when the scheduler knows better than failure_reason()
 
 
 @dataclass(eq=False, slots=True)
@@ -184,6 +187,13 @@ def _batch_finished(version: _Version, slot: _Slot, count: int) -> None:
     version.in_service -= count
 
 
+def failure_reason(queued: _Queued) -> str:
+    """Triton's ``reason`` label of a failed request: a request an instance had (its backend
+    failed, or its executor died) is BACKEND; REJECTED (queue full, queue timeout) and
+    CANCELED are set where they happen; anything else (unload, shutdown) is OTHER."""
+    return queued.reason or ("BACKEND" if queued.started_ns else "OTHER")
+
+
 def _load_of(slot: _Slot) -> int:
     return slot.in_flight
 
@@ -223,9 +233,11 @@ class SchedulerActor(Actor):
     # A frontend's request runs in its own task (Router.call).
     DIRECT = (InferRequest, StreamInferRequest)
 
-    def __init__(self, router: Router, cache: ResponseCache | None = None) -> None:
+    def __init__(self, router: Router, cache: ResponseCache | None = None,
+                 metrics: MetricsConfig | None = None) -> None:
         super().__init__(router)
         self._cache = cache
+        self._metrics = metrics if metrics is not None else MetricsConfig()
         self._served: dict[str, dict[int, _Version]] = {}
         self._ever_served: dict[str, set[int]] = {}
         # Versions retired because their executor died, until they serve again: the reason.
@@ -263,6 +275,8 @@ class SchedulerActor(Actor):
                 QueuePolicy.of(config),
                 slots,
             )
+            if self._metrics.summary_latencies:
+                current.statistics.summaries = LatencySummaries(self._metrics.summary_quantiles)
         current.ensemble = ensemble
         current.sequences = _sequences(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
@@ -406,43 +420,31 @@ class SchedulerActor(Actor):
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
         samples: list[tuple[str, dict[str, str], float]] = []
+        now = time.monotonic()
         for versions in self._served.values():
             for version in versions.values():
                 labels = {"model": version.model, "version": str(version.version)}
                 stats = version.statistics
+                pending = len(version.queue) + version.in_service + (
+                    version.sequences.pending() if version.sequences else 0)
                 samples += [
                     ("nv_inference_request_success", labels, stats.success.count),
-                    ("nv_inference_request_failure", labels, stats.fail.count),
+                    *(("nv_inference_request_failure", {**labels, "reason": reason}, count)
+                      for reason, count in stats.failures.items()),
                     ("nv_inference_count", labels, stats.inference_count),
                     ("nv_inference_exec_count", labels, stats.execution_count),
-                    (
-                        "nv_inference_request_duration_us",
-                        labels,
-                        (stats.success.ns + stats.fail.ns) // 1000,
-                    ),
-                    ("nv_inference_queue_duration_us", labels, stats.queue.ns // 1000),
-                    (
-                        "nv_inference_compute_input_duration_us",
-                        labels,
-                        stats.compute_input.ns // 1000,
-                    ),
-                    (
-                        "nv_inference_compute_infer_duration_us",
-                        labels,
-                        stats.compute_infer.ns // 1000,
-                    ),
-                    (
-                        "nv_inference_compute_output_duration_us",
-                        labels,
-                        stats.compute_output.ns // 1000,
-                    ),
-                    (
-                        "nv_inference_pending_request_count",
-                        labels,
-                        len(version.queue) + version.in_service + (
-                            version.sequences.pending() if version.sequences else 0),
-                    ),
+                    ("nv_inference_pending_request_count", labels, pending),
                 ]
+                if self._metrics.counter_latencies:
+                    samples += [
+                        ("nv_inference_request_duration_us", labels,
+                         (stats.success.ns + stats.fail.ns) // 1000),
+                        ("nv_inference_queue_duration_us", labels, stats.queue.ns // 1000),
+                        *((f"nv_inference_{phase}_duration_us", labels,
+                           getattr(stats, phase).ns // 1000) for phase in COMPUTE_PHASES),
+                    ]
+                if stats.summaries is not None:
+                    samples += stats.summaries.samples(labels, now)
                 if version.cache is not None:
                     samples += cache_samples(labels, stats)
         if self._cache is not None:
@@ -544,7 +546,7 @@ class SchedulerActor(Actor):
             queued.trace.stamp("REQUEST_END")
         version.statistics.record_request(
             not queued.failed, time.perf_counter_ns() - queued.enqueued_ns,
-            queued.started_ns - queued.enqueued_ns)
+            queued.started_ns - queued.enqueued_ns, failure_reason(queued))
 
     def _fail_streams(self, version: _Version, error: InferdError,
                       executors: set[str] | None = None) -> None:
@@ -553,6 +555,7 @@ class SchedulerActor(Actor):
         for token, (owner, queued) in list(self._streams.items()):
             if owner is version and (executors is None or queued.executor in executors):
                 queued.failed = True
+                queued.reason = queued.reason or ("BACKEND" if executors else "OTHER")
                 self._deliver(version, queued, error, True)
                 self._end_stream(token, version, queued)
 
@@ -567,6 +570,8 @@ class SchedulerActor(Actor):
         if version.sequences is not None:
             version.sequences.admit(queued, request, batch_size, arrived_ns)
         elif not version.queue.admit(queued, level, request.timeout_us, arrived_ns):
+            version.statistics.record_request(
+                False, time.perf_counter_ns() - arrived_ns, 0, "REJECTED")
             raise Unavailable(queue_full_message(request.id))
         self._pump(version)
         return queued
@@ -584,7 +589,12 @@ class SchedulerActor(Actor):
             trace.request_started(version.model, version.version, request, arrived_ns)
         queued = self._queue(version, request, arrived_ns)
         if not queued.done.is_set():  # the queue's policy times it out, not this task
-            await queued.done.wait()
+            try:
+                await queued.done.wait()
+            except anyio.get_cancelled_exc_class():
+                version.statistics.record_request(
+                    False, time.perf_counter_ns() - arrived_ns, 0, "CANCELED")
+                raise
         finished_ns = time.perf_counter_ns()
         result = queued.result
         if trace is not None:
@@ -594,6 +604,7 @@ class SchedulerActor(Actor):
             isinstance(result, InferResponse),
             finished_ns - arrived_ns,
             queued.started_ns - arrived_ns if queued.started_ns else 0,
+            failure_reason(queued),
         )
         if isinstance(result, InferdError):
             raise result
@@ -653,10 +664,11 @@ class SchedulerActor(Actor):
         queue), REJECT ones fail now."""
         for queued in version.queue.expire(time.perf_counter_ns()):
             error = Unavailable(TIMEOUT_MESSAGE)
+            queued.reason = "REJECTED"
             if queued.stream is not None:  # no task waits for a decoupled request: count it
                 queued.failed = True
                 version.statistics.record_request(
-                    False, time.perf_counter_ns() - queued.enqueued_ns, 0)
+                    False, time.perf_counter_ns() - queued.enqueued_ns, 0, "REJECTED")
             _hand(queued, error, True)
 
     def _deliver(self, version: _Version, queued: _Queued,

@@ -50,7 +50,9 @@ def test_counters_follow_traffic(server: Any) -> None:
     assert value(text, "nv_inference_request_success") == 3
     assert value(text, "nv_inference_count") == 6  # batch elements
     assert value(text, "nv_inference_exec_count") == 3
-    assert value(text, "nv_inference_request_failure") == 0
+    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
+        assert re.search(rf'^nv_inference_request_failure{{model="simple",reason="{reason}",'
+                         rf'version="1"}} 0(\.0)?$', text, re.MULTILINE), text
     assert value(text, "nv_inference_pending_request_count") == 0
     assert value(text, "nv_inference_request_duration_us") > 0
     assert value(text, "nv_inference_compute_infer_duration_us") > 0

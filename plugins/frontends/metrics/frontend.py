@@ -3,9 +3,10 @@
 A deliberately small HTTP/1.1 responder (a scraper sends one GET per connection or keeps it
 alive between scrapes): it reads a request head (bounded in size and time: an idle or slow
 connection closes after ``READ_TIMEOUT_SECS``), answers
-``/metrics`` with the text ``inferd.protocols.prometheus`` renders from the data plane's
-samples, 404 for other paths and 405 for other methods. It runs in the main event loop beside
-the other frontends and owns no metric itself. A client that does not read its answer within
+``/metrics`` with the text ``inferd.protocols.prometheus`` renders (through prometheus-client)
+from the data plane's samples and the per-interval ones (``IntervalMetrics``: CPU, memory,
+GPUs), 404 for other paths and 405 for other methods. It runs in the main event loop beside
+the other frontends. A client that does not read its answer within
 ``WRITE_TIMEOUT_SECS`` is dropped, and past ``MAX_CONNECTIONS`` open connections a new one is
 answered 503 and closed, so scrapers can never hold the process's descriptors.
 """
@@ -21,6 +22,8 @@ import anyio
 import anyio.abc
 
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.metrics_config import metrics_config_from_options
+from inferd.plugins.frontends.metrics.interval import IntervalMetrics
 from inferd.protocols import prometheus
 from inferd.protocols.messages import Metrics, MetricsRequest
 
@@ -39,6 +42,7 @@ class MetricsFrontend(Frontend):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.open_connections = 0
+        self.interval = IntervalMetrics(metrics_config_from_options(self.settings.options))
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
@@ -53,8 +57,10 @@ class MetricsFrontend(Frontend):
                           ) from error
         bound = server.sockets[0].getsockname()
         try:
-            task_status.started(f"http://{bound[0]}:{bound[1]}/metrics")
-            await anyio.sleep_forever()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self.interval.run)
+                task_status.started(f"http://{bound[0]}:{bound[1]}/metrics")
+                await anyio.sleep_forever()
         finally:
             server.close()
 
@@ -107,7 +113,7 @@ class MetricsFrontend(Frontend):
     async def _render(self) -> bytes:
         reply = await self.dataplane.handle(MetricsRequest())
         assert isinstance(reply, Metrics)
-        return prometheus.render(reply.samples).encode()
+        return prometheus.render([*reply.samples, *self.interval.samples]).encode()
 
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool,
