@@ -201,6 +201,7 @@ def test_summaries_with_metrics_config_and_restarts_after_a_crash(inferd: Any) -
         "simple", configs={"crasher": inferd.testing_config("crasher", "crash")})
     server = inferd.start(repository, "--metrics-config", "summary_latencies=true",
                           "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
+                          "--metrics-config=counter_latencies=false",
                           "--allow-cpu-metrics=false")
     infer_simple(server, 4)
     found = families(server)
@@ -217,6 +218,8 @@ def test_summaries_with_metrics_config_and_restarts_after_a_crash(inferd: Any) -
     median = value(found, "nv_inference_request_summary_us", **labels, quantile="0.5")
     assert median is not None and median > 0
     assert not any(name.startswith("nv_cpu_") for name in found)  # --allow-cpu-metrics=false
+    assert not found["nv_inference_request_duration_us"].samples  # counter_latencies=false
+    assert value(found, "nv_inference_request_success", **labels) == 4
 
     executor = {"executor": "executor/cpu0"}
     first = value(found, "inferd_executor_cpu_seconds", **executor)
