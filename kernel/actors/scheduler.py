@@ -445,8 +445,8 @@ class SchedulerActor(Actor):
                     ]
                 if stats.summaries is not None:
                     samples += stats.summaries.samples(labels, now)
-                if version.cache is not None:
-                    samples += cache_samples(labels, stats)
+                if version.cache is not None and self._metrics.counter_latencies:
+                    samples += cache_samples(labels, stats)  # Triton's: latency counters
         if self._cache is not None:
             samples += self._cache.metrics()
         return Metrics(tuple(samples))
