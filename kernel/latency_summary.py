@@ -1,8 +1,10 @@
 """The latency summaries of one model version (``--metrics-config summary_latencies=true``).
 
 Triton's five summaries (``nv_inference_{request,queue,compute_input,compute_infer,
-compute_output}_summary_us``): a count and a sum over the server's life, and quantiles over a
-sliding window of the last ``MAX_AGE_SECS`` (60 s, prometheus-cpp's default). The window keeps
+compute_output}_summary_us``), and for a version whose responses are cached, as in Triton,
+``nv_cache_{hit,miss}_summary_per_model`` instead of the request summary: a count and a sum
+over the server's life, and quantiles over a sliding window of the last ``MAX_AGE_SECS``
+(60 s, prometheus-cpp's default). The window keeps
 at most ``MAX_OBSERVATIONS`` of the most recent values per summary, so memory stays bounded
 under any load; the quantiles are computed exactly over what it holds when scraped (within any
 error a ``summary_quantiles`` pair allows). An empty window reports NaN, as prometheus-cpp.
@@ -26,7 +28,10 @@ FAMILIES = {
     "compute_input": "nv_inference_compute_input_summary_us",
     "compute_infer": "nv_inference_compute_infer_summary_us",
     "compute_output": "nv_inference_compute_output_summary_us",
+    "cache_hit": "nv_cache_hit_summary_per_model",
+    "cache_miss": "nv_cache_miss_summary_per_model",
 }
+_CACHED_ONLY = ("cache_hit", "cache_miss")
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -57,6 +62,13 @@ def _rank(ordered: list[float], quantile: float) -> float:
     return ordered[index]
 
 
+def _shown(phase: str, cached: bool) -> bool:
+    """Triton's choice: a cached model has the cache summaries and no request summary."""
+    if phase in _CACHED_ONLY:
+        return cached
+    return not (cached and phase == "request")
+
+
 @dataclass(slots=True)
 class LatencySummaries:
     quantiles: Quantiles
@@ -68,9 +80,12 @@ class LatencySummaries:
         for _ in range(times):
             summary.observe(ns / 1000, now)
 
-    def samples(self, labels: dict[str, str], now: float) -> list[Sample]:
+    def samples(self, labels: dict[str, str], now: float, cached: bool = False
+                ) -> list[Sample]:
         samples: list[Sample] = []
         for phase, family in FAMILIES.items():
+            if not _shown(phase, cached):
+                continue
             summary = self.by_phase[phase]
             for quantile, value in summary.quantiles(self.quantiles, now):
                 samples.append((family, {**labels, "quantile": f"{quantile:g}"}, value))

@@ -96,6 +96,8 @@ class VersionStatistics:
         lookup's time), with no execution and no inference counted."""
         self.record_request(True, total_ns, queue_ns)
         self.cache_hit.add(hit_ns)
+        if self.summaries is not None:
+            self.summaries.observe("cache_hit", hit_ns, time.monotonic())
 
     def record_cache_miss(self, lookup_ns: int, insertion_ns: int) -> None:
         """A successful request the cache did not hold: a ``cache_miss`` of the lookup's and
@@ -103,6 +105,8 @@ class VersionStatistics:
         is added to the request's (the lookup's already is), as Triton adds it."""
         self.cache_miss.add(lookup_ns + insertion_ns)
         self.success.ns += insertion_ns
+        if self.summaries is not None:
+            self.summaries.observe("cache_miss", lookup_ns + insertion_ns, time.monotonic())
 
     def as_dict(self, name: str, version: str) -> dict[str, Any]:
         return {

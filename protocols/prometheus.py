@@ -71,6 +71,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "nv_inference_compute_output_summary_us": (
         "summary", "Cumulative inference compute output duration in microseconds (does not "
                    "include cached requests)"),
+    "nv_cache_hit_summary_per_model": (
+        "summary", "Summary of cache hit counts/durations per model, in microseconds."),
+    "nv_cache_miss_summary_per_model": (
+        "summary", "Summary of cache miss counts/durations per model, in microseconds."),
     # The response cache's, printed only when a cache or a cached model has them.
     "nv_cache_num_hits_per_model": ("counter", "Number of cache hits per model"),
     "nv_cache_num_misses_per_model": ("counter", "Number of cache misses per model"),

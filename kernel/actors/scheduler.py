@@ -444,7 +444,7 @@ class SchedulerActor(Actor):
                            getattr(stats, phase).ns // 1000) for phase in COMPUTE_PHASES),
                     ]
                 if stats.summaries is not None:
-                    samples += stats.summaries.samples(labels, now)
+                    samples += stats.summaries.samples(labels, now, version.cache is not None)
                 if version.cache is not None and self._metrics.counter_latencies:
                     samples += cache_samples(labels, stats)  # Triton's: latency counters
         if self._cache is not None:

@@ -56,8 +56,25 @@ def test_statistics_feed_the_summaries_in_microseconds() -> None:
     assert samples[("nv_inference_queue_summary_us", (*model, ("quantile", "0.5")))] == 4.0
     assert samples[("nv_inference_compute_infer_summary_us_count", model)] == 2
     assert samples[("nv_inference_compute_output_summary_us_sum", model)] == 6.0
+    shown = {"request", "queue", "compute_input", "compute_infer", "compute_output"}
     assert {name for name, _ in samples} == {
-        f"{family}{suffix}" for family in FAMILIES.values() for suffix in ("", "_count", "_sum")}
+        f"{FAMILIES[phase]}{suffix}" for phase in shown for suffix in ("", "_count", "_sum")}
+
+
+def test_a_cached_model_has_cache_summaries_and_no_request_summary() -> None:
+    statistics = VersionStatistics(summaries=LatencySummaries(QUANTILES))
+    statistics.record_cache_hit(9000, 1000, 2000)
+    statistics.record_request(True, 20_000, 0)
+    statistics.record_cache_miss(3000, 4000)
+    assert statistics.summaries is not None
+    samples = {name: value for name, labels, value in
+               statistics.summaries.samples({"model": "m"}, 0.0, cached=True)
+               if "quantile" not in labels}
+    assert "nv_inference_request_summary_us_count" not in samples
+    assert samples["nv_cache_hit_summary_per_model_count"] == 1
+    assert samples["nv_cache_hit_summary_per_model_sum"] == 2.0
+    assert samples["nv_cache_miss_summary_per_model_sum"] == 7.0
+    assert samples["nv_inference_queue_summary_us_count"] == 2
 
 
 def test_failures_are_counted_by_reason() -> None:
