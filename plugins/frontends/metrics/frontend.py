@@ -58,7 +58,7 @@ class MetricsFrontend(Frontend):
         bound = server.sockets[0].getsockname()
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self.interval.run)
+                await tasks.start(self.interval.run)
                 task_status.started(f"http://{bound[0]}:{bound[1]}/metrics")
                 await anyio.sleep_forever()
         finally:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 
+from typing import Any
+
 import anyio
+import anyio.abc
 
 from inferd.kernel.gpu_metrics import GpuMetrics
 from inferd.kernel.metrics_config import MetricsConfig
@@ -26,16 +29,21 @@ class IntervalMetrics:
         self._cpu = CpuUtilization()
         self._gpus: GpuMetrics | None = None
 
-    async def run(self) -> None:
-        """Read now, then every interval, until cancelled."""
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Read now (started once the first reading is there, so the first scrape has it),
+        then every interval, until cancelled."""
         if self.config.gpu_metrics:
             self._gpus = await anyio.to_thread.run_sync(GpuMetrics.open)
             if self._gpus is not None:
                 log.info("GPU metrics through NVML")
         try:
+            self.samples = await anyio.to_thread.run_sync(self._read)
+            task_status.started()
             while True:
-                self.samples = await anyio.to_thread.run_sync(self._read)
                 await anyio.sleep(self.config.interval_ms / 1000)
+                self.samples = await anyio.to_thread.run_sync(self._read)
         finally:
             if self._gpus is not None:
                 self._gpus.close()
