@@ -1,9 +1,11 @@
-"""The ``inferd`` command: ``serve`` runs a server; ``models``, ``load`` and ``unload`` talk to
-a running one over the native zmq protocol.
+"""The ``inferd`` command's entry point and its ``serve`` command.
 
-``serve`` takes tritonserver's flag names (SPEC 6.1), including its boolean style
-(``--exit-on-error=false``) and its start-up checks on ``--load-model``. This module turns
-argv into ``Settings`` and exit codes; it owns no server behaviour.
+``main`` hands ``serve`` straight to this module's argparse parser and every other command
+to the typer app of ``inferd.kernel.cli_app`` (the client commands: models, load, unload,
+infer, stats). ``serve`` takes tritonserver's flag names (SPEC 6.1), including its boolean
+style (``--exit-on-error=false``) and its start-up checks on ``--load-model``; unknown flags
+exit 2 and start-up errors 1, as before. This module turns argv into ``Settings`` and exit
+codes; it owns no server behaviour.
 """
 
 from __future__ import annotations
@@ -21,17 +23,15 @@ from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.options import add_boolean, byte_count
 from inferd.kernel.plugins import Plugins
-from inferd.kernel.server import StartupFailed, format_table, serve
+from inferd.kernel.server import StartupFailed, serve
 from inferd.kernel.settings import Settings
 
-Subparsers = argparse._SubParsersAction  # argparse's type for add_subparsers()
+SERVE_HELP = "run the server (tritonserver's flags; `inferd serve --help` lists them)"
 
 
-def _serve_parser(
-    subparsers: Subparsers[argparse.ArgumentParser], plugins: Plugins
-) -> None:
+def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     defaults = Settings()
-    parser = subparsers.add_parser("serve", help="run the server")
+    parser = argparse.ArgumentParser(prog="inferd serve", description="Run the server.")
     models = parser.add_argument_group("models")
     models.add_argument("--model-repository", "--model-store", action="append",
                         dest="model_repositories", metavar="PATH",
@@ -114,15 +114,7 @@ def _serve_parser(
         add_boolean(parser, f"--allow-{endpoint}", False,
                     f"tritonserver's {endpoint} endpoint: inferd has none, true is refused")
     plugins.add_options(parser)
-
-
-def _client_parsers(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
-    for name, help_text in (("models", "print the repository index of a running server"),
-                            ("load", "load or reload a model"), ("unload", "unload a model")):
-        parser = subparsers.add_parser(name, help=help_text)
-        parser.add_argument("--url", default="tcp://127.0.0.1:8003", help="zmq endpoint")
-        if name != "models":
-            parser.add_argument("model")
+    return parser
 
 
 def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
@@ -231,37 +223,22 @@ _SERVE_FIELDS = {
 USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
 
-def _run_client(args: argparse.Namespace) -> int:
-    from inferd.protocols.client import Client
-    from inferd.protocols.errors import InferdError
-
-    try:
-        with Client(args.url, timeout=600.0) as client:
-            if args.command == "models":
-                rows = [(e.name, e.version or "-", e.state or "-", e.reason)
-                        for e in client.index()]
-                print(format_table(("MODEL", "VERSION", "STATE", "REASON"), rows))
-            elif args.command == "load":
-                client.load(args.model)
-                print(f"loaded {args.model}")
-            else:
-                client.unload(args.model)
-                print(f"unloaded {args.model}")
-    except InferdError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["serve"]:
+        # Straight to argparse: the server process (and the executor processes that re-import
+        # this module) need neither typer nor rich, and serve's flags stay exactly as they were.
+        return serve_main(arguments[1:])
+    from inferd.kernel.cli_app import run
+
+    code: int = run(arguments)
+    return code
+
+
+def serve_main(argv: Sequence[str]) -> int:
+    """``inferd serve ARGV``: the exit code (argparse exits 2 itself on a bad flag)."""
     plugins = Plugins.load()
-    parser = argparse.ArgumentParser(prog="inferd", description=__doc__.split("\n\n")[0])
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(subparsers, plugins)
-    _client_parsers(subparsers)
-    args = parser.parse_args(argv)
-    if args.command != "serve":
-        return _run_client(args)
+    args = serve_parser(plugins).parse_args(argv)
     try:
         configure_logging(LogSettings.from_arguments(args))
     except OSError as error:
