@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +23,6 @@ from inferd.kernel.cli_connection import (
     DEFAULT_URL,
     BadUrl,
     CannotConnect,
-    Connection,
     IndexRow,
     Refused,
     open_connection,
@@ -37,6 +34,7 @@ from inferd.kernel.cli_inputs import (
     input_tensors,
     override_files,
 )
+from inferd.kernel.cli_load import states, watch_load
 from inferd.kernel.cli_render import Column
 
 OK, REFUSED, USAGE, CANNOT_CONNECT = 0, 1, 2, 3
@@ -133,8 +131,8 @@ def load(
         config_json = config_override(str(config)) if config is not None else None
         overrides = override_files(files or ())
         watcher = open_connection(url, 60.0, connect_timeout)
-        outcome = _watch_load(watcher, url, model, config_json, overrides, timeout,
-                              connect_timeout)
+        outcome = watch_load(watcher, url, model, config_json, overrides, timeout,
+                             connect_timeout)
         watcher.close()
         document = {"model": model, "loaded": outcome.error is None,
                     "elapsed_s": round(outcome.elapsed, 3), "error": outcome.error,
@@ -142,102 +140,10 @@ def load(
         if fmt is Format.json:
             render.show("json", (), (), document)
         elif outcome.error is None:
-            print(f"loaded {model}: {_states(outcome.rows)} in {outcome.elapsed:.2f} s")
+            print(f"loaded {model}: {states(outcome.rows)} in {outcome.elapsed:.2f} s")
         if outcome.error is not None:
             render.error(outcome.error)
             raise typer.Exit(REFUSED)
-
-
-class _LoadOutcome:
-    def __init__(self, rows: list[IndexRow], elapsed: float, error: str | None) -> None:
-        self.rows, self.elapsed, self.error = rows, elapsed, error
-
-
-def _watch_load(watcher: Connection, url: str, model: str, config: str | None,
-                files: Mapping[str, bytes], timeout: float, connect_timeout: float
-                ) -> _LoadOutcome:
-    """Load ``model`` on a thread of its own (every protocol's load call blocks until the
-    load ends) while this thread polls the index for its state."""
-    failure: list[BaseException] = []
-
-    def load_it() -> None:
-        try:
-            with translated_errors(url):
-                # Its own connection: neither tritonclient's clients nor a gevent hub are
-                # shared across threads.
-                connection = open_connection(url, timeout + 5.0, connect_timeout)
-                try:
-                    connection.load(model, config, files)
-                finally:
-                    connection.close()
-        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
-            failure.append(error)
-
-    started = time.monotonic()
-    loader = threading.Thread(target=load_it, name="inferd-load", daemon=True)
-    loader.start()
-    with _Progress(model) as progress:
-        while loader.is_alive() and (elapsed := time.monotonic() - started) < timeout:
-            with contextlib.suppress(Refused), translated_errors(url):
-                progress.update(_model_rows(watcher, model), elapsed)
-            loader.join(0.2)
-    elapsed = time.monotonic() - started
-    rows = _model_rows(watcher, model)
-    if loader.is_alive():
-        return _LoadOutcome(rows, elapsed, f"{model} is still {_states(rows)} after "
-                                           f"{timeout:g} s (the server goes on loading it)")
-    if failure:
-        error = failure[0]
-        if isinstance(error, Refused):
-            return _LoadOutcome(rows, elapsed, str(error))
-        raise error
-    return _LoadOutcome(rows, elapsed, None)
-
-
-def _model_rows(connection: Connection, model: str) -> list[IndexRow]:
-    return [row for row in connection.index() if row.name == model]
-
-
-def _states(rows: Sequence[IndexRow]) -> str:
-    """``READY (version 1)``, ``1: READY, 2: LOADING``, or ``not loaded``."""
-    versions = [row for row in rows if row.state]
-    if not versions:
-        return "not loaded"
-    if len(versions) == 1:
-        row = versions[0]
-        version = f" (version {row.version})" if row.version else ""
-        return f"{row.state}{version}" + (f": {row.reason}" if row.reason else "")
-    return ", ".join(f"{row.version}: {row.state}" for row in versions)
-
-
-class _Progress:
-    """The live line of a load: a spinner rewritten in place on a terminal, one line per
-    change of state elsewhere (both on standard error)."""
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-        self.console = render.console(stderr=True)
-        self.last = ""
-        self.status: Any = None
-
-    def __enter__(self) -> _Progress:
-        if self.console.is_terminal:
-            self.status = self.console.status(f"loading {self.model}")
-            self.status.__enter__()
-        return self
-
-    def update(self, rows: list[IndexRow], elapsed: float) -> None:
-        states = _states(rows)
-        if self.status is not None:
-            self.status.update(f"loading {self.model}: {states} {elapsed:.1f} s")
-        elif states != self.last:
-            self.console.print(f"loading {self.model}: {states} ({elapsed:.1f} s)",
-                               markup=False)
-        self.last = states
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.status is not None:
-            self.status.__exit__(None, None, None)
 
 
 @app.command(epilog=_examples("inferd unload simple", "inferd unload ensemble --dependents"))
