@@ -1,5 +1,5 @@
 """The ``inferd`` client commands (typer): models, load, unload, infer, stats, and ``serve``
-mounted from ``inferd.kernel.cli``'s argparse parser.
+mounted from ``inferd.kernel.cli_serve``'s argparse parser.
 
 A command is a typed function: it takes the shared ``Url``/``Format``/``ConnectTimeout``
 options, opens a ``Connection`` inside ``guarded()`` (which turns every failure into its
@@ -255,7 +255,7 @@ def stats(
 def serve(ctx: typer.Context) -> None:
     # inferd.kernel.cli.main normally dispatches serve before typer is imported; this entry
     # keeps it listed in --help and working when the app is invoked directly.
-    from inferd.kernel.cli import serve_main
+    from inferd.kernel.cli_serve import serve_main
 
     raise typer.Exit(serve_main(ctx.args))
 
