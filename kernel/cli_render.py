@@ -62,8 +62,7 @@ def _cell(value: Any) -> str:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return [_jsonable(item) for item in value.tolist()] if value.dtype == object \
-            else value.tolist()
+        return value.tolist()  # BYTES elements come back here one by one, as bytes
     if isinstance(value, bytes):
         try:
             return value.decode()

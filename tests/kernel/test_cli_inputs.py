@@ -18,7 +18,7 @@ from inferd.kernel.cli_inputs import (
     input_tensors,
     override_files,
 )
-from inferd.kernel.cli_render import values
+from inferd.kernel.cli_render import show, values
 
 SPECS = [InputSpec("A", "FP32", (-1, 3)), InputSpec("T", "BYTES", (2,)),
          InputSpec("N", "INT64", (2,))]
@@ -98,3 +98,10 @@ def test_values_are_abbreviated_in_the_middle() -> None:
     assert values(np.arange(20).reshape(4, 5)) == "[0, 1, 2, 3, …, 16, 17, 18, 19]"
     assert values(np.array([b"a", b"\xff"], dtype=object)) == "['a', b'\\xff']"
     assert values(np.array([0.1234567891], dtype=np.float64)) == "[0.123457]"
+
+
+def test_json_output_writes_tensors_and_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    show("json", (), (), {"data": np.array([[b"a", b"\xff"]], dtype=object),
+                          "numbers": np.arange(3, dtype=np.int16), "one": np.float32(0.5)})
+    assert json.loads(capsys.readouterr().out) == {
+        "data": [["a", "ff"]], "numbers": [0, 1, 2], "one": 0.5}
