@@ -178,12 +178,15 @@ def test_infer_with_json_and_npy_inputs(server: ServerHandle, protocol: str,
     assert rows["OUTPUT0"][:4] == ["OUTPUT0", "INT32", "[1,", "16]"]
     assert " ".join(rows["OUTPUT0"][4:]) == "[1, 2, 3, 4, …, 13, 14, 15, 16]"
     assert " ".join(rows["OUTPUT1"][4:]) == "[-1, 0, 1, 2, …, 11, 12, 13, 14]"
-    machine = run(*arguments, "--output", "OUTPUT1", "--format", "json")
+    machine = run(*arguments, "--output", "OUTPUT1", "--version", "1", "--format", "json")
     assert machine.returncode == 0, machine.stderr
     document: dict[str, Any] = json.loads(machine.stdout)
     assert (document["model"], document["version"]) == ("simple", "1")
     assert document["outputs"] == [{"name": "OUTPUT1", "datatype": "INT32", "shape": [1, 16],
                                     "data": [[value - 1 for value in SIXTEEN]]}]
+    absent = run(*arguments, "--version", "7")
+    assert absent.returncode == 1 and absent.stderr.startswith("error: "), absent.stderr
+    assert "7" in absent.stderr
 
 
 def test_infer_errors_exit_1_for_the_server_and_2_for_bad_arguments(
