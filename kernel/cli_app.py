@@ -68,7 +68,8 @@ ConnectTimeout = Annotated[float, typer.Option(
 
 
 def _examples(*lines: str) -> str:
-    return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in lines)
+    return ("Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in lines) + "\n\n"
+            + EXIT_CODES)
 
 
 @contextlib.contextmanager

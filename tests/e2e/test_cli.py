@@ -275,6 +275,7 @@ def test_every_command_has_help_with_examples() -> None:
         shown = run(command, "--help")
         assert shown.returncode == 0, shown.stderr
         assert "Examples" in shown.stdout and f"$ inferd {command}" in shown.stdout
+        assert "Exit codes: 0 ok" in shown.stdout
     serve = run("serve", "--help")
     assert serve.returncode == 0
     assert serve.stdout.startswith("usage: inferd serve")
