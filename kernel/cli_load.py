@@ -61,8 +61,9 @@ def watch_load(watcher: Connection, url: str, model: str, config: str | None,
     elapsed = time.monotonic() - started
     rows = _model_rows(watcher, model)
     if loader.is_alive():
-        return LoadOutcome(rows, elapsed, f"{model} is still {states(rows)} after "
-                                           f"{timeout:g} s (the server goes on loading it)")
+        return LoadOutcome(rows, elapsed, f"the load of {model} did not end within "
+                                           f"{timeout:g} s (now {states(rows)}; the server "
+                                           "goes on loading it)")
     if failure:
         error = failure[0]
         if isinstance(error, Refused):

@@ -34,7 +34,9 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
     h = module_inferd
     repository = h.repository("simple", "mlp", "identity_fp32", configs={
         "slow": h.testing_config("slow", "slow_load", load_delay_ms="1500"),
-        "slower": h.testing_config("slower", "slow_load", load_delay_ms="4000"),
+        **{f"slower_{protocol}": h.testing_config(f"slower_{protocol}", "slow_load",
+                                                  load_delay_ms="4000")
+           for protocol in PROTOCOLS},
         "broken": h.testing_config("broken", "fail_load", message="this model never loads"),
     })
     return h.start(repository, "--model-control-mode", "explicit", "--load-model", "simple")
@@ -78,7 +80,7 @@ def test_models_as_json_and_ready_only(server: ServerHandle, protocol: str) -> N
     assert {"simple", "mlp", "identity_fp32", "slow", "broken"} <= set(names)
     ready = run("models", "--ready", "--url", url(server, protocol), "--format", "json")
     assert ready.returncode == 0, ready.stderr
-    assert [row for row in json.loads(ready.stdout) if row["name"] != "slower"] == [
+    assert [row for row in json.loads(ready.stdout) if not row["name"].startswith("slower")] == [
         {"name": "simple", "version": "1", "state": "READY", "reason": ""}]
 
 
@@ -95,14 +97,15 @@ def test_load_shows_its_progress_until_ready(server: ServerHandle, protocol: str
     assert run("unload", "slow", "--url", url(server, protocol)).returncode == 0
 
 
-def test_a_load_that_outlasts_its_timeout_exits_1(server: ServerHandle) -> None:
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_load_that_outlasts_its_timeout_exits_1(server: ServerHandle, protocol: str) -> None:
     started = time.monotonic()
-    late = run("load", "slower", "--timeout", "0.5", "--url", server.url)
+    late = run("load", f"slower_{protocol}", "--timeout", "0.5", "--url", url(server, protocol))
     assert late.returncode == 1, late.stderr
     assert time.monotonic() - started < 3.5  # well before the 4 s load ends
     assert late.stderr.splitlines()[-1] == (
-        "error: slower is still LOADING (version 1) after 0.5 s (the server goes on loading "
-        "it)")
+        f"error: the load of slower_{protocol} did not end within 0.5 s (now LOADING "
+        "(version 1); the server goes on loading it)")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
