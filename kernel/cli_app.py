@@ -61,7 +61,8 @@ class Format(str, enum.Enum):
 Url = Annotated[str, typer.Option(
     "--url", envvar="INFERD_URL", show_envvar=True,
     help="the server and its protocol: tcp://HOST:PORT (inferd's zmq client), "
-         "http://HOST:PORT or https:// (KServe HTTP), grpc://HOST:PORT (KServe gRPC)")]
+         "http://HOST:PORT or https:// (KServe HTTP), grpc://HOST:PORT (KServe gRPC); "
+         "without a port the server's default (8003, 8000, 8001)")]
 Fmt = Annotated[Format, typer.Option("--format", help="table for people, json for scripts")]
 ConnectTimeout = Annotated[float, typer.Option(
     "--connect-timeout", min=0.1, help="seconds to wait for the server to answer at all")]

@@ -21,6 +21,8 @@ import numpy as np
 
 DEFAULT_URL = "tcp://127.0.0.1:8003"
 SCHEMES = ("tcp", "http", "https", "grpc")
+# The ports `inferd serve` (and tritonserver) listen on by default.
+DEFAULT_PORTS = {"tcp": 8003, "http": 8000, "https": 8000, "grpc": 8001}
 
 
 class CannotConnect(Exception):
@@ -294,11 +296,11 @@ def open_connection(url: str, timeout: float, connect_timeout: float) -> Connect
         raise BadUrl(f"{url}: the scheme must be one of "
                      f"{', '.join(s + '://' for s in SCHEMES)}")
     try:
-        port = parts.port
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError:
-        port = None
-    if not parts.hostname or port is None:
-        raise BadUrl(f"{url}: expected SCHEME://HOST:PORT")
+        raise BadUrl(f"{url}: the port is not a number from 0 to 65535") from None
+    if not parts.hostname:
+        raise BadUrl(f"{url}: expected SCHEME://HOST[:PORT]")
     address = f"{parts.hostname}:{port}"
     connection: Connection
     if parts.scheme == "tcp":

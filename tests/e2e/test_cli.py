@@ -259,7 +259,8 @@ def test_no_server_exits_3_within_the_connect_timeout(scheme: str) -> None:
 
 
 def test_usage_errors_exit_2() -> None:
-    for arguments in (("models", "--url", "ftp://127.0.0.1:1"), ("models", "--url", "nohost"),
+    for arguments in (("models", "--url", "ftp://127.0.0.1:1"), ("models", "--url", "grpc://:8001"),
+                      ("models", "--url", "http://127.0.0.1:99999"),
                       ("models", "--format", "xml"), ("load",), ("no-such-command",),
                       ("infer", "simple")):
         wrong = run(*arguments)
