@@ -24,9 +24,6 @@ from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import StartupFailed, serve
 from inferd.kernel.settings import Settings
 
-SERVE_HELP = "run the server (tritonserver's flags; `inferd serve --help` lists them)"
-
-
 def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     defaults = Settings()
     parser = argparse.ArgumentParser(prog="inferd serve", description="Run the server.")
