@@ -1,7 +1,7 @@
 """Server settings: one frozen value built from the command line and read everywhere.
 
 Flag names follow tritonserver's (SPEC 6.1). Plugin options (``inferd_add_options``) land in
-``options``. Owns no parsing beyond value types; ``inferd.kernel.cli`` builds it.
+``options``. Owns no parsing beyond value types; ``inferd.kernel.cli_serve`` builds it.
 """
 
 from __future__ import annotations
