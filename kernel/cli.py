@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from inferd.kernel.check_command import add_check_parser, run_check
 from inferd.kernel.cache_config import CacheConfig, CacheConfigError, parse_cache_config
 from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
@@ -259,7 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _serve_parser(subparsers, plugins)
     _client_parsers(subparsers)
+    add_check_parser(subparsers)
     args = parser.parse_args(argv)
+    if args.command == "check":
+        return int(run_check(args, plugins))
     if args.command != "serve":
         return _run_client(args)
     try:
