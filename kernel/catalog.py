@@ -3,7 +3,8 @@
 Owns the file's format (the keys ``description``, ``task``, ``owner``, ``labels`` and
 ``links``, each with its type), reading it with errors that say ``file:line:col: problem``
 where the file gives a position, its JSON form (what the repository index and the catalog
-endpoint show), and the catalog filter (``label=key=value``, ``task=t``) with its parsing.
+endpoint show), and what a catalog filter keeps (its query form is parsed in
+``inferd.protocols.kserve_http``).
 Metadata lives beside the config rather than in its ``parameters`` so the config stays what
 Triton reads, and so nested values (labels, links) keep their types. Pure apart from reading
 the one file; it knows nothing of models' configs or states.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,38 +130,6 @@ class CatalogFilter:
             return False
         own = dict(catalog.labels)
         return all(own.get(key) == value for key, value in self.labels)
-
-
-def parse_filter(pairs: Iterable[tuple[str, str]]) -> CatalogFilter:
-    """A filter from query parameters: ``label=KEY=VALUE`` (repeatable) and ``task=TASK``
-    (once). Anything else is ``InvalidArgument``."""
-    labels: list[tuple[str, str]] = []
-    task: str | None = None
-    for name, value in pairs:
-        if name == "label":
-            key, equals, wanted = value.partition("=")
-            if not equals or not key:
-                raise InvalidArgument(
-                    f"catalog filter label={value!r}: expected label=KEY=VALUE"
-                )
-            labels.append((key, wanted))
-        elif name == "task":
-            if task is not None:
-                raise InvalidArgument("catalog filter: 'task' is given more than once")
-            if not value:
-                raise InvalidArgument("catalog filter: 'task' is empty")
-            task = value
-        else:
-            raise InvalidArgument(
-                f"catalog filter: unknown parameter {name!r} (expected 'label' or 'task')"
-            )
-    return CatalogFilter(tuple(labels), task or "")
-
-
-def filter_from_json(document: Mapping[str, Any]) -> CatalogFilter:
-    """The filter carried in a message's JSON-like fields (``labels`` dict, ``task``)."""
-    labels = document.get("labels") or {}
-    return CatalogFilter(tuple(labels.items()), str(document.get("task") or ""))
 
 
 def _line_of(text: str, key: str, table: str) -> int:

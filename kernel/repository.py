@@ -199,6 +199,10 @@ class ModelRepository:
                 digest.update(f"{relative}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
         return digest.hexdigest()
 
+    def folder(self, name: str) -> Path:
+        """The folder of ``name``; ``NotFound``, or ``InvalidArgument`` when in two roots."""
+        return self._only_folder(name)
+
     def _folders(self, name: str) -> list[Path]:
         return [root / name for root in self.roots if (root / name).is_dir()]
 
