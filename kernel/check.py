@@ -203,7 +203,6 @@ def _check_model(
     where = str(config_file) if config_file.is_file() else ""
     model.warnings.extend(Finding(warning, where) for warning in resolved.warnings)
     if not model.backend:  # an ensemble: its graph is checked once every model is known
-        model.notes.append("ensemble: composing models checked below")
         return
     for version in resolved.versions:
         filename = config.default_model_filename
@@ -268,17 +267,21 @@ def _complete(
 
 def _check_ensembles(report: CheckReport, repository: ModelRepository, names: set[str]) -> None:
     by_name = {model.name: model for model in report.models}
-    dependencies = EnsembleDependencies()
+    ensembles = {
+        model.name: [Requirement(step.model_name, int(step.model_version))
+                     for step in model.config.ensemble_scheduling.step]
+        for model in report.models
+        if model.config is not None and model.config.platform == ENSEMBLE_PLATFORM
+        and not model.errors
+    }
     for model in report.models:
         config = model.config
-        if config is None or config.platform != ENSEMBLE_PLATFORM or model.errors:
+        if model.name not in ensembles or config is None:
             continue
         where = _config_file(model)
         try:
             validate_ensemble(config, names.__contains__)
-            steps = [Requirement(step.model_name, int(step.model_version))
-                     for step in config.ensemble_scheduling.step]
-            dependencies.begin_load(model.name, steps)
+            _check_no_cycle(model.name, ensembles)
         except InferdError as error:
             model.errors.append(Finding(error.message, where))
             continue
@@ -295,6 +298,20 @@ def _check_ensembles(report: CheckReport, repository: ModelRepository, names: se
                 model.notes.append(f"step '{step.model_name}': its tensors need the server "
                                    "to be checked")
         model.completion = NOT_NEEDED
+
+
+def _check_no_cycle(name: str, ensembles: dict[str, list[Requirement]]) -> None:
+    """Refuse ``name`` as control would once every other ensemble were loaded: the others are
+    recorded first (one that closes a cycle of its own is left out, as its load would fail),
+    then ``name``, whose record raises when it closes a cycle."""
+    dependencies = EnsembleDependencies()
+    for other, needed in ensembles.items():
+        if other != name:
+            try:
+                dependencies.begin_load(other, needed)
+            except InferdError:
+                pass
+    dependencies.begin_load(name, ensembles[name])
 
 
 def ensemble_problems(

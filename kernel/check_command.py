@@ -42,7 +42,8 @@ def add_check_parser(subparsers: Any) -> None:
                         help="time a python model's auto_complete_config may take")
 
 
-def run_check(args: argparse.Namespace, plugins: Plugins, out: TextIO = sys.stdout) -> int:
+def run_check(args: argparse.Namespace, plugins: Plugins, out: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stdout
     roots = list(args.repositories) or [DEFAULT_REPOSITORY]
     for root in roots:
         if not os.path.isdir(root):
