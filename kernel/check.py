@@ -424,4 +424,48 @@ def _finding(message: str, name: str, folder: Path, default_file: Path) -> Findi
             line = int(match.group("line")) if "line" in match.groupdict() else 0
             column = int(match.group("column")) if "column" in match.groupdict() else 0
             return Finding(match.group("problem"), str(folder / relative), line, column)
-    return Finding(message, str(default_file) if default_file.is_file() else "")
+    if not default_file.is_file():
+        return Finding(message)
+    line, column = _field_line(default_file, message)
+    return Finding(message, str(default_file), line, column)
+
+
+def _field_line(config_file: Path, message: str) -> tuple[int, int]:
+    """Where a validation message's field is set: the first config field it quotes
+    (``'max_batch_size'``) that exactly one line of the file starts with; (0, 0) when none
+    does, rather than a guess."""
+    try:
+        lines = config_file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0, 0
+    for field_name in re.findall(r"'([a-z][a-z0-9_]*)'", message):
+        if field_name not in _config_field_names():
+            continue
+        starts = re.compile(rf"^(\s*){field_name}\s*[:{{\[]")
+        found = [(number, match.end(1) + 1) for number, text in enumerate(lines, start=1)
+                 if (match := starts.match(text))]
+        if len(found) == 1:
+            return found[0]
+    return 0, 0
+
+
+def _config_field_names() -> frozenset[str]:
+    """Every field name of ``ModelConfig`` and the messages inside it."""
+    global _FIELD_NAMES
+    if _FIELD_NAMES is None:
+        names: set[str] = set()
+        pending, seen = [ModelConfig.DESCRIPTOR], set()
+        while pending:
+            descriptor = pending.pop()
+            if descriptor.full_name in seen:
+                continue
+            seen.add(descriptor.full_name)
+            for field_descriptor in descriptor.fields:
+                names.add(field_descriptor.name)
+                if field_descriptor.message_type is not None:
+                    pending.append(field_descriptor.message_type)
+        _FIELD_NAMES = frozenset(names)
+    return _FIELD_NAMES
+
+
+_FIELD_NAMES: frozenset[str] | None = None

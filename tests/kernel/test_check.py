@@ -108,7 +108,8 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CheckReport]
                  "'1/model.onnx'"]),
     ("no_version", ["{root}/no_version/config.pbtxt: at least one version must be available "
                     "under the version policy of model 'no_version'"]),
-    ("negative", ["{root}/negative/config.pbtxt: model 'negative': 'max_batch_size' must be "
+    # A validation message's quoted field is placed on the one line that sets it.
+    ("negative", ["{root}/negative/config.pbtxt:4:1: model 'negative': 'max_batch_size' must be "
                   ">= 0, got -2"]),
     ("wrong_type", ["{root}/wrong_type/1: model 'wrong_type', input 'INPUT0': the "
                     "configuration says TYPE_FP32 but the ONNX model has TYPE_INT32 "
@@ -195,6 +196,16 @@ def test_exit_codes_and_the_table(broken: tuple[Path, CheckReport], tmp_path: Pa
     with pytest.raises(SystemExit) as usage:
         main(["check", "--format", "yaml", str(clean)])
     assert usage.value.code == 2
+
+
+def test_a_model_in_two_roots_is_an_error_in_each(tmp_path: Path) -> None:
+    for root in ("one", "two"):
+        add(tmp_path / root, "twice", echo_config())
+    add(tmp_path / "two", "once", echo_config())
+    report = check_repository([tmp_path / "one", tmp_path / "two"], Plugins.load().backends())
+    assert errors(report, "twice") == ["model appears in two or more repositories"]
+    assert errors(report, "once") == []
+    assert report.repositories == (str(tmp_path / "one"), str(tmp_path / "two"))
 
 
 def test_warnings_leave_the_exit_code_zero(tmp_path: Path,
