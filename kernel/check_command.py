@@ -93,8 +93,9 @@ def format_report(report: CheckReport, *, show_config: bool = False) -> str:
         for model in report.models:
             if model.config is None:
                 continue
-            lines += ["", f"# {model.name}: the config the server would use",
-                      config_text(model.config).rstrip()]
+            what = ("the config the server would use" if model.ok
+                    else "its normalized config (its load would fail)")
+            lines += ["", f"# {model.name}: {what}", config_text(model.config).rstrip()]
     return "\n".join(lines) + "\n"
 
 
