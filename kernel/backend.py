@@ -41,6 +41,10 @@ class BackendSpec:
     lets the backend run on a GPU (``inferd.kernel.devices``: what ``KIND_AUTO`` becomes).
     ``process_per_instance`` puts each instance of its models in an executor process of its
     own (``inferd.kernel.placement``), as Triton runs a python model's instances in stubs.
+    ``completion`` is ``"package.module:function"``, a ``function(context) -> ModelConfig``
+    that completes and checks a config from the model file as a load would, without a server
+    (``inferd check``, the catalog), imported lazily; ``completion_runs_model_code`` says it
+    runs the model's own code (then only ``inferd check`` uses it, never a server).
     """
 
     name: str
@@ -50,6 +54,8 @@ class BackendSpec:
     isolate: bool = False
     gpu_packages: tuple[str, ...] = ()
     process_per_instance: bool = False
+    completion: str = ""
+    completion_runs_model_code: bool = False
 
     def load_class(self) -> type[Backend]:
         module_name, _, class_name = self.entry.partition(":")
@@ -57,6 +63,15 @@ class BackendSpec:
         if not (isinstance(backend_class, type) and issubclass(backend_class, Backend)):
             raise TypeError(f"backend entry {self.entry!r} is not a Backend subclass")
         return backend_class
+
+    def load_completion(self) -> Callable[[ModelContext], ModelConfig] | None:
+        """The ``completion`` function, or ``None`` when the backend has none."""
+        if not self.completion:
+            return None
+        module_name, _, function_name = self.completion.partition(":")
+        function: Callable[[ModelContext], ModelConfig] = getattr(
+            importlib.import_module(module_name), function_name)
+        return function
 
 
 class BackendRegistry:

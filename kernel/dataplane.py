@@ -31,6 +31,7 @@ from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.names import check_model_name
 from inferd.protocols.messages import (
     Ack,
+    CatalogRequest,
     HealthRequest,
     HealthStatus,
     IndexRequest,
@@ -75,6 +76,7 @@ _OWNER: dict[type[Message], str] = {
     StatisticsRequest: "scheduler",
     HealthRequest: "control",
     IndexRequest: "control",
+    CatalogRequest: "control",
     LoadRequest: "control",
     UnloadRequest: "control",
     PollRequest: "control",

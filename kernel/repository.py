@@ -128,10 +128,13 @@ class ModelRepository:
         return ordered[-count:] if count > 0 else []
 
     def resolve(
-        self, name: str, *, config_override: str = "", path_override: str = ""
+        self, name: str, *, config_override: str = "", path_override: str = "",
+        log_warnings: bool = True,
     ) -> ResolvedModel:
         """Everything needed to load ``name``. ``config_override`` (JSON ModelConfig) replaces
         ``config.pbtxt``; ``path_override`` replaces the model folder (a load with files).
+        ``log_warnings`` False leaves the config's warnings to the caller (the checker, the
+        catalog), which reports them its own way.
         Raises ``NotFound`` for an unknown model and ``InvalidArgument`` for anything wrong
         with its folder or config."""
         check_model_name(name)
@@ -158,7 +161,7 @@ class ModelRepository:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)
         validate(config, folder_name=name, complete=not completes_later)
         warnings = check_supported(config)
-        for warning in warnings:
+        for warning in warnings if log_warnings else ():
             log.warning("%s", warning)
         if config.backend and self._backends.get(config.backend) is None:
             installed = ", ".join(self._backends.names()) or "none"
@@ -195,6 +198,10 @@ class ModelRepository:
                 mtime = 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
                 digest.update(f"{relative}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
         return digest.hexdigest()
+
+    def folder(self, name: str) -> Path:
+        """The folder of ``name``; ``NotFound``, or ``InvalidArgument`` when in two roots."""
+        return self._only_folder(name)
 
     def _folders(self, name: str) -> list[Path]:
         return [root / name for root in self.roots if (root / name).is_dir()]

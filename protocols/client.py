@@ -29,6 +29,9 @@ from inferd.protocols import wire
 from inferd.protocols.errors import ActorGone, DeadlineExceeded, InferdError, Internal, NotFound
 from inferd.protocols.messages import (
     Ack,
+    Catalog,
+    CatalogEntry,
+    CatalogRequest,
     Envelope,
     Failure,
     HealthRequest,
@@ -282,6 +285,14 @@ class AsyncClient:
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         return list(_expect(await self._ask(IndexRequest(ready_only)), Index).entries)
 
+    async def catalog(
+        self, labels: Mapping[str, str] | None = None, task: str = ""
+    ) -> list[CatalogEntry]:
+        """The model catalog (inferd extension), kept to models with every label of
+        ``labels`` and, when given, ``task``."""
+        request = _catalog_request(labels, task)
+        return list(_expect(await self._ask(request), Catalog).entries)
+
     async def load(
         self,
         model: str,
@@ -436,6 +447,13 @@ class Client:
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         return list(_expect(self._ask(IndexRequest(ready_only)), Index).entries)
 
+    def catalog(
+        self, labels: Mapping[str, str] | None = None, task: str = ""
+    ) -> list[CatalogEntry]:
+        """The model catalog (inferd extension), kept to models with every label of
+        ``labels`` and, when given, ``task``."""
+        return list(_expect(self._ask(_catalog_request(labels, task)), Catalog).entries)
+
     def load(
         self,
         model: str,
@@ -468,3 +486,7 @@ class Client:
             raise DeadlineExceeded(
                 f"no reply from {self.url} within {self.timeout} s to a {body.kind()}"
             )
+
+
+def _catalog_request(labels: Mapping[str, str] | None, task: str) -> CatalogRequest:
+    return CatalogRequest(tuple((str(k), str(v)) for k, v in (labels or {}).items()), task)

@@ -19,6 +19,7 @@ import binascii
 import json
 import math
 from collections.abc import Sequence
+from urllib.parse import parse_qsl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ import numpy as np
 
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
+    Catalog,
+    CatalogRequest,
     Index,
     IndexRequest,
     InferRequest,
@@ -42,6 +45,7 @@ from inferd.protocols.messages import (
     SharedMemoryStatus,
     Statistics,
     Tensor,
+    TensorSpec,
     UnloadRequest,
 )
 from inferd.protocols.tensors import (
@@ -725,10 +729,11 @@ def encode_model_metadata(metadata: ModelMetadata) -> bytes:
 def encode_index(index: Index) -> bytes:
     """Triton's index rows: ``{"name"}`` alone for a model never loaded, else its version (when
     known), state and reason (when there is one); plus, an inferd extension, ``warnings``: the
-    config fields a READY version's config sets that inferd ignores (when there are any)."""
+    config fields a READY version's config sets that inferd ignores (when there are any), and
+    ``catalog``: the model's catalog metadata (when it has a ``catalog.toml``)."""
     rows = []
     for entry in index.entries:
-        row: dict[str, str | list[str]] = {"name": entry.name}
+        row: dict[str, Any] = {"name": entry.name}
         if entry.version:
             row["version"] = entry.version
         if entry.state:
@@ -737,8 +742,63 @@ def encode_index(index: Index) -> bytes:
             row["reason"] = entry.reason
         if entry.warnings:
             row["warnings"] = list(entry.warnings)
+        if entry.catalog:
+            row["catalog"] = entry.catalog
         rows.append(row)
     return dumps(rows)
+
+
+def decode_catalog_request(query: str) -> CatalogRequest:
+    """``GET v2/catalog``'s query string: ``label=KEY=VALUE`` (repeatable, all must match)
+    and ``task=TASK``; anything else is ``InvalidArgument``."""
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query),
+                          encoding="utf-8", errors="strict", max_num_fields=100)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InvalidArgument(f"catalog filter: malformed query string: {error}") from None
+    labels: list[tuple[str, str]] = []
+    task: str | None = None
+    for name, value in pairs:
+        if name == "label":
+            key, equals, wanted = value.partition("=")
+            if not equals or not key:
+                raise InvalidArgument(f"catalog filter label={value!r}: expected "
+                                      "label=KEY=VALUE")
+            labels.append((key, wanted))
+        elif name == "task":
+            if task is not None:
+                raise InvalidArgument("catalog filter: 'task' is given more than once")
+            if not value:
+                raise InvalidArgument("catalog filter: 'task' is empty")
+            task = value
+        else:
+            raise InvalidArgument(f"catalog filter: unknown parameter {name!r} (expected "
+                                  "'label' or 'task')")
+    return CatalogRequest(tuple(labels), task or "")
+
+
+def encode_catalog(catalog: Catalog) -> bytes:
+    """The model catalog (an inferd extension): ``{"models": [...]}``, one object per model
+    with every field of ``CatalogEntry`` (tensors as model metadata shows them)."""
+    def tensors(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]
+
+    return dumps({"models": [
+        {
+            "name": entry.name,
+            "platform": entry.platform,
+            "backend": entry.backend,
+            "versions": list(entry.versions),
+            "loadable_versions": list(entry.loadable),
+            "state": entry.state,
+            "reason": entry.reason,
+            "inputs": tensors(entry.inputs),
+            "outputs": tensors(entry.outputs),
+            "metadata": entry.metadata,
+            "error": entry.error,
+        }
+        for entry in catalog.entries
+    ]})
 
 
 def encode_statistics(statistics: Statistics) -> bytes:

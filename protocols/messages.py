@@ -191,11 +191,50 @@ class IndexEntry(Message):
     state: str = ""
     reason: str = ""
     warnings: tuple[str, ...] = ()  # a READY version's config fields inferd ignores
+    # The model's catalog metadata (an inferd extension; ``inferd.kernel.catalog``).
+    catalog: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Index(Message):
     entries: tuple[IndexEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogRequest(Message):
+    """The model catalog (an inferd extension): every model of the repository, kept when its
+    metadata has every ``labels`` pair and, when set, ``task``."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    task: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry(Message):
+    """One model as the catalog lists it, known without loading it. ``versions`` are the
+    version folders on disk, ``loadable`` those its version policy loads; ``inputs`` and
+    ``outputs`` come from the served config when a version is READY, else from the config
+    (auto-completed from the model file where the backend can do that offline), and are empty
+    where neither says. ``state`` is the index's (``READY``, ``LOADING``, ``UNLOADING``,
+    ``UNAVAILABLE``) or ``NOT_LOADED``; ``error`` says why its config or metadata cannot be
+    read; ``metadata`` is its ``catalog.toml``."""
+
+    name: str
+    platform: str = ""
+    backend: str = ""
+    versions: tuple[str, ...] = ()
+    loadable: tuple[str, ...] = ()
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    state: str = ""
+    reason: str = ""
+    error: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog(Message):
+    entries: tuple[CatalogEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +334,26 @@ class Fingerprints(Message):
     # Models that cannot load as they are (found in two roots, ...), with why: a poll
     # neither loads nor unloads them.
     problems: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeModels(Message):
+    """Ask the repository actor for the catalog entries of its models (no state), filtered."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    task: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCatalogs(Message):
+    """Ask the repository actor for every model's catalog metadata (the index's field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogs(Message):
+    """model -> its ``catalog.toml`` as JSON, for the models that have a valid one."""
+
+    metadata: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

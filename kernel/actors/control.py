@@ -26,6 +26,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_ensembles import EnsembleControl
+from inferd.kernel.catalog_listing import tensor_specs
 from inferd.kernel.classification import read_labels
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.dependencies import EnsembleDependencies
@@ -45,6 +46,11 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Ack,
+    Catalog,
+    CatalogEntry,
+    CatalogRequest,
+    Catalogs,
+    DescribeModels,
     Envelope,
     ExecutorHello,
     ModelKnown,
@@ -64,6 +70,7 @@ from inferd.protocols.messages import (
     MetricsRequest,
     ModelList,
     PollRequest,
+    ReadCatalogs,
     ResolvedModel,
     ResolveModel,
     RetireVersion,
@@ -90,6 +97,7 @@ class State:
     READY = "READY"
     UNLOADING = "UNLOADING"
     UNAVAILABLE = "UNAVAILABLE"
+    NOT_LOADED = "NOT_LOADED"  # the catalog's word for a model never loaded (inferd's)
 
 
 @dataclass(slots=True)
@@ -224,7 +232,34 @@ class ControlActor(EnsembleControl, Actor):
                 entries.append(IndexEntry(name))
         if request.ready_only:
             entries = [e for e in entries if e.state == State.READY]
+        catalogs = await self.router.ask(REPOSITORY, ReadCatalogs())
+        assert isinstance(catalogs, Catalogs)
+        metadata = catalogs.metadata
+        entries = [replace(e, catalog=metadata[e.name]) if e.name in metadata else e
+                   for e in entries]
         return Index(tuple(entries))
+
+    async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
+        """The repository's descriptions, with each model's state; a READY model's inputs and
+        outputs are those of the config its newest READY version is served with."""
+        described = await self.router.ask(REPOSITORY, DescribeModels(request.labels,
+                                                                      request.task))
+        assert isinstance(described, Catalog)
+        return Catalog(tuple(self._with_state(entry) for entry in described.entries))
+
+    def _with_state(self, entry: CatalogEntry) -> CatalogEntry:
+        model = self._models.get(entry.name)
+        if model is None or (not model.versions and not model.error):
+            return replace(entry, state=State.NOT_LOADED)
+        if not model.versions:
+            return replace(entry, state=State.UNAVAILABLE, reason=model.error)
+        ready = [v for _, v in sorted(model.versions.items()) if v.state == State.READY]
+        if ready and ready[-1].config:
+            inputs, outputs = tensor_specs(ModelConfig.FromString(ready[-1].config))
+            return replace(entry, state=State.READY, reason=ready[-1].reason, inputs=inputs,
+                           outputs=outputs)
+        _, newest = max(model.versions.items())
+        return replace(entry, state=newest.state, reason=newest.reason)
 
     async def on_health_request(self, request: HealthRequest, envelope: Envelope) -> HealthStatus:
         if request.what == "live":

@@ -2,8 +2,9 @@
 
 It answers ``ListModels``, ``FingerprintModels`` and ``ResolveModel`` by running
 ``inferd.kernel.repository``'s synchronous reading, parsing and validation in a worker
-thread, so a slow disk never stalls the event loop. It holds no model state; control decides
-what to do with what it reads.
+thread, and ``DescribeModels`` and ``ReadCatalogs`` (the model catalog) through
+``inferd.kernel.catalog_listing`` the same way, so a slow disk never stalls the event loop.
+It holds no model state; control decides what to do with what it reads.
 """
 
 from __future__ import annotations
@@ -12,15 +13,21 @@ import anyio
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.catalog import CatalogFilter
+from inferd.kernel.catalog_listing import CatalogReader
 from inferd.kernel.repository import ModelRepository
 from inferd.kernel.router import Router
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import (
+    Catalog,
+    Catalogs,
+    DescribeModels,
     Envelope,
     FingerprintModels,
     Fingerprints,
     ListModels,
     ModelList,
+    ReadCatalogs,
     ResolvedModel,
     ResolveModel,
 )
@@ -41,6 +48,7 @@ class RepositoryActor(Actor):
         super().__init__(router)
         self._repository = ModelRepository(roots, backends, auto_complete=auto_complete,
                                            config_name=config_name)
+        self._catalog = CatalogReader(self._repository, backends, auto_complete=auto_complete)
 
     async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:
         names, problems = await anyio.to_thread.run_sync(self._repository.list_models)
@@ -72,3 +80,11 @@ class RepositoryActor(Actor):
             )
 
         return await anyio.to_thread.run_sync(resolve)
+
+    async def on_describe_models(self, message: DescribeModels, envelope: Envelope) -> Catalog:
+        wanted = CatalogFilter(message.labels, message.task)
+        entries = await anyio.to_thread.run_sync(self._catalog.describe, wanted)
+        return Catalog(tuple(entries))
+
+    async def on_read_catalogs(self, message: ReadCatalogs, envelope: Envelope) -> Catalogs:
+        return Catalogs(await anyio.to_thread.run_sync(self._catalog.metadata))

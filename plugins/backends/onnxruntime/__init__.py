@@ -16,6 +16,7 @@ ONNXRUNTIME_BACKEND = BackendSpec(
     platforms=("onnxruntime_onnx",),
     default_filename="model.onnx",
     gpu_packages=("onnxruntime-gpu",),
+    completion="inferd.plugins.backends.onnxruntime.backend:complete_offline",
 )
 
 

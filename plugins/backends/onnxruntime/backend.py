@@ -188,17 +188,7 @@ class OnnxRuntimeBackend(Backend):
         threads = _intra_op_threads(context)
         first_placement = instance_placements(context.config, _cuda_available(onnxruntime))[0]
         session = open_session(onnxruntime, path, first_placement, threads)
-        inputs = [model_tensor(arg.name, arg.type, arg.shape) for arg in session.get_inputs()]
-        outputs = [model_tensor(arg.name, arg.type, arg.shape) for arg in session.get_outputs()]
-        config = context.config
-        if context.auto_complete:
-            config = complete_config(config, inputs, outputs,
-                                     default_max_batch_size(context.options, BACKEND))
-        else:
-            config = _copy(config)
-        if not config.name:
-            config.name = context.name
-        validate_config(config, inputs, outputs)
+        config = _completed_config(context, session)
         return OnnxRuntimeModel(
             onnxruntime,
             path,
@@ -208,6 +198,31 @@ class OnnxRuntimeBackend(Backend):
             intra_op_threads=threads,
             first_session=(first_placement, session),
         )
+
+
+def _completed_config(context: ModelContext, session: Any) -> ModelConfig:
+    """The config the model runs with: auto-completed from the session's signature (when the
+    context allows it) and checked against it."""
+    inputs = [model_tensor(arg.name, arg.type, arg.shape) for arg in session.get_inputs()]
+    outputs = [model_tensor(arg.name, arg.type, arg.shape) for arg in session.get_outputs()]
+    config = context.config
+    if context.auto_complete:
+        config = complete_config(config, inputs, outputs,
+                                 default_max_batch_size(context.options, BACKEND))
+    else:
+        config = _copy(config)
+    if not config.name:
+        config.name = context.name
+    validate_config(config, inputs, outputs)
+    return config
+
+
+def complete_offline(context: ModelContext) -> ModelConfig:
+    """``BackendSpec.completion``: what a load would make of the config, from a CPU session
+    opened on the model file here (no executor, no server), then dropped."""
+    path = _model_path(context)
+    session = open_session(import_onnxruntime(), path, Placement(cuda=False), 1)
+    return _completed_config(context, session)
 
 
 def _copy(config: ModelConfig) -> ModelConfig:

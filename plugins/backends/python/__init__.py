@@ -18,6 +18,8 @@ PYTHON_BACKEND = BackendSpec(
     # As Triton's stubs: each instance in a process of its own, so instances of pure-Python
     # code run at once instead of taking turns on one interpreter lock.
     process_per_instance=True,
+    completion="inferd.plugins.backends.python.offline:complete_offline",
+    completion_runs_model_code=True,
 )
 
 

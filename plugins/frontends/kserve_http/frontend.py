@@ -58,6 +58,7 @@ from inferd.protocols.restrictions import Restriction, http_refusal, restriction
 from inferd.protocols.messages import (
     HealthRequest,
     HealthStatus,
+    Catalog,
     Index,
     InferResponse,
     LogSettingsReply,
@@ -117,6 +118,7 @@ class HttpRequest:
     headers: dict[str, str]
     body: bytes | memoryview
     received_ns: int = 0  # when its head arrived, kept only while tracing
+    query: str = ""  # the query string, decoded as latin-1 (only the catalog reads one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +212,9 @@ class KserveHttpApp:
             return error_response(403, http_refusal(restriction))
         try:
             body = await self._read_body(headers, receive) if method == "POST" else b""
+            query = bytes(scope.get("query_string") or b"").decode("latin-1")
             response = await handler(self, HttpRequest(method, arguments, headers, body,
-                                                       received_ns))
+                                                       received_ns, query))
         except InferdError as error:
             return error_response(http_status(ErrorCode(error.code)), error.message)
         if response.compressible and response.length:
@@ -373,6 +376,11 @@ class KserveHttpApp:
         reply = _expect(await self.ask(codec.decode_index_request(request.body)), Index)
         return json_response(codec.encode_index(reply))
 
+    async def catalog(self, request: HttpRequest) -> HttpResponse:
+        """``GET v2/catalog[?label=K=V&task=T]`` (inferd extension): the model catalog."""
+        reply = _expect(await self.ask(codec.decode_catalog_request(request.query)), Catalog)
+        return json_response(codec.encode_catalog(reply))
+
     async def load(self, request: HttpRequest) -> HttpResponse:
         model = unquote(request.path_arguments[0])
         await self.ask(codec.decode_load_request(model, request.body))
@@ -503,6 +511,7 @@ _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (_MODEL + "/generate_stream", "inference", {"POST": KserveHttpApp.generate_stream}),
     (_REPOSITORY + "/index", "model-repository", {"POST": KserveHttpApp.index}),
     (_REPOSITORY + "/poll", "model-repository", {"POST": KserveHttpApp.poll}),
+    (r"/v2/catalog", "model-repository", {"GET": KserveHttpApp.catalog}),
     (_REPOSITORY + "/models/([^/]+)/load", "model-repository", {"POST": KserveHttpApp.load}),
     (_REPOSITORY + "/models/([^/]+)/unload", "model-repository",
      {"POST": KserveHttpApp.unload}),

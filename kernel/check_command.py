@@ -1,0 +1,115 @@
+"""The ``inferd check`` subcommand: its arguments, and printing a ``CheckReport``.
+
+Owns the command line of the repository checker (``inferd check [REPO ...] [--format
+text|json] [--show-config]`` and the serve flags that change what a load does), the human
+output (a table of model, versions, state and message, then one ``file:line:col: message``
+line per problem) and the exit codes: 0 clean (warnings allowed), 1 errors, 2 usage. The
+checking itself is ``inferd.kernel.check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from inferd.kernel.check import CheckReport, ModelReport, check_repository, config_text
+from inferd.kernel.plugins import Plugins
+from inferd.kernel.server import format_table
+
+EXIT_CLEAN, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+DEFAULT_REPOSITORY = "model_repository"
+
+
+def add_check_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check", help="validate model repositories without serving them",
+        description="Check every model of the repositories as 'inferd serve' would load it. "
+                    "Exit status: 0 no errors (warnings allowed), 1 errors, 2 usage.")
+    parser.add_argument("repositories", nargs="*", metavar="REPO",
+                        help=f"a model repository root (default ./{DEFAULT_REPOSITORY})")
+    parser.add_argument("--format", choices=("text", "json"), default="text", dest="output")
+    parser.add_argument("--show-config", action="store_true",
+                        help="print the config the server would use for each model (pbtxt)")
+    parser.add_argument("--disable-auto-complete-config", action="store_true",
+                        help="check as 'serve --disable-auto-complete-config' would load")
+    parser.add_argument("--model-config-name", default="", metavar="NAME")
+    parser.add_argument("--backend-config", action="append", default=[],
+                        metavar="[BACKEND,]SETTING=VALUE")
+    parser.add_argument("--completion-timeout-secs", type=float, default=30.0,
+                        help="time a python model's auto_complete_config may take")
+
+
+def run_check(args: argparse.Namespace, plugins: Plugins, out: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stdout
+    roots = list(args.repositories) or [DEFAULT_REPOSITORY]
+    for root in roots:
+        if not os.path.isdir(root):
+            problem = "is not a directory" if os.path.exists(root) else "does not exist"
+            print(f"inferd check: {root}: the model repository {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    backend_config = []
+    for text in args.backend_config:
+        scope, _, assignment = text.rpartition(",")
+        setting, equals, value = assignment.partition("=")
+        if not equals or not setting.strip():
+            print(f"inferd check: --backend-config={text}: expected [backend,]setting=value",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        backend_config.append((scope.strip(), setting.strip(), value.strip()))
+    report = check_repository(
+        roots, plugins.backends(), auto_complete=not args.disable_auto_complete_config,
+        config_name=args.model_config_name,
+        options={"backend_config": tuple(backend_config),
+                 "completion_timeout_secs": args.completion_timeout_secs},
+    )
+    if args.output == "json":
+        json.dump(report.to_json(with_config=args.show_config), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(format_report(report, show_config=args.show_config))
+    return EXIT_CLEAN if report.ok else EXIT_ERRORS
+
+
+def format_report(report: CheckReport, *, show_config: bool = False) -> str:
+    """The human form: the table, the problems with their places, then the configs."""
+    rows = [_row(model) for model in report.models]
+    lines = [format_table(("MODEL", "VERSIONS", "STATE", "MESSAGE"), rows)] if rows else \
+        [f"no models in {', '.join(report.repositories)}"]
+    details = []
+    for finding in report.errors:
+        details.append(f"error: {finding.located()}")
+    for model in report.models:
+        details += [f"error: {finding.located()}" for finding in model.errors]
+        details += [f"warning: {finding.located()}" for finding in model.warnings]
+    if details:
+        lines += ["", *details]
+    errors = len(report.errors) + sum(len(model.errors) for model in report.models)
+    warnings = sum(len(model.warnings) for model in report.models)
+    lines += ["", f"{len(report.models)} model(s), {errors} error(s), {warnings} warning(s)"]
+    if show_config:
+        for model in report.models:
+            if model.config is None:
+                continue
+            what = ("the config the server would use" if model.ok
+                    else "its normalized config (its load would fail)")
+            lines += ["", f"# {model.name}: {what}", config_text(model.config).rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _row(model: ModelReport) -> tuple[str, str, str, str]:
+    loaded = ",".join(map(str, model.versions)) or "-"
+    on_disk = ",".join(map(str, model.versions_on_disk))
+    versions = loaded if not on_disk or on_disk == loaded else f"{loaded} (on disk {on_disk})"
+    if model.errors:
+        message = model.errors[0].message
+        if len(model.errors) > 1:
+            message += f" (+{len(model.errors) - 1} more)"
+    elif model.warnings:
+        message = f"{len(model.warnings)} warning(s)"
+    else:
+        what = model.backend or ("ensemble" if model.config is not None else "")
+        message = f"{what}; auto-complete: {model.completion}" if what else ""
+    return model.name, versions, "ok" if model.ok else "error", message
