@@ -1,19 +1,20 @@
-"""The ``inferd check`` subcommand: its arguments, and printing a ``CheckReport``.
+"""The ``inferd check`` command's work: checking what its arguments name, printing the
+``CheckReport``, and its exit code.
 
-Owns the command line of the repository checker (``inferd check [REPO ...] [--format
-text|json] [--show-config]`` and the serve flags that change what a load does), the human
-output (a table of model, versions, state and message, then one ``file:line:col: message``
-line per problem) and the exit codes: 0 clean (warnings allowed), 1 errors, 2 usage. The
-checking itself is ``inferd.kernel.check``.
+The command line itself (``inferd check [REPO ...] [--format text|json] [--show-config]`` and
+the serve flags that change what a load does) is declared in ``inferd.kernel.cli_app``. This
+module owns the human output (a table of model, versions, state and message, then one
+``file:line:col: message`` line per problem), the JSON output, and the exit codes: 0 clean
+(warnings allowed), 1 errors, 2 usage. The checking itself is ``inferd.kernel.check``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from inferd.kernel.check import CheckReport, ModelReport, check_repository, config_text
 from inferd.kernel.plugins import Plugins
@@ -23,53 +24,38 @@ EXIT_CLEAN, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 DEFAULT_REPOSITORY = "model_repository"
 
 
-def add_check_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "check", help="validate model repositories without serving them",
-        description="Check every model of the repositories as 'inferd serve' would load it. "
-                    "Exit status: 0 no errors (warnings allowed), 1 errors, 2 usage.")
-    parser.add_argument("repositories", nargs="*", metavar="REPO",
-                        help=f"a model repository root (default ./{DEFAULT_REPOSITORY})")
-    parser.add_argument("--format", choices=("text", "json"), default="text", dest="output")
-    parser.add_argument("--show-config", action="store_true",
-                        help="print the config the server would use for each model (pbtxt)")
-    parser.add_argument("--disable-auto-complete-config", action="store_true",
-                        help="check as 'serve --disable-auto-complete-config' would load")
-    parser.add_argument("--model-config-name", default="", metavar="NAME")
-    parser.add_argument("--backend-config", action="append", default=[],
-                        metavar="[BACKEND,]SETTING=VALUE")
-    parser.add_argument("--completion-timeout-secs", type=float, default=30.0,
-                        help="time a python model's auto_complete_config may take")
-
-
-def run_check(args: argparse.Namespace, plugins: Plugins, out: TextIO | None = None) -> int:
+def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "text",
+              show_config: bool = False, auto_complete: bool = True, config_name: str = "",
+              backend_config: Sequence[str] = (), completion_timeout_secs: float = 30.0,
+              out: TextIO | None = None) -> int:
+    """Check ``repositories`` (default ``./model_repository``), print the report as ``output``
+    (``text`` or ``json``) and return the exit code."""
     out = out if out is not None else sys.stdout
-    roots = list(args.repositories) or [DEFAULT_REPOSITORY]
+    roots = list(repositories) or [DEFAULT_REPOSITORY]
     for root in roots:
         if not os.path.isdir(root):
             problem = "is not a directory" if os.path.exists(root) else "does not exist"
             print(f"inferd check: {root}: the model repository {problem}", file=sys.stderr)
             return EXIT_USAGE
-    backend_config = []
-    for text in args.backend_config:
+    settings = []
+    for text in backend_config:
         scope, _, assignment = text.rpartition(",")
         setting, equals, value = assignment.partition("=")
         if not equals or not setting.strip():
             print(f"inferd check: --backend-config={text}: expected [backend,]setting=value",
                   file=sys.stderr)
             return EXIT_USAGE
-        backend_config.append((scope.strip(), setting.strip(), value.strip()))
+        settings.append((scope.strip(), setting.strip(), value.strip()))
     report = check_repository(
-        roots, plugins.backends(), auto_complete=not args.disable_auto_complete_config,
-        config_name=args.model_config_name,
-        options={"backend_config": tuple(backend_config),
-                 "completion_timeout_secs": args.completion_timeout_secs},
+        roots, plugins.backends(), auto_complete=auto_complete, config_name=config_name,
+        options={"backend_config": tuple(settings),
+                 "completion_timeout_secs": completion_timeout_secs},
     )
-    if args.output == "json":
-        json.dump(report.to_json(with_config=args.show_config), out, indent=2)
+    if output == "json":
+        json.dump(report.to_json(with_config=show_config), out, indent=2)
         out.write("\n")
     else:
-        out.write(format_report(report, show_config=args.show_config))
+        out.write(format_report(report, show_config=show_config))
     return EXIT_CLEAN if report.ok else EXIT_ERRORS
 
 

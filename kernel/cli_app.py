@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from inferd.kernel import cli_catalog
 from inferd.kernel import cli_render as render
 from inferd.kernel.cli_connection import (
     DEFAULT_URL,
@@ -98,18 +99,100 @@ def _row(row: IndexRow) -> dict[str, str]:
     return {"name": row.name, "version": row.version, "state": row.state, "reason": row.reason}
 
 
+Labels = Annotated[list[str] | None, typer.Option(
+    "--label", metavar="KEY=VALUE", help="only models whose catalog has this label (repeatable)")]
+Task = Annotated[str, typer.Option("--task", help="only models of this catalog task")]
+
+
 @app.command(epilog=_examples("inferd models", "inferd models --ready --format json",
+                              "inferd models --describe ocr",
+                              "inferd models --label stage=prod --url http://models:8000",
                               "inferd models --url grpc://gpu-box:8001"))
 def models(
     ready: Annotated[bool, typer.Option("--ready", help="only READY versions")] = False,
+    describe: Annotated[str, typer.Option(
+        "--describe", metavar="MODEL",
+        help="one model from the catalog: its fields, metadata and tensors")] = "",
+    label: Labels = None, task: Task = "",
     url: Url = DEFAULT_URL, fmt: Fmt = Format.table, connect_timeout: ConnectTimeout = 5.0,
 ) -> None:
-    """The repository index: every model, its versions and their state."""
+    """The repository index: every model, its versions and their state. With --describe,
+    --label or --task: the model catalog instead (served over tcp:// and http://)."""
+    if describe or label or task:
+        _show_catalog(url, fmt, connect_timeout, label or [], task, describe)
+        return
     with guarded(url):
         connection = open_connection(url, 60.0, connect_timeout)
         rows = connection.index(ready)
         connection.close()
         render.show(fmt.value, INDEX_COLUMNS, [_row(row) for row in rows])
+
+
+@app.command(epilog=_examples("inferd catalog", "inferd catalog --task ocr",
+                              "inferd catalog --label stage=prod --format json"))
+def catalog(
+    label: Labels = None, task: Task = "",
+    url: Url = DEFAULT_URL, fmt: Fmt = Format.table, connect_timeout: ConnectTimeout = 5.0,
+) -> None:
+    """The model catalog: every model of the repository, loaded or not, with its platform,
+    versions on disk, state and catalog.toml metadata (served over tcp:// and http://)."""
+    _show_catalog(url, fmt, connect_timeout, label or [], task, "")
+
+
+def _show_catalog(url: str, fmt: Format, connect_timeout: float, labels: Sequence[str],
+                  task: str, describe: str) -> None:
+    with guarded(url):
+        filters = cli_catalog.label_filters(labels)
+        connection = open_connection(url, 60.0, connect_timeout)
+        entries = connection.catalog(filters, task)
+        connection.close()
+        if not describe:
+            render.show(fmt.value, cli_catalog.LIST_COLUMNS,
+                        [cli_catalog.list_record(entry) for entry in entries], entries)
+            return
+        entry = cli_catalog.described(entries, describe)
+        if fmt == Format.json:
+            render.show(fmt.value, (), [], entry)
+            return
+        render.show(fmt.value, cli_catalog.FIELD_COLUMNS, cli_catalog.field_records(entry))
+        render.show(fmt.value, cli_catalog.TENSOR_COLUMNS, cli_catalog.tensor_records(entry))
+
+
+class CheckFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command(epilog=_examples("inferd check", "inferd check /models --format json",
+                              "inferd check model_repository --show-config"))
+def check(
+    repositories: Annotated[list[str] | None, typer.Argument(
+        metavar="[REPO]...", help="model repository roots (default ./model_repository)")] = None,
+    fmt: Annotated[CheckFormat, typer.Option("--format", help="text for people, json for "
+                                                              "tools")] = CheckFormat.text,
+    show_config: Annotated[bool, typer.Option(
+        "--show-config", help="print the config the server would use for each model")] = False,
+    disable_auto_complete_config: Annotated[bool, typer.Option(
+        "--disable-auto-complete-config",
+        help="check as 'serve --disable-auto-complete-config' would load")] = False,
+    model_config_name: Annotated[str, typer.Option(
+        "--model-config-name", metavar="NAME", help="as serve's flag")] = "",
+    backend_config: Annotated[list[str] | None, typer.Option(
+        "--backend-config", metavar="[BACKEND,]SETTING=VALUE", help="as serve's flag")] = None,
+    completion_timeout_secs: Annotated[float, typer.Option(
+        "--completion-timeout-secs",
+        help="time a python model's auto_complete_config may take")] = 30.0,
+) -> None:
+    """Validate model repositories without serving them, with the code serve loads them
+    with: configs, model files, ensembles, version policies, catalog metadata. Exit status
+    0 no errors (warnings allowed), 1 errors, 2 usage."""
+    from inferd.kernel.check_command import run_check
+    from inferd.kernel.plugins import Plugins
+
+    raise typer.Exit(run_check(
+        repositories or [], Plugins.load(), output=fmt.value, show_config=show_config,
+        auto_complete=not disable_auto_complete_config, config_name=model_config_name,
+        backend_config=backend_config or [], completion_timeout_secs=completion_timeout_secs))
 
 
 @app.command(epilog=_examples(

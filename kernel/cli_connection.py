@@ -12,6 +12,7 @@ command presents its result.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -95,6 +96,9 @@ class Connection(Protocol):
 
     def statistics(self, model: str, version: str) -> list[dict[str, Any]]: ...
 
+    def catalog(self, labels: Sequence[tuple[str, str]], task: str) -> list[dict[str, Any]]:
+        """The model catalog (an inferd extension), as ``GET v2/catalog`` gives its models."""
+
     def close(self) -> None: ...
 
 
@@ -154,6 +158,14 @@ class ZmqConnection:
     def statistics(self, model: str, version: str) -> list[dict[str, Any]]:
         return list(self._client.statistics(model, version))
 
+    def catalog(self, labels: Sequence[tuple[str, str]], task: str) -> list[dict[str, Any]]:
+        from inferd.protocols.kserve_http import catalog_document
+        from inferd.protocols.messages import Catalog
+
+        entries = self._client.catalog(dict(labels), task)
+        models: list[dict[str, Any]] = catalog_document(Catalog(tuple(entries)))["models"]
+        return models
+
     def close(self) -> None:
         self._client.close()
 
@@ -211,6 +223,18 @@ class HttpConnection:
     def statistics(self, model: str, version: str) -> list[dict[str, Any]]:
         stats = self._client.get_inference_statistics(model, version)
         return list(stats.get("model_stats", []))
+
+    def catalog(self, labels: Sequence[tuple[str, str]], task: str) -> list[dict[str, Any]]:
+        # tritonclient knows no inferd extension: its plain GET, with its error handling.
+        from tritonclient.http._utils import _raise_if_error
+
+        query: dict[str, Any] = {"label": [f"{key}={value}" for key, value in labels]}
+        if task:
+            query["task"] = task
+        response = self._client._get("v2/catalog", None, query)
+        _raise_if_error(response)
+        models: list[dict[str, Any]] = json.loads(response.read())["models"]
+        return models
 
     def close(self) -> None:
         self._client.close()
@@ -272,6 +296,10 @@ class GrpcConnection:
         stats = _integers(self._client.get_inference_statistics(
             model, version, as_json=True, client_timeout=self._timeout))
         return list(stats.get("model_stats", []))
+
+    def catalog(self, labels: Sequence[tuple[str, str]], task: str) -> list[dict[str, Any]]:
+        raise BadUrl(f"{self.url}: the model catalog is not served over gRPC (Triton's "
+                     "protocol has no call for it): use the server's http:// or tcp:// URL")
 
     def close(self) -> None:
         self._client.close()

@@ -777,13 +777,13 @@ def decode_catalog_request(query: str) -> CatalogRequest:
     return CatalogRequest(tuple(labels), task or "")
 
 
-def encode_catalog(catalog: Catalog) -> bytes:
-    """The model catalog (an inferd extension): ``{"models": [...]}``, one object per model
-    with every field of ``CatalogEntry`` (tensors as model metadata shows them)."""
+def catalog_document(catalog: Catalog) -> dict[str, Any]:
+    """The model catalog (an inferd extension) as JSON: ``{"models": [...]}``, one object per
+    model with every field of ``CatalogEntry`` (tensors as model metadata shows them)."""
     def tensors(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
         return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]
 
-    return dumps({"models": [
+    return {"models": [
         {
             "name": entry.name,
             "platform": entry.platform,
@@ -798,7 +798,11 @@ def encode_catalog(catalog: Catalog) -> bytes:
             "error": entry.error,
         }
         for entry in catalog.entries
-    ]})
+    ]}
+
+
+def encode_catalog(catalog: Catalog) -> bytes:
+    return dumps(catalog_document(catalog))
 
 
 def encode_statistics(statistics: Statistics) -> bytes:

@@ -22,6 +22,12 @@ from tests.e2e.conftest import InferdHarness, ServerHandle, free_port
 INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
 PROTOCOLS = ("tcp", "http", "grpc")
 CLI_TIMEOUT_SECS = 60
+MLP_CATALOG = """description = "A small MLP"
+task = "regression"
+owner = "team-tabular"
+[labels]
+stage = "prod"
+"""
 
 
 def run(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -39,6 +45,7 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
            for protocol in PROTOCOLS},
         "broken": h.testing_config("broken", "fail_load", message="this model never loads"),
     })
+    (repository / "mlp" / "catalog.toml").write_text(MLP_CATALOG, encoding="utf-8")
     return h.start(repository, "--model-control-mode", "explicit", "--load-model", "simple")
 
 
@@ -272,10 +279,10 @@ def test_usage_errors_exit_2() -> None:
 def test_every_command_has_help_with_examples() -> None:
     top = run("--help")
     assert top.returncode == 0
-    for command in ("models", "load", "unload", "infer", "stats", "serve"):
+    for command in ("models", "load", "unload", "infer", "stats", "catalog", "check", "serve"):
         assert command in top.stdout
     assert "Exit codes: 0 ok, 1 the server said no" in top.stdout
-    for command in ("models", "load", "unload", "infer", "stats"):
+    for command in ("models", "load", "unload", "infer", "stats", "catalog", "check"):
         shown = run(command, "--help")
         assert shown.returncode == 0, shown.stderr
         assert "Examples" in shown.stdout and f"$ inferd {command}" in shown.stdout
@@ -285,3 +292,45 @@ def test_every_command_has_help_with_examples() -> None:
     assert serve.stdout.startswith("usage: inferd serve")
     for flag in ("--model-control-mode", "--exit-on-error", "--http-port", "--log-verbose"):
         assert flag in serve.stdout
+
+
+@pytest.mark.parametrize("protocol", ("tcp", "http"))
+def test_the_catalog_lists_models_loaded_or_not_and_filters_them(
+        server: ServerHandle, protocol: str) -> None:
+    listed = run("catalog", "--url", url(server, protocol))
+    assert listed.returncode == 0, listed.stderr
+    rows = table_rows(listed.stdout)
+    assert rows["MODEL"][:4] == ["MODEL", "PLATFORM", "VERSIONS", "STATE"]
+    assert rows["mlp"][:6] == ["mlp", "onnxruntime_onnx", "1", "NOT_LOADED", "regression",
+                               "stage=prod"]
+    assert rows["simple"][:4] == ["simple", "onnxruntime_onnx", "1", "READY"]
+    for command in (("catalog",), ("models",)):
+        kept = run(*command, "--label", "stage=prod", "--url", url(server, protocol),
+                   "--format", "json")
+        assert kept.returncode == 0, kept.stderr
+        assert [entry["name"] for entry in json.loads(kept.stdout)] == ["mlp"]
+    by_task = run("models", "--task", "regression", "--url", url(server, protocol))
+    assert set(table_rows(by_task.stdout)) == {"MODEL", "mlp"}
+    bad = run("catalog", "--label", "no-equals-sign", "--url", url(server, protocol))
+    assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr
+
+
+@pytest.mark.parametrize("protocol", ("tcp", "http"))
+def test_describe_shows_one_model_as_tables(server: ServerHandle, protocol: str) -> None:
+    shown = run("models", "--describe", "mlp", "--url", url(server, protocol))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(line.split() == ["task", "regression"] for line in lines), shown.stdout
+    assert any(line.split() == ["owner", "team-tabular"] for line in lines), shown.stdout
+    assert ["input", "x", "FP32", "[-1,", "64]"] in [line.split() for line in lines], shown.stdout
+    as_json = json.loads(run("models", "--describe", "mlp", "--url", url(server, protocol),
+                             "--format", "json").stdout)
+    assert as_json["metadata"]["description"] == "A small MLP"
+    missing = run("models", "--describe", "nope", "--url", url(server, protocol))
+    assert missing.returncode == 2 and "no model 'nope'" in missing.stderr
+
+
+def test_the_catalog_is_not_served_over_grpc(server: ServerHandle) -> None:
+    refused = run("catalog", "--url", url(server, "grpc"))
+    assert refused.returncode == 2
+    assert "the model catalog is not served over gRPC" in refused.stderr
