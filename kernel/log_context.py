@@ -12,8 +12,6 @@ tensor data. No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
@@ -41,25 +39,14 @@ def current() -> RequestContext | None:
     return CURRENT.get()
 
 
-@contextmanager
-def request_context(protocol: str, endpoint: str) -> Iterator[RequestContext]:
-    """A fresh context for one request taken by a frontend, current until the block ends."""
-    context = RequestContext(protocol, endpoint)
-    token = CURRENT.set(context)
-    try:
-        yield context
-    finally:
-        CURRENT.reset(token)
-
-
-class bound:  # noqa: N801 - used as a function: ``with bound(model, version):``
-    """Lines written in the block name ``model`` and ``version`` (an executor's batch). A
-    class, not a generator: it runs once per batch."""
+class _Current:
+    """Makes a context current for a ``with`` block. A class, not a generator: it runs once
+    per request and per batch."""
 
     __slots__ = ("_context", "_token")
 
-    def __init__(self, model: str, version: str | int) -> None:
-        self._context = RequestContext(model=model, version=str(version))
+    def __init__(self, context: RequestContext) -> None:
+        self._context = context
         self._token: Token[RequestContext | None] | None = None
 
     def __enter__(self) -> RequestContext:
@@ -69,6 +56,17 @@ class bound:  # noqa: N801 - used as a function: ``with bound(model, version):``
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
             CURRENT.reset(self._token)
+
+
+def request_context(protocol: str, endpoint: str) -> _Current:
+    """``with request_context(...)``: a fresh context for one request a frontend took."""
+    return _Current(RequestContext(protocol, endpoint))
+
+
+def bound(model: str, version: str | int) -> _Current:
+    """``with bound(model, version)``: lines written in the block name ``model`` and
+    ``version`` (an executor's batch)."""
+    return _Current(RequestContext(model=model, version=str(version)))
 
 
 def note(model: str, version: str | int = "", request_id: str = "") -> None:

@@ -104,10 +104,12 @@ class LogFile:
             time.sleep(0.05)
 
 
-def start_logging_to(harness: InferdHarness, log: LogFile, *flags: str) -> ServerHandle:
-    """A server writing its log to ``log``, once it serves (the harness's own wait reads
-    standard error, which a log file leaves empty)."""
-    server = harness.launch(speaker_repository(harness), f"--log-file={log.path}", *flags)
+def start_logging_to(harness: InferdHarness, log: LogFile, *flags: str,
+                     repository: Path | None = None) -> ServerHandle:
+    """A server of ``repository`` (simple and speaker) writing its log to ``log``, once it
+    serves (the harness's own wait reads standard error, which a log file leaves empty)."""
+    repository = repository or speaker_repository(harness)
+    server = harness.launch(repository, f"--log-file={log.path}", *flags)
     deadline = time.monotonic() + WAIT_SECS * 2
     with Client(server.url, timeout=1.0) as client:
         while "inferd is serving (" not in log.text():
@@ -337,3 +339,45 @@ def test_log_format_switches_to_json_and_back(inferd: InferdHarness, tmp_path: P
                        "got: yaml"):
         http.update_log_settings({"log_format": "yaml"})
     assert http.get_log_settings()["log_format"] == "default"
+
+
+def unavailable(model: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda record: record.get("model") == model and record.get("state") == "UNAVAILABLE"
+
+
+def test_load_failures_and_unloads_are_state_lines(inferd: InferdHarness, tmp_path: Path) -> None:
+    log = LogFile(tmp_path / "states.log")
+    repository = speaker_repository(inferd)
+    (repository / "empty" / "1").mkdir(parents=True)  # a version folder without its model file
+    (repository / "empty" / "config.pbtxt").write_text(
+        'name: "empty"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n', encoding="utf-8")
+    (repository / "broken").mkdir()
+    (repository / "broken" / "config.pbtxt").write_text("max_bach_size: 1\n", encoding="utf-8")
+    server = start_logging_to(inferd, log, "--log-format=json", "--model-control-mode=explicit",
+                              "--load-model=simple", repository=repository)
+    http = httpclient.InferenceServerClient(server.http_url)
+    for name in ("empty", "broken"):
+        refusal = f"(failed to load|load failed for model) '{name}'"
+        with pytest.raises(InferenceServerException, match=refusal):
+            http.load_model(name)
+    [empty] = log.wait_for(unavailable("empty"), "saying empty is UNAVAILABLE")
+    assert (empty["level"], empty["version"]) == ("ERROR", "1")
+    assert empty["duration_s"] >= 0 and empty["reason"]
+    assert empty["message"].startswith("model 'empty' version 1 UNAVAILABLE after ")
+    [broken] = log.wait_for(unavailable("broken"), "saying broken is UNAVAILABLE")
+    assert broken["level"] == "ERROR"
+    assert "max_bach_size" in broken["reason"]
+    assert "version" not in broken  # it failed before any version was known
+    # The load requests' own error lines are a client's mistakes, once each.
+    requests = [r for r in log.records() if r["logger"] == "inferd.requests"]
+    assert sorted(r["model"] for r in requests) == ["broken", "empty"]
+    assert {r["level"] for r in requests} == {"INFO"}
+    http.unload_model("simple")
+    [unloaded] = log.wait_for(
+        lambda r: r.get("model") == "simple" and r.get("state") == "unloaded",
+        "saying simple was unloaded")
+    assert unloaded["level"] == "INFO"
+    assert unloaded["message"].startswith("model 'simple' version 1 unloaded after ")
+    [unloading] = [r for r in log.records()
+                   if r.get("model") == "simple" and r.get("state") == "UNLOADING"]
+    assert unloading["message"] == "model 'simple' version 1 UNLOADING: unload requested"
