@@ -159,6 +159,8 @@ def configure_logging(settings: LogSettings, *, process: str = "main") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Python warnings become log lines too, so even they keep the format (json: one object).
+    logging.captureWarnings(True)
     # Third-party chatter is only useful when debugging inferd itself.
     for noisy in ("asyncio", "grpc", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
