@@ -5,7 +5,8 @@ dropping clients that do not read, the connection cap; see ``connection``), the
 table of Triton's URL patterns, reading bodies under ``--http-max-input-size`` (from
 ``Content-Length`` before reading, while reading, and after decompression), response
 compression and slicing, and the single place where this protocol turns exceptions into
-``{"error": ...}`` responses with the status of their error code. Bodies become messages and
+``{"error": ...}`` responses with the status of their error code (and writes the request's one
+error line: ``inferd.kernel.request_log``). Bodies become messages and
 replies become bodies in ``inferd.protocols.kserve_http``; every request is answered by the
 data plane. No exception may reach uvicorn, and a client's numbers are checked
 before anything is allocated from them.
