@@ -185,6 +185,10 @@ class ExecutorActor(Actor):
         )
 
         def load() -> tuple[Model, list[Instance]]:
+            with log_context.bound(message.model, message.version):  # the load's lines name it
+                return load_model()
+
+        def load_model() -> tuple[Model, list[Instance]]:
             started = time.perf_counter()
             model = self._backend(message.backend).load_model(context)
             instances = [model.create_instance(i) for i in range(message.instance_count)]

@@ -248,6 +248,10 @@ def test_an_executors_line_names_its_process_and_model(server: ServerHandle, htt
     assert line["model"] == "speaker"
     assert line["version"] == "1"
     assert line["level"] == "INFO"
+    # The executor's own line about loading it names the process and the model too.
+    [loaded] = [r for r in log_file.records() if r["message"].startswith("loaded speaker ")]
+    assert loaded["process"] == line["process"]
+    assert (loaded["model"], loaded["version"]) == ("speaker", "1")
 
 
 def test_no_line_holds_tensor_data(server: ServerHandle, http: Any, log_file: LogFile) -> None:
