@@ -10,7 +10,9 @@ request whose inputs lie in registered regions it hands the scheduler ordinary t
 are views of the mapped memory (no copy), and writes the outputs asked for in a region into it
 once the reply comes, returning them without their data. Frontends stay thin: decode,
 ``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
-that decides the status.
+that decides the status. Once a request's model name is checked, the data plane notes its
+model, version and id in the frontend's log context (``inferd.kernel.log_context``), so the
+frontend's one error line names them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 from dataclasses import replace
 
 from inferd.kernel import link_memory
+from inferd.kernel import log_context
 from inferd.kernel.router import Router
 from inferd.kernel.shared_memory import (
     SharedMemoryRegistry,
@@ -115,6 +118,8 @@ class DataPlane:
                 # Before any actor sees it: a bad name never reaches the disk, the index or
                 # a log line.
                 check_model_name(model)
+                log_context.note(model, getattr(request, "version", ""),
+                                 getattr(request, "id", ""))
             return await self._router.call(owner, request)  # an inference: in this task
         if isinstance(request, SharedMemoryInferRequest):
             return await self._infer_in_shared_memory(request)
@@ -132,6 +137,7 @@ class DataPlane:
         """The responses to ``request`` as they come: one for a model that is not decoupled,
         any number for one that is (gRPC's ``ModelStreamInfer``, HTTP's generate_stream)."""
         check_model_name(request.model)
+        log_context.note(request.model, request.version, request.id)
         stream = await self._router.call(_OWNER[InferRequest], StreamInferRequest(request))
         if not isinstance(stream, ResponseStream):
             raise Internal(f"a stream request was answered with a {type(stream).__name__}")
@@ -198,6 +204,7 @@ class DataPlane:
         before the model runs, so an unknown region or a bad window costs no inference. The
         views held here keep the mappings alive if a region is unregistered meanwhile."""
         check_model_name(request.request.model)
+        log_context.note(request.request.model, request.request.version, request.request.id)
         inputs = tuple(
             self._input_tensor(item) if isinstance(item, SharedMemoryInput) else item
             for item in request.inputs

@@ -1,11 +1,13 @@
 """Logging set-up shared by the main process and executor processes: one line per record,
-prefixed with the process's role so interleaved output stays readable.
+naming the process that wrote it (``main``, ``executor/cpu0``, ``executor/model/<model>``, ...)
+so interleaved output stays readable.
 
 ``LogSettings`` holds tritonserver's logging flags (``--log-verbose``, ``--log-info``,
-``--log-warning``, ``--log-error``: each severity on or off, ``--log-format`` ``default`` or
-``ISO8601``, ``--log-file``); the main process hands them to its executor processes
-(``as_arguments`` at start, ``ApplyLogSettings`` when the logging extension changes them at run
-time), so every line of the server follows them. ``configure_logging`` applies them to this
+``--log-warning``, ``--log-error``: each severity on or off, ``--log-format`` ``default``,
+``ISO8601`` or inferd's ``json`` (the layouts: ``inferd.kernel.log_format``), ``--log-file``);
+the main process hands them to its executor processes (``as_arguments`` at start,
+``ApplyLogSettings`` when the logging extension changes them at run time), so every line of
+the server follows them. ``configure_logging`` applies them to this
 process and may be called again at any time: a log file is this process's standard error
 pointed at the file (appended), and an empty one points it back at the console it started with,
 which is also what executor processes are started with (``console_descriptor``), so each one
@@ -18,11 +20,11 @@ import argparse
 import logging
 import os
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inferd.kernel.log_format import formatter
 from inferd.kernel.options import add_boolean
 from inferd.protocols.logging_api import LOG_FORMATS
 from inferd.protocols.messages import ApplyLogSettings, LogSettingsReply
@@ -50,7 +52,9 @@ class LogSettings:
         add_boolean(parser, "--log-warning", True, "log warnings")
         add_boolean(parser, "--log-error", True, "log errors")
         parser.add_argument("--log-format", choices=LOG_FORMATS, default="default",
-                            help="ISO8601: a full UTC timestamp on every line")
+                            help="ISO8601: a full UTC timestamp on every line; json: one JSON "
+                            "object per line (time, level, process, pid, logger, message, and "
+                            "model, version, request_id where known)")
         parser.add_argument("--log-file", default="", metavar="PATH",
                             help="write every process's log to PATH (appended) instead of "
                             "standard error")
@@ -150,19 +154,13 @@ def configure_logging(settings: LogSettings, *, process: str = "main") -> None:
     # Triton's verbose lines (LOG_VERBOSE(1), a python model's Logger.log_verbose) are debug.
     level = logging.DEBUG if verbose >= 1 else logging.INFO if verbose >= 0 else logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
-    if settings.format == "ISO8601":
-        formatter = logging.Formatter(
-            f"%(asctime)s.%(msecs)03dZ %(levelname).1s [{process}] %(name)s: %(message)s",
-            datefmt="%Y-%m-%dT%H:%M:%S")
-        formatter.converter = time.gmtime
-    else:
-        formatter = logging.Formatter(
-            f"%(asctime)s %(levelname).1s [{process}] %(name)s: %(message)s", datefmt="%H:%M:%S")
-    handler.setFormatter(formatter)
+    handler.setFormatter(formatter(settings.format, process))
     handler.addFilter(_Severities(settings))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Python warnings become log lines too, so even they keep the format (json: one object).
+    logging.captureWarnings(True)
     # Third-party chatter is only useful when debugging inferd itself.
     for noisy in ("asyncio", "grpc", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

@@ -3,10 +3,11 @@
 
 Owns the six setting names, the type each takes and Triton's words for a wrong one, so both
 frontends refuse the same updates: ``log_info``, ``log_warning`` and ``log_error`` booleans,
-``log_verbose_level`` a whole number from 0, ``log_format`` ``default`` or ``ISO8601``,
-``log_file`` a path. A JSON ``null`` leaves a setting as it is (as Triton); an unknown setting
-is refused (Triton ignores it; a misspelt name would otherwise change nothing without a word).
-Whether ``log_file`` may change at all is the server's decision, not the codec's. Pure: no I/O.
+``log_verbose_level`` a whole number from 0, ``log_format`` ``default``, ``ISO8601`` or
+(inferd's) ``json``, ``log_file`` a path. A JSON ``null`` leaves a setting as it is (as
+Triton); an unknown setting is refused (Triton ignores it; a misspelt name would otherwise
+change nothing without a word). Whether ``log_file`` may change at all is the server's
+decision, not the codec's. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.kserve_http import dumps, parse_json
 from inferd.protocols.messages import LogSettingsReply, LogSettingsRequest
 
-LOG_FORMATS = ("default", "ISO8601")
+# Triton knows the first two; json (one object per line) is inferd's.
+LOG_FORMATS = ("default", "ISO8601", "json")
 SETTING_NAMES = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level",
                  "log_format")
 _BOOLEANS = frozenset({"log_info", "log_warning", "log_error"})

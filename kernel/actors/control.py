@@ -15,6 +15,7 @@ side, and none of this is on the inference path.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -36,6 +37,7 @@ from inferd.kernel.repository import TWO_ROOTS_PROBLEM
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.settings import Settings
+from inferd.kernel.state_log import UNLOADED, ModelStateLog
 from inferd.kernel.version_reuse import load_signature, with_version_policy
 from inferd.protocols.errors import (
     DeadlineExceeded,
@@ -122,6 +124,7 @@ class _Model:
     error: str = ""  # a failure before any version was known (bad config, ...)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     override_dir: str = ""
+    cause: str = ""  # why the load under way (or the last one) happens, for the log
 
     def ready(self) -> bool:
         return any(v.state == State.READY for v in self.versions.values())
@@ -144,6 +147,7 @@ class ControlActor(EnsembleControl, Actor):
         self._acted_on: dict[str, str] = {}
         self._poll_lock = anyio.Lock()
         self._dependencies = EnsembleDependencies()  # ensembles and their composing models
+        self._states = ModelStateLog()  # one log line per state change
 
     def _model(self, name: str) -> _Model:
         return self._models.setdefault(name, _Model())
@@ -169,7 +173,7 @@ class ControlActor(EnsembleControl, Actor):
 
         async def load(name: str) -> None:
             try:
-                await self._load(name)
+                await self._load(name, cause="start-up")
             except InferdError as error:
                 failures[name] = error.message
 
@@ -334,7 +338,7 @@ class ControlActor(EnsembleControl, Actor):
 
     async def _poll_load(self, name: str) -> None:
         try:
-            await self._load(name)
+            await self._load(name, cause="poll: a new or changed model folder")
         except InferdError as error:
             log.error("poll: %s", error.message)
         else:
@@ -342,7 +346,7 @@ class ControlActor(EnsembleControl, Actor):
 
     async def _poll_unload(self, name: str) -> None:
         self._required.discard(name)
-        await self._unload(name)
+        await self._unload(name, cause="poll: the model folder is gone")
         model = self._models.get(name)
         if model is not None and not model.ready() and model.lock.statistics().tasks_waiting == 0:
             del self._models[name]  # gone from the repository: gone from the index
@@ -370,6 +374,8 @@ class ControlActor(EnsembleControl, Actor):
                 if message.name in version.executors and version.state == State.READY:
                     version.state = State.UNAVAILABLE
                     version.reason = f"{message.reason}; reloading"
+                    self._states.changed(name, number, State.UNAVAILABLE, version.reason,
+                                         failed=True)
                     lost.add(name)
                     self.spawn(self._retire, name, number, version, message.reason)
         self._orphans.setdefault(message.name, set()).update(lost)
@@ -381,7 +387,7 @@ class ControlActor(EnsembleControl, Actor):
 
     async def _reload_orphan(self, name: str) -> None:
         try:
-            await self._load(name)
+            await self._load(name, cause="its executor restarted")
         except InferdError as error:
             log.error("reloading %s after its executor restarted failed: %s", name, error.message)
 
@@ -397,7 +403,8 @@ class ControlActor(EnsembleControl, Actor):
     # ------------------------------------------------------------------ load and unload
 
     async def _load(
-        self, name: str, config_override: str = "", files: dict[str, bytes] | None = None
+        self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
+        *, cause: str = "load requested",
     ) -> None:
         # The name is checked before anything else, and the override files are written
         # (every path checked first) before the model has an entry in the index: a refused
@@ -411,6 +418,7 @@ class ControlActor(EnsembleControl, Actor):
         try:
             model = self._model(name)
             async with model.lock:
+                model.cause = cause
                 await self._load_locked(name, model, config_override, override_dir)
                 if model.override_dir != override_dir:
                     remove_override_folder(model.override_dir)
@@ -442,9 +450,14 @@ class ControlActor(EnsembleControl, Actor):
             raise
         except InferdError as error:
             model.error = error.message
+            self._states.changed(name, None, State.UNAVAILABLE, error.message, failed=True)
             raise
         assert isinstance(resolved, ResolvedModel)
-        await self._prepare_if_ensemble(name, model, resolved)
+        try:
+            await self._prepare_if_ensemble(name, model, resolved)
+        except InferdError as error:
+            self._states.changed(name, None, State.UNAVAILABLE, error.message, failed=True)
+            raise
         failures: dict[int, str] = {}
         brought_up: dict[int, _Version] = {}
 
@@ -473,10 +486,11 @@ class ControlActor(EnsembleControl, Actor):
                 f"load failed for model '{name}': version {number} is at"
                 f" UNAVAILABLE state: {cause}"
             )
-            await self._abandon(model, brought_up, model.error)
+            await self._abandon(name, model, brought_up, model.error)
             raise InvalidArgument(model.error)
         for number in [n for n in model.versions if n not in resolved.versions]:
-            await self._unload_version(name, model, number, reason="unloaded")
+            await self._unload_version(name, model, number, reason="unloaded",
+                                       cause="no longer selected by the version policy")
         model.error = ""
 
     async def _bring_up_version(
@@ -499,6 +513,10 @@ class ControlActor(EnsembleControl, Actor):
             return replace(serving, config=with_version_policy(serving.config, resolved.config))
         if serving is None:
             model.versions[number] = _Version(State.LOADING)
+            self._states.changed(name, number, State.LOADING, model.cause)
+        else:
+            self._states.changed(name, number, State.LOADING,
+                                 f"{model.cause}; a new copy loads while this one serves")
         load_id = next(self._load_ids)
         config = ModelConfig()
         config.ParseFromString(resolved.config)
@@ -521,13 +539,13 @@ class ControlActor(EnsembleControl, Actor):
         except DeadlineExceeded:
             self.router.tell(EXECUTORS, UnloadVersion(load_id))  # if it ever finishes
             reason = f"load did not finish within {timeout:g} s (--model-load-timeout-secs)"
-            self._fail_version(model, number, serving, reason)
+            self._fail_version(name, model, number, serving, reason)
             raise InvalidArgument(reason) from None
         except InferdError as error:
             # Clients read this (the error, the index): the folder is named as the model, not
             # by where it lives on the server.
             reason = error.message.replace(resolved.path, name) if resolved.path else error.message
-            self._fail_version(model, number, serving, reason)
+            self._fail_version(name, model, number, serving, reason)
             raise type(error)(reason) from None
         completed = ModelConfig()
         completed.ParseFromString(loaded.config)
@@ -543,7 +561,7 @@ class ControlActor(EnsembleControl, Actor):
                 SequencePlan.of(completed, Path(resolved.path))
         except InvalidArgument as error:
             await self.router.ask(EXECUTORS, UnloadVersion(load_id))
-            self._fail_version(model, number, serving, error.message)
+            self._fail_version(name, model, number, serving, error.message)
             raise
         instances = loaded.instances or tuple((loaded.executor, i) for i in loaded.instance_ids)
         return _Version(
@@ -571,11 +589,14 @@ class ControlActor(EnsembleControl, Actor):
                                                       ready.instances, resolved.path))
         old_load = current.load_id if current is not None else 0
         model.versions[number] = ready
+        self._states.changed(name, number, State.READY)
         self._refresh_dependents(name)
         if old_load:
             await self.router.ask(EXECUTORS, UnloadVersion(old_load))
 
-    async def _abandon(self, model: _Model, brought_up: dict[int, _Version], why: str) -> None:
+    async def _abandon(
+        self, name: str, model: _Model, brought_up: dict[int, _Version], why: str
+    ) -> None:
         """A load failed: the copies it brought up unload; a version that was not serving
         before is UNAVAILABLE with ``why`` (unless it failed itself, with its own cause)."""
         for number, ready in brought_up.items():
@@ -585,6 +606,7 @@ class ControlActor(EnsembleControl, Actor):
             await self.router.ask(EXECUTORS, UnloadVersion(ready.load_id))
             if current is None or current.state != State.READY:
                 model.versions[number] = _Version(State.UNAVAILABLE, why)
+                self._states.changed(name, number, State.UNAVAILABLE, why, failed=True)
 
     def _forget_if_unknown(self, name: str, model: _Model) -> None:
         """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless
@@ -595,42 +617,49 @@ class ControlActor(EnsembleControl, Actor):
                 del self._models[name]
 
     def _fail_version(
-        self, model: _Model, number: int, serving: _Version | None, reason: str
+        self, name: str, model: _Model, number: int, serving: _Version | None, reason: str
     ) -> None:
         if serving is None:
             model.versions[number] = _Version(State.UNAVAILABLE, reason)
+            self._states.changed(name, number, State.UNAVAILABLE, reason, failed=True)
         else:
-            log.warning("reload failed, version %d keeps serving: %s", number, reason)
+            self._states.changed(name, number, State.READY,
+                                 f"the reload failed, the copy serving stays: {reason}",
+                                 failed=True)
 
-    async def _unload(self, name: str) -> None:
+    async def _unload(self, name: str, *, cause: str = "unload requested") -> None:
         model = self._models.get(name)
         if model is None:
             return
         async with model.lock:
             async with anyio.create_task_group() as tasks:
                 for number in list(model.versions):
-                    tasks.start_soon(self._unload_version, name, model, number, "unloaded")
+                    tasks.start_soon(self._unload_version, name, model, number, "unloaded",
+                                     cause)
             remove_override_folder(model.override_dir)
             model.override_dir = ""
 
-    async def _unload_version(self, name: str, model: _Model, number: int, reason: str) -> None:
+    async def _unload_version(self, name: str, model: _Model, number: int, reason: str,
+                              cause: str = "unload requested") -> None:
         version = model.versions.get(number)
         if version is None or version.state not in (State.READY, State.UNAVAILABLE):
             return
         was_ready = version.state == State.READY or self._dependencies.is_served(name, number)
         version.state = State.UNLOADING
+        self._states.changed(name, number, State.UNLOADING, cause)
         if was_ready:
             await self.router.ask(SCHEDULER, RetireVersion(name, number))
         if version.load_id:
             await self.router.ask(EXECUTORS, UnloadVersion(version.load_id))
         model.versions[number] = _Version(State.UNAVAILABLE, reason)
+        self._states.changed(name, number, UNLOADED)
         self._version_unloaded(name, number)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""
         async with anyio.create_task_group() as tasks:
             for name in list(self._models):
-                tasks.start_soon(self._unload, name)
+                tasks.start_soon(functools.partial(self._unload, name, cause="shutting down"))
         return Ack()
 
 

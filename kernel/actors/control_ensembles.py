@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from inferd.kernel.actors.control import _Model
     from inferd.kernel.router import Router
     from inferd.kernel.settings import Settings
+    from inferd.kernel.state_log import ModelStateLog
 
 REPOSITORY = "repository"
 SCHEDULER = "scheduler"
@@ -44,12 +45,14 @@ class EnsembleControl:
         _required: set[str]
 
         async def _load(
-            self, name: str, config_override: str = "", files: dict[str, bytes] | None = None
+            self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
+            *, cause: str = "load requested",
         ) -> None: ...
 
-        async def _unload(self, name: str) -> None: ...
+        async def _unload(self, name: str, *, cause: str = "unload requested") -> None: ...
 
     _dependencies: EnsembleDependencies
+    _states: ModelStateLog
 
     # ------------------------------------------------------------------ hooks of _load
 
@@ -112,7 +115,7 @@ class EnsembleControl:
             return
         if self._settings.model_control_mode != "explicit":
             return  # it loads (or failed) on its own; the ensemble follows its state
-        await self._load(name)
+        await self._load(name, cause=f"a composing model of ensemble '{ensemble}'")
 
     def _check_composing_ready(self, ensemble: str) -> None:
         """After EXPLICIT mode loaded the composing models: a step naming a version that is
@@ -131,16 +134,20 @@ class EnsembleControl:
         previous = model.versions.get(number)
         if previous is None or previous.state != State.READY:
             model.versions[number] = _Version(State.LOADING)
+            self._states.changed(name, number, State.LOADING, model.cause)
         try:
             await self.router.ask(SCHEDULER, ServeVersion(name, number, resolved.config, (),
                                                           resolved.path))
         except InferdError as error:
             model.versions[number] = previous or _Version(State.UNAVAILABLE, error.message)
+            self._states.changed(name, number, model.versions[number].state, error.message,
+                                 failed=True)
             self._dependencies.abandon_load(name, None)
             raise
         self._dependencies.serve(name, number)
         state, reason = self._ensemble_state(name)
         model.versions[number] = _Version(state, reason)
+        self._states.changed(name, number, state, reason)
         self._refresh_dependents(name)
 
     # ------------------------------------------------------------------ states
@@ -195,6 +202,8 @@ class EnsembleControl:
             for number in self._dependencies.served_versions(ensemble):
                 version = model.versions.get(number)
                 if version is not None and version.state in (State.READY, State.UNAVAILABLE):
+                    if version.state != state:
+                        self._states.changed(ensemble, number, state, reason)
                     version.state, version.reason = state, reason
 
     def _version_unloaded(self, name: str, number: int) -> None:
@@ -213,4 +222,4 @@ class EnsembleControl:
         for composing in candidates:
             self._required.discard(composing)
             self._dependencies.forget_model(composing)
-            await self._unload(composing)
+            await self._unload(composing, cause=f"unload_dependents of ensemble '{name}'")

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
 from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
@@ -184,6 +185,10 @@ class ExecutorActor(Actor):
         )
 
         def load() -> tuple[Model, list[Instance]]:
+            with log_context.bound(message.model, message.version):  # the load's lines name it
+                return load_model()
+
+        def load_model() -> tuple[Model, list[Instance]]:
             started = time.perf_counter()
             model = self._backend(message.backend).load_model(context)
             instances = [model.create_instance(i) for i in range(message.instance_count)]
@@ -335,7 +340,7 @@ class ExecutorActor(Actor):
 
         started = time.perf_counter_ns()
         try:
-            await slot.run(lambda: slot.instance.execute_decoupled(batch.requests, emit))
+            await slot.run(lambda: _execute_decoupled(slot, batch, emit))
         except Exception as error:  # noqa: BLE001 - a backend bug fails the batch's requests
             log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=error)
             failure = Internal(f"{type(error).__name__}: {error}")
@@ -368,11 +373,19 @@ def _execute(slot: _LoadedInstance, batch: InferBatch) -> _Outcome | BaseExcepti
     instance = slot.instance
     instance.phase_ns = None
     try:
-        results = instance.execute(batch.requests)
+        with log_context.bound(batch.model, batch.version):  # the model's own lines name it
+            results = instance.execute(batch.requests)
     except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
         return error
     total = time.perf_counter_ns() - started
     return results, instance.phase_ns or (0, total, 0), started
+
+
+def _execute_decoupled(slot: _LoadedInstance, batch: StreamBatch,
+                       emit: Callable[[int, InferResponse | InferdError | None, bool], None]
+                       ) -> None:
+    with log_context.bound(batch.model, batch.version):
+        slot.instance.execute_decoupled(batch.requests, emit)
 
 
 def _batch_result(

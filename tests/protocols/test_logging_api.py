@@ -23,13 +23,19 @@ def test_http_update_reads_every_setting() -> None:
         "log_verbose_level": 3, "log_format": "ISO8601"}
 
 
+def test_http_json_format_is_inferds_extension() -> None:
+    body = b'{"log_format": "json"}'
+    assert logging_api.decode_http_request(body).updates == {"log_format": "json"}
+
+
 @pytest.mark.parametrize("body", [b"", b"{}", b'{"log_info": null, "log_format": null}'])
 def test_http_nothing_to_update(body: bytes) -> None:
     assert logging_api.decode_http_request(body) == LogSettingsRequest()
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ({"log_format": "json"}, "invalid argument for --log_format, got: json"),
+    ({"log_format": "JSON"}, "invalid argument for --log_format, got: JSON"),
+    ({"log_format": "yaml"}, "invalid argument for --log_format, got: yaml"),
     ({"log_info": 1}, "expect boolean for 'log_info'"),
     ({"log_verbose_level": 1.5}, "expect int32 for 'log_verbose_level'"),
     ({"log_verbose_level": 2**32}, "expect int32 for 'log_verbose_level'"),

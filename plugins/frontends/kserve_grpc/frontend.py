@@ -13,6 +13,7 @@ server.
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import functools
 import logging
@@ -30,7 +31,9 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from inferd.kernel import log_context
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.request_log import request_failed
 from inferd.kernel.server import StartupFailed
 from inferd.kernel.tls import read_certificates, read_key_pair
 from inferd.kernel.tracing import CURRENT, traced
@@ -54,6 +57,7 @@ from inferd.protocols.errors import (
     Unavailable,
     Unsupported,
     grpc_status_name,
+    http_status,
 )
 from inferd.protocols.messages import (
     Ack,
@@ -173,8 +177,8 @@ class KserveGrpcFrontend(Frontend):
             )
         return f"{host}:{port}"
 
-    def rpc(self, context: grpc.aio.ServicerContext[Any, Any]) -> _Rpc:
-        return _Rpc(context)
+    def rpc(self, context: grpc.aio.ServicerContext[Any, Any], name: str) -> _Rpc:
+        return _Rpc(context, name)
 
     async def ask(self, request: Message, reply_type: type[ReplyT]) -> ReplyT:
         """The data plane's reply to ``request``, which must be a ``reply_type``."""
@@ -233,6 +237,11 @@ class KserveGrpcFrontend(Frontend):
     async def _stream_answer(self, request: wire.ParsedInferRequest,
                              write: Callable[[Any], Awaitable[None]]) -> None:
         header = request.header
+        with log_context.request_context("gRPC", "ModelStreamInfer"):
+            await self._stream_answer_logged(request, header, write)
+
+    async def _stream_answer_logged(self, request: wire.ParsedInferRequest, header: Any,
+                                    write: Callable[[Any], Awaitable[None]]) -> None:
         try:
             empty_final = convert.empty_final_response_requested(header)
             message = self._decoded(request)
@@ -244,16 +253,19 @@ class KserveGrpcFrontend(Frontend):
                 raise Unavailable(SHUTTING_DOWN)
             async for result, final in await self.dataplane.stream(message):
                 if isinstance(result, InferdError):
+                    _stream_failed(result)
                     await write(convert.encode_stream_error(header, result.message))
                 elif result is not None:
                     await self._write_response(write, result, final, empty_final, header)
                 elif empty_final:  # the final flag alone
                     await write(convert.encode_empty_final_response(header))
         except InferdError as error:
+            _stream_failed(error)
             await write(convert.encode_stream_error(header, error.message))
         except Exception as error:
-            logger.exception("gRPC frontend failed on a streamed inference request")
-            await write(convert.encode_stream_error(header, f"{type(error).__name__}: {error}"))
+            message = f"{type(error).__name__}: {error}"
+            request_failed(500, message, wire_status="error_message", exc_info=error)
+            await write(convert.encode_stream_error(header, message))
 
     @staticmethod
     async def _write_response(write: Callable[[Any], Awaitable[None]],
@@ -267,15 +279,23 @@ class KserveGrpcFrontend(Frontend):
             await write(convert.encode_empty_final_response(header))
 
 
-class _Rpc:
-    """``async with frontend.rpc(context):`` ends the RPC with the status an error's code maps
-    to (the one place this frontend turns exceptions into statuses)."""
+def _stream_failed(error: InferdError) -> None:
+    """A stream response's ``error_message`` (the stream itself goes on)."""
+    request_failed(http_status(error.code), error.message, wire_status="error_message")
 
-    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+
+class _Rpc:
+    """``async with frontend.rpc(context, name):`` ends the RPC with the status an error's code
+    maps to (the one place this frontend turns exceptions into statuses), and writes the
+    request's one error line (``inferd.kernel.request_log``)."""
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any], name: str) -> None:
         self._context = context
+        self._name = name
+        self._token: contextvars.Token[log_context.RequestContext | None] | None = None
 
     async def __aenter__(self) -> None:
-        return None
+        self._token = log_context.CURRENT.set(log_context.RequestContext("gRPC", self._name))
 
     async def __aexit__(
         self,
@@ -283,16 +303,21 @@ class _Rpc:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if error is None or isinstance(error, grpc.aio.AbortError):
-            return
-        if isinstance(error, InferdError):
-            code = grpc.StatusCode[grpc_status_name(error.code)]
-            await self._context.abort(code, error.message)
-        if isinstance(error, Exception):
-            logger.exception("gRPC frontend failed to answer a request", exc_info=error)
-            await self._context.abort(
-                grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
-            )
+        try:
+            if error is None or isinstance(error, grpc.aio.AbortError):
+                return
+            if isinstance(error, InferdError):
+                name = grpc_status_name(error.code)
+                request_failed(http_status(error.code), error.message, wire_status=name)
+                code = grpc.StatusCode[name]
+                await self._context.abort(code, error.message)
+            if isinstance(error, Exception):
+                message = f"{type(error).__name__}: {error}"
+                request_failed(500, message, wire_status="INTERNAL", exc_info=error)
+                await self._context.abort(grpc.StatusCode.INTERNAL, message)
+        finally:
+            if self._token is not None:
+                log_context.CURRENT.reset(self._token)
 
 
 class _StreamSlot:
@@ -312,45 +337,45 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     # ------------------------------------------------------------------ health and metadata
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ServerLive"):
             status = await self._frontend.ask(HealthRequest("live"), HealthStatus)
             return service_pb2.ServerLiveResponse(live=status.ok)
 
     async def ServerReady(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ServerReady"):
             status = await self._frontend.ask(HealthRequest("ready"), HealthStatus)
             return service_pb2.ServerReadyResponse(ready=status.ok)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ModelReady"):
             message = ModelReadyRequest(request.name, request.version)
             status = await self._frontend.ask(message, HealthStatus)
             return service_pb2.ModelReadyResponse(ready=status.ok)
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ServerMetadata"):
             metadata = await self._frontend.ask(ServerMetadataRequest(), ServerMetadata)
             return convert.encode_server_metadata(metadata)
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ModelMetadata"):
             message = ModelMetadataRequest(request.name, request.version)
             return convert.encode_model_metadata(await self._frontend.ask(message, ModelMetadata))
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ModelConfig"):
             message = ModelConfigRequest(request.name, request.version)
             return convert.encode_model_config(await self._frontend.ask(message, ModelConfigReply))
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ModelStatistics"):
             message = StatisticsRequest(request.name, request.version)
             return convert.encode_statistics(await self._frontend.ask(message, Statistics))
 
     # ------------------------------------------------------------------ inference
 
     async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "ModelInfer"):
             tracer = self._frontend.dataplane.tracer
             trace = (tracer.begin(request.header.model_name, _traceparent(context))
                      if tracer.active else None)
@@ -400,51 +425,51 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     # ------------------------------------------------------------------ repository API
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "RepositoryIndex"):
             index = await self._frontend.ask(convert.decode_index_request(request), Index)
             return convert.encode_index(index)
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "RepositoryModelLoad"):
             await self._frontend.ask(convert.decode_load_request(request), Ack)
             return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "RepositoryModelUnload"):
             await self._frontend.ask(convert.decode_unload_request(request), Ack)
             return service_pb2.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ shared memory
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "SystemSharedMemoryStatus"):
             message = convert.decode_shared_memory_status(request)
             status = await self._frontend.ask(message, SharedMemoryStatus)
             return convert.encode_shared_memory_status(status)
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "SystemSharedMemoryRegister"):
             await self._frontend.ask(convert.decode_shared_memory_register(request), Ack)
             return service_pb2.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "SystemSharedMemoryUnregister"):
             await self._frontend.ask(convert.decode_shared_memory_unregister(request), Ack)
             return service_pb2.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "CudaSharedMemoryStatus"):
             message = convert.decode_shared_memory_status(request, "cuda")
             await self._frontend.ask(message, SharedMemoryStatus)  # never lists a region
             return service_pb2.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "CudaSharedMemoryRegister"):
             await self._frontend.ask(convert.decode_shared_memory_register(request, "cuda"), Ack)
             return service_pb2.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "CudaSharedMemoryUnregister"):
             message = convert.decode_shared_memory_unregister(request, "cuda")
             await self._frontend.ask(message, Ack)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
@@ -452,13 +477,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     # ------------------------------------------------------------------ logging and trace
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "LogSettings"):
             message = logging_api.decode_grpc_request(request)
             reply = await self._frontend.ask(message, LogSettingsReply)
             return logging_api.encode_grpc_reply(reply)
 
     async def TraceSetting(self, request: Any, context: Any) -> Any:
-        async with self._frontend.rpc(context):
+        async with self._frontend.rpc(context, "TraceSetting"):
             message = trace_api.decode_grpc_request(request)
             reply = await self._frontend.ask(message, TraceSettingReply)
             return trace_api.encode_grpc_reply(reply, service_pb2.TraceSettingResponse)
@@ -512,6 +537,8 @@ class _Restricted(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         message = grpc_refusal(restriction)
 
         async def refuse(request: Any, context: Any) -> Any:
+            with log_context.request_context("gRPC", details.method.rsplit("/", 1)[-1]):
+                request_failed(403, message, wire_status="UNAVAILABLE")
             await context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
         kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
@@ -577,6 +604,8 @@ def _tolerant(request_class: Any) -> Callable[[bytes], Any]:
 def _refusing_undecodable(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[..., Any]:
     async def handle(request: Any, context: Any) -> Any:
         if isinstance(request, _Undecodable):
+            with log_context.request_context("gRPC", method.__name__):
+                request_failed(400, request.message, wire_status="INVALID_ARGUMENT")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         return await method(request, context)
 

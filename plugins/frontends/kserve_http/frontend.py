@@ -5,7 +5,8 @@ dropping clients that do not read, the connection cap; see ``connection``), the
 table of Triton's URL patterns, reading bodies under ``--http-max-input-size`` (from
 ``Content-Length`` before reading, while reading, and after decompression), response
 compression and slicing, and the single place where this protocol turns exceptions into
-``{"error": ...}`` responses with the status of their error code. Bodies become messages and
+``{"error": ...}`` responses with the status of their error code (and writes the request's one
+error line: ``inferd.kernel.request_log``). Bodies become messages and
 replies become bodies in ``inferd.protocols.kserve_http``; every request is answered by the
 data plane. No exception may reach uvicorn, and a client's numbers are checked
 before anything is allocated from them.
@@ -29,8 +30,10 @@ import anyio
 import anyio.abc
 import uvicorn
 
+from inferd.kernel import log_context
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.limits import open_file_limit
+from inferd.kernel.request_log import request_failed
 from inferd.kernel.server import StartupFailed
 from inferd.kernel.tls import server_context
 from inferd.plugins.frontends.kserve_http.connection import (
@@ -54,6 +57,7 @@ from inferd.protocols.errors import (
     Unsupported,
     http_status,
 )
+from inferd.protocols.names import model_name_problem
 from inferd.protocols.restrictions import Restriction, http_refusal, restrictions
 from inferd.protocols.messages import (
     HealthRequest,
@@ -146,6 +150,12 @@ def error_response(status: int, message: str) -> HttpResponse:
     return HttpResponse(status, (codec.encode_error(message),), JSON)
 
 
+def _failed(status: int, message: str, error: BaseException | None = None) -> HttpResponse:
+    """A request's error answer, and its one log line (``inferd.kernel.request_log``)."""
+    request_failed(status, message, exc_info=error)
+    return error_response(status, message)
+
+
 class _ClientGone(Exception):
     """The client disconnected before its request body arrived."""
 
@@ -170,13 +180,16 @@ class KserveHttpApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        with log_context.request_context("HTTP", scope.get("method", "")):
+            await self._answer(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             response = await self._respond(scope, receive)
         except _ClientGone:
             return
         except Exception as error:
-            logger.exception("HTTP %s %s failed", scope.get("method"), scope.get("path"))
-            response = error_response(500, f"{type(error).__name__}: {error}")
+            response = _failed(500, f"{type(error).__name__}: {error}", error)
         trace = response.trace
         if trace is not None:
             trace.stamp("HTTP_SEND_START")
@@ -195,28 +208,31 @@ class KserveHttpApp:
         path = bytes(scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         route = _match(path)
         if route is None:
-            return error_response(404, "Not Found")
+            return _failed(404, "Not Found")
         handlers, arguments, group = route
         method = scope["method"]
         handler = handlers.get(method)
         if handler is None:
-            return error_response(405, "Method Not Allowed")
+            return _failed(405, "Method Not Allowed")
+        context = log_context.current()
+        if context is not None:  # the handler's name: the path may hold anything
+            context.endpoint = f"{method} {handler.__name__}"
         if not self.accepting:
-            return error_response(503, SHUTTING_DOWN)
+            return _failed(503, SHUTTING_DOWN)
         received_ns = time.perf_counter_ns() if self.dataplane.tracer.active else 0
         headers = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
         }
         restriction = self.restricted.get(group)
         if restriction is not None and not restriction.allows(headers.get(restriction.key)):
-            return error_response(403, http_refusal(restriction))
+            return _failed(403, http_refusal(restriction))
         try:
             body = await self._read_body(headers, receive) if method == "POST" else b""
             query = bytes(scope.get("query_string") or b"").decode("latin-1")
             response = await handler(self, HttpRequest(method, arguments, headers, body,
                                                        received_ns, query))
         except InferdError as error:
-            return error_response(http_status(ErrorCode(error.code)), error.message)
+            return _failed(http_status(ErrorCode(error.code)), error.message)
         if response.compressible and response.length:
             response = await self._compressed(response, headers.get("accept-encoding"))
         return response
@@ -437,7 +453,7 @@ class KserveHttpApp:
             return json_response(generate_codec.error_document(generate_codec.NOT_ONE_RESPONSE))
         [result] = results
         if isinstance(result, InferdError):
-            return error_response(http_status(ErrorCode(result.code)), result.message)
+            return _failed(http_status(ErrorCode(result.code)), result.message)
         return json_response(generate_codec.encode_generate_response(result))
 
     async def generate_stream(self, request: HttpRequest) -> HttpResponse:
@@ -450,6 +466,7 @@ class KserveHttpApp:
         async def events() -> AsyncIterator[bytes]:
             async for result, _final in stream:
                 if isinstance(result, InferdError):
+                    request_failed(http_status(ErrorCode(result.code)), result.message)
                     document = generate_codec.error_document(result.message)
                 elif result is not None:
                     document = generate_codec.encode_generate_response(result)
@@ -485,8 +502,10 @@ def _shared_memory_arguments(request: HttpRequest) -> tuple[str, str]:
 
 
 def _model_arguments(request: HttpRequest) -> tuple[str, str]:
-    model, version = request.path_arguments[0], request.path_arguments[1]
-    return unquote(model), version or ""
+    model, version = unquote(request.path_arguments[0]), request.path_arguments[1] or ""
+    if not model_name_problem(model):  # a body the codec refuses still names its model
+        log_context.note(model, version)
+    return model, version
 
 
 M = TypeVar("M", bound=Message)

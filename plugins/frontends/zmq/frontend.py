@@ -1,7 +1,8 @@
 """The native ZeroMQ frontend: a ROUTER socket speaking inferd's kernel wire format.
 
 Owns the socket, its framing (``[client routing id, b"", *wire frames]``), one task per
-request, and the single place where this protocol turns exceptions into ``Failure`` replies.
+request, and the single place where this protocol turns exceptions into ``Failure`` replies
+(each logged once: ``inferd.kernel.request_log``).
 It decides nothing about models or inference: each request goes to the data plane as it
 arrived and the data plane's reply goes back unchanged. It must never let one request (a
 malformed one, a failing one, one for a client that vanished) stop the receive loop.
@@ -21,10 +22,12 @@ import anyio
 import anyio.abc
 import zmq
 
+from inferd.kernel import log_context
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.request_log import request_failed
 from inferd.kernel.tracing import traced
 from inferd.protocols import wire
-from inferd.protocols.errors import ErrorCode, InferdError
+from inferd.protocols.errors import ErrorCode, InferdError, http_status
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.zmqio import LoopSocket
 from inferd.protocols.messages import (
@@ -147,15 +150,16 @@ class ZmqFrontend(Frontend):
     async def _answer(self, frames: list[zmq.Frame]) -> None:
         # An exception escaping here would cancel the task group and with it the server.
         try:
-            await self._answer_unguarded(frames)
+            with log_context.request_context("zmq", ""):
+                await self._answer_unguarded(frames)
         except Exception:
             logger.exception("zmq frontend failed to answer a request")
 
     async def _answer_unguarded(self, frames: list[zmq.Frame]) -> None:
         routing_id = frames[0].bytes
         if len(frames) < 2 or len(frames[1]) != 0:
-            failure = Failure(
-                ErrorCode.INVALID_ARGUMENT.value,
+            failure = _failure(
+                ErrorCode.INVALID_ARGUMENT,
                 "a request must be an empty delimiter frame followed by the wire frames",
             )
             await self._send(routing_id, self._encode_reply(None, failure))
@@ -165,23 +169,26 @@ class ZmqFrontend(Frontend):
         # decode promises InvalidArgument, but whatever a hostile peer provokes must still
         # be answered as the peer's fault.
         except Exception as error:
-            failure = Failure(ErrorCode.INVALID_ARGUMENT.value, f"malformed request: {error}")
+            failure = _failure(ErrorCode.INVALID_ARGUMENT, f"malformed request: {error}")
             await self._send(routing_id, self._encode_reply(None, failure))
             return
         body = await self._reply_body(request)
         await self._send(routing_id, self._encode_reply(request, body))
 
     async def _reply_body(self, request: Envelope) -> Message:
+        context = log_context.current()
+        if context is not None:
+            context.endpoint = request.body.kind()
         if not self._accepting:
-            return Failure(ErrorCode.UNAVAILABLE.value, "server is shutting down")
+            return _failure(ErrorCode.UNAVAILABLE, "server is shutting down")
         if type(request.body) not in ACCEPTED_REQUESTS:
-            return Failure(
-                ErrorCode.INVALID_ARGUMENT.value,
+            return _failure(
+                ErrorCode.INVALID_ARGUMENT,
                 f"the zmq frontend does not accept {request.body.kind()} messages",
             )
         if request.deadline is not None and request.deadline <= time.time():
-            return Failure(
-                ErrorCode.DEADLINE_EXCEEDED.value,
+            return _failure(
+                ErrorCode.DEADLINE_EXCEEDED,
                 "the request's deadline passed before the server could handle it",
             )
         body = request.body
@@ -194,10 +201,9 @@ class ZmqFrontend(Frontend):
             if trace is not None:
                 trace.end()
         except InferdError as error:
-            return Failure(ErrorCode(error.code).value, error.message)
+            return _failure(ErrorCode(error.code), error.message)
         except Exception as error:
-            logger.exception("data plane failed on a %s", request.body.kind())
-            return Failure(ErrorCode.INTERNAL.value, f"{type(error).__name__}: {error}")
+            return _failure(ErrorCode.INTERNAL, f"{type(error).__name__}: {error}", error)
         return reply
 
     def _encode_reply(
@@ -222,3 +228,9 @@ class ZmqFrontend(Frontend):
         socket = self._socket
         if socket is not None:  # one synchronous send: replies never interleave
             socket.send([routing_id, b"", *frames])
+
+
+def _failure(code: ErrorCode, message: str, error: BaseException | None = None) -> Failure:
+    """A request's error reply, and its one log line."""
+    request_failed(http_status(code), message, wire_status=code.value, exc_info=error)
+    return Failure(code.value, message)
