@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.resources
 import logging
 import re
 import socket
@@ -297,6 +298,10 @@ class KserveHttpApp:
         reply = _expect(await self.ask(HealthRequest(request.path_arguments[0])), HealthStatus)
         return HttpResponse(200 if reply.ok else 400)
 
+    async def openapi(self, request: HttpRequest) -> HttpResponse:
+        """``GET v2/openapi.json`` (inferd extension): the OpenAPI 3 description of this API."""
+        return json_response(openapi_document())
+
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:
         reply = _expect(await self.ask(ServerMetadataRequest()), ServerMetadata)
         return json_response(codec.encode_server_metadata(reply))
@@ -460,6 +465,12 @@ class KserveHttpApp:
         return await self.dataplane.stream(infer_request)
 
 
+@functools.cache
+def openapi_document() -> bytes:
+    """``inferd/protocols/openapi.json``, read once: the description this frontend serves."""
+    return importlib.resources.files("inferd.protocols").joinpath("openapi.json").read_bytes()
+
+
 def _slices(parts: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """``parts`` with every part over ``WRITE_SLICE_BYTES`` cut into views (no copies)."""
     for part in parts:
@@ -493,6 +504,7 @@ def _expect(reply: Message, kind: type[M]) -> M:
 _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (r"/v2", "metadata", {"GET": KserveHttpApp.server_metadata}),
     (r"/v2/health/(live|ready)", "health", {"GET": KserveHttpApp.health}),
+    (r"/v2/openapi\.json", "metadata", {"GET": KserveHttpApp.openapi}),
     (r"/v2/models/stats", "statistics", {"GET": KserveHttpApp.model_statistics}),
     (_MODEL, "metadata", {"GET": KserveHttpApp.model_metadata}),
     (_MODEL + "/ready", "health", {"GET": KserveHttpApp.model_ready}),
