@@ -195,7 +195,11 @@ class ExecutorPoolActor(Actor):
             "--parent-pid", str(os.getpid()),
             *self._logs.as_arguments(),
         ]
-        executor.ready = anyio.Event()
+        if executor.ready.is_set():
+            # A fresh event only once the last one fired: a load waiting on an unset one (its
+            # executor crashed, or is restarting) must wake at this process's hello, not hang
+            # on an event no process will ever set.
+            executor.ready = anyio.Event()
         executor.logs = self._logs
         # The console, not a log file: the process opens --log-file itself, so it can follow
         # a change of file later.
