@@ -227,7 +227,9 @@ class ExecutorPoolActor(Actor):
         executor.crashes += 1
         backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
         await anyio.sleep(backoff)
-        if executor.retired or self._stopping:  # its model was unloaded meanwhile
+        # Its model was unloaded meanwhile, or unloaded and loaded again, which started a
+        # process already: a second one under the same name would take its messages.
+        if executor.retired or self._stopping or executor.process is not process:
             return
         await self._spawn(executor)
 
