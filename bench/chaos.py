@@ -558,6 +558,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     arguments = parser.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> shows where a run is stuck
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the server on the way out
     deadline = arguments.deadline
     with serving.temporary_folder("inferd-chaos-") as folder:
         repository = reliability_repository.build(folder)
