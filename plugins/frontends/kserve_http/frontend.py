@@ -103,6 +103,7 @@ MAX_CONNECTIONS_CEILING = 16384
 # large request never stalls the event loop that every other request shares.
 OFFLOAD_BYTES = 1 << 20
 BACKLOG = 2048
+KEEP_ALIVE_BY_SWEEP = 24 * 3600
 SHUTTING_DOWN = "server is shutting down"
 JSON = (("content-type", "application/json"),)
 
@@ -568,6 +569,9 @@ class KserveHttpFrontend(Frontend):
                 options.get("http_max_connections")
                 or max(1, min(open_file_limit() // 2, MAX_CONNECTIONS_CEILING))
             ),
+            keep_alive_timeout_secs=float(
+                options.get("http_keep_alive_timeout_secs") or defaults.keep_alive_timeout_secs
+            ),
         )
 
     async def serve(
@@ -582,6 +586,8 @@ class KserveHttpFrontend(Frontend):
             self.app, loop="none", http=protocol, ws="none", lifespan="off",
             interface="asgi3", log_config=None, log_level="warning", access_log=False,
             server_header=False, proxy_headers=False, backlog=BACKLOG,
+            # The sweep closes idle connections (--http-keep-alive-timeout-secs), not uvicorn.
+            timeout_keep_alive=KEEP_ALIVE_BY_SWEEP,
             timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_secs)),
         )
         # startup/main_loop/shutdown rather than serve(): serve() installs its own SIGTERM and
