@@ -556,6 +556,8 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=30.0,
                         help="seconds after which a request without an answer is hung")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep-log", type=Path, default=None,
+                        help="copy the server's log (with its executors') here at the end")
     arguments = parser.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> shows where a run is stuck
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the server on the way out
@@ -601,8 +603,12 @@ def main() -> int:
             if server.process.poll() is not None:
                 print(f"the server died:\n{server.log_tail()}")
                 return 1
-            load_all(base, deadline)
-            verify_serving(base, grpc_address, deadline)
+            try:
+                load_all(base, deadline)
+                verify_serving(base, grpc_address, deadline)
+            except (TimeoutError, Wrong, requests.RequestException,
+                    InferenceServerException) as error:
+                tally.add("control", "hung", f"after the run: {error}")
             warm(base, 5.0, deadline)
             time.sleep(2.0)
             after = footprint(server.process.pid)
@@ -610,6 +616,8 @@ def main() -> int:
             serving.stop_process(server.process, grace=30)
             exit_code = server.process.returncode
             log = server.log.read_text(errors="replace")
+            if arguments.keep_log is not None:
+                arguments.keep_log.write_text(log)
         unexpected = unexpected_exits(log, chaos.killed)
         fine = print_report(tally, chaos.actions, before, after, seconds, exit_code, unexpected)
         return 0 if fine else 1
