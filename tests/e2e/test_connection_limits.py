@@ -176,19 +176,21 @@ def test_out_of_descriptors_refuses_connections_then_serves_again(inferd: Any) -
         while psutil.Process(pid).num_fds() < limit - 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert psutil.Process(pid).num_fds() >= limit - 2, "the descriptors never ran out"
-        # Out of descriptors, a new client is refused or closed, not left hanging for ever.
-        client = httpclient.InferenceServerClient(
-            server.http_url, connection_timeout=3, network_timeout=3)
-        started = time.monotonic()
-        try:
-            client.is_server_live()
-            refused = False
-        except Exception:  # noqa: BLE001 - any refusal: reset, close, timeout
-            refused = True
-        finally:
-            client.close()
-        assert refused, "served without a descriptor to spare"
-        assert time.monotonic() - started < 10
+        # Out of descriptors, new clients are refused or closed, never left hanging; one
+        # may slip in when a descriptor frees up for a moment.
+        refused = 0
+        for _ in range(5):
+            client = httpclient.InferenceServerClient(
+                server.http_url, connection_timeout=3, network_timeout=3)
+            started = time.monotonic()
+            try:
+                client.is_server_live()
+            except Exception:  # noqa: BLE001 - any refusal: reset, close, timeout
+                refused += 1
+            finally:
+                client.close()
+            assert time.monotonic() - started < 10, "a client was left hanging"
+        assert refused >= 3, f"only {refused} of 5 clients were refused: descriptors to spare"
         assert server.process.poll() is None
     finally:
         for sock in held:
