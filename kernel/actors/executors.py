@@ -199,7 +199,11 @@ class ExecutorPoolActor(Actor):
             "--parent-pid", str(os.getpid()),
             *self._logs.as_arguments(),
         ]
-        executor.ready = anyio.Event()
+        if executor.ready.is_set():
+            # A fresh event only once the last one fired: a load waiting on an unset one (its
+            # executor crashed, or is restarting) must wake at this process's hello, not hang
+            # on an event no process will ever set.
+            executor.ready = anyio.Event()
         executor.logs = self._logs
         # The console, not a log file: the process opens --log-file itself, so it can follow
         # a change of file later.
@@ -228,7 +232,9 @@ class ExecutorPoolActor(Actor):
         executor.restarts += 1
         backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
         await anyio.sleep(backoff)
-        if executor.retired or self._stopping:  # its model was unloaded meanwhile
+        # Its model was unloaded meanwhile, or unloaded and loaded again, which started a
+        # process already: a second one under the same name would take its messages.
+        if executor.retired or self._stopping or executor.process is not process:
             return
         await self._spawn(executor)
 

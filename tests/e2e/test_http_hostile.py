@@ -37,6 +37,7 @@ def server(module_inferd: Any) -> ServerHandle:
         module_inferd.repository("simple", "identity_fp32"),
         "--http-header-timeout-secs", str(TIMEOUT_SECS),
         "--http-body-timeout-secs", str(TIMEOUT_SECS),
+        "--http-keep-alive-timeout-secs", str(TIMEOUT_SECS),
     )
 
 
@@ -44,7 +45,8 @@ def server(module_inferd: Any) -> ServerHandle:
 def capped(module_inferd: Any) -> ServerHandle:
     return module_inferd.start(
         module_inferd.repository("simple"),
-        "--http-header-timeout-secs", "60", f"--http-max-connections={CAP}",
+        "--http-header-timeout-secs", "60", "--http-keep-alive-timeout-secs", "60",
+        f"--http-max-connections={CAP}",
     )
 
 
@@ -119,7 +121,7 @@ def assert_serves(server: ServerHandle) -> None:
 # ------------------------------------------------------------------ point 5: slow clients
 
 
-def test_an_idle_connection_is_closed_after_the_header_timeout(server: ServerHandle) -> None:
+def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(server: ServerHandle) -> None:
     with connect(server) as sock:
         started = time.monotonic()
         data, state = read_until_closed(sock)
@@ -180,10 +182,35 @@ def test_the_open_file_limit_is_raised_to_the_hard_limit(server: ServerHandle) -
     assert soft == hard or int(soft) >= 1 << 20
 
 
-def test_connections_past_the_cap_get_503_and_the_rest_keep_serving(
+def test_at_the_cap_a_new_connection_replaces_the_longest_idle_one(
     capped: ServerHandle,
 ) -> None:
+    held = []
+    try:
+        for _ in range(CAP):
+            held.append(connect(capped))
+            time.sleep(0.02)  # in order: the first is the longest idle
+        with connect(capped) as newcomer:
+            newcomer.sendall(infer_request())
+            assert newcomer.recv(1 << 16).startswith(b"HTTP/1.1 200 ")
+        data, state = read_until_closed(held[0])
+        assert (data, state) == (b"", "closed")
+        for sock in held[-3:]:  # the others are untouched
+            sock.sendall(infer_request())
+            sock.settimeout(WAIT_SECS)
+            assert sock.recv(1 << 16).startswith(b"HTTP/1.1 200 ")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_connections_past_the_cap_of_busy_ones_get_503_and_the_rest_keep_serving(
+    capped: ServerHandle,
+) -> None:
+    # Every connection is receiving a request body (a request in flight): none can go.
     held = [connect(capped) for _ in range(CAP)]
+    for sock in held:
+        sock.sendall(infer_request()[:-10])
     try:
         with connect(capped) as excess:
             data, state = read_until_closed(excess)
@@ -204,7 +231,7 @@ def test_connections_past_the_cap_get_503_and_the_rest_keep_serving(
             assert response.status == 200
             assert b"nv_inference_request_success" in response.read()
         for sock in held[:3]:  # connections inside the cap are served as usual
-            sock.sendall(infer_request())
+            sock.sendall(infer_request()[-10:])
             sock.settimeout(WAIT_SECS)
             assert sock.recv(1 << 16).startswith(b"HTTP/1.1 200 ")
     finally:

@@ -1,5 +1,6 @@
 """Hook module of the KServe v2 gRPC frontend: registers it and its options
-(``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``, and
+(``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``, the connection
+timeouts ``--grpc-handshake-timeout-secs`` and ``--grpc-max-connection-idle-secs``, and
 tritonserver's TLS flags ``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
 ``--grpc-server-key``, ``--grpc-root-cert``), and imports nothing else.
 
@@ -14,12 +15,17 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean, byte_count
+from inferd.kernel.options import add_boolean, byte_count, positive_seconds
 from inferd.protocols.restrictions import parse_restriction
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 # gRPC holds its message size limits in a C int.
 LARGEST_MAX_INPUT_SIZE = 2**31 - 1
+# As the HTTP frontend's head timeout: the set-up of a connection is a few round trips.
+DEFAULT_HANDSHAKE_TIMEOUT_SECS = 10.0
+# gRPC clients keep channels open between calls and reconnect after a GOAWAY on their own, so
+# an idle connection may stay a while; past this it only holds a descriptor.
+DEFAULT_MAX_CONNECTION_IDLE_SECS = 300.0
 
 
 @hookimpl
@@ -42,6 +48,18 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_INPUT_SIZE, metavar="BYTES",
         help="largest gRPC request message, refused with RESOURCE_EXHAUSTED before it is "
         f"read whole, and largest input tensor (default {DEFAULT_MAX_INPUT_SIZE})",
+    )
+    group.add_argument(
+        "--grpc-handshake-timeout-secs", type=positive_seconds,
+        default=DEFAULT_HANDSHAKE_TIMEOUT_SECS, metavar="SECS",
+        help="close a connection whose HTTP/2 (and TLS) set-up has not completed after this "
+        f"long (default {DEFAULT_HANDSHAKE_TIMEOUT_SECS:g})",
+    )
+    group.add_argument(
+        "--grpc-max-connection-idle-secs", type=positive_seconds,
+        default=DEFAULT_MAX_CONNECTION_IDLE_SECS, metavar="SECS",
+        help="close (GOAWAY) a connection without a call in flight for this long; clients "
+        f"reconnect on their next call (default {DEFAULT_MAX_CONNECTION_IDLE_SECS:g})",
     )
     group.add_argument(
         "--grpc-restricted-protocol", action="append", default=[], type=parse_restriction,

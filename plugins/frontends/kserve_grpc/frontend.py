@@ -49,6 +49,10 @@ from inferd.protocols.restrictions import (
     restrictions,
 )
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
+from inferd.plugins.frontends.kserve_grpc import (
+    DEFAULT_HANDSHAKE_TIMEOUT_SECS,
+    DEFAULT_MAX_CONNECTION_IDLE_SECS,
+)
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     InferdError,
@@ -96,9 +100,19 @@ SHUTTING_DOWN = "server is shutting down"
 LARGE_MESSAGE_BYTES = 16 * 2**20
 
 
-def server_options(max_input_size: int) -> Sequence[tuple[str, Any]]:
-    """The ``grpc.aio.server`` options for requests of at most ``max_input_size`` bytes."""
+def server_options(
+    max_input_size: int,
+    handshake_timeout_secs: float = DEFAULT_HANDSHAKE_TIMEOUT_SECS,
+    max_connection_idle_secs: float = DEFAULT_MAX_CONNECTION_IDLE_SECS,
+) -> Sequence[tuple[str, Any]]:
+    """The ``grpc.aio.server`` options for requests of at most ``max_input_size`` bytes and
+    connections that must be set up within ``handshake_timeout_secs`` and are closed (GOAWAY;
+    clients reconnect on their next call) after ``max_connection_idle_secs`` without a call."""
     return (
+        # A connection that never completes its HTTP/2 (and TLS) set-up holds a descriptor;
+        # gRPC's own default waits two minutes.
+        ("grpc.server_handshake_timeout_ms", int(handshake_timeout_secs * 1000)),
+        ("grpc.max_connection_idle_ms", int(max_connection_idle_secs * 1000)),
         # Replies carry the model's outputs, whose size the client chose by its inputs.
         ("grpc.max_send_message_length", -1),
         # gRPC refuses a larger request from its length prefix, with RESOURCE_EXHAUSTED,
@@ -141,8 +155,16 @@ class KserveGrpcFrontend(Frontend):
     ) -> None:
         # grpc.aio binds the server to the event loop running when it is created.
         interceptors = [_Restricted(self.restricted)] if self.restricted else []
-        server = grpc.aio.server(options=server_options(self.max_input_size),
-                                 interceptors=interceptors)
+        options = self.settings.options
+        server = grpc.aio.server(
+            options=server_options(
+                self.max_input_size,
+                float(options.get("grpc_handshake_timeout_secs")
+                      or DEFAULT_HANDSHAKE_TIMEOUT_SECS),
+                float(options.get("grpc_max_connection_idle_secs")
+                      or DEFAULT_MAX_CONNECTION_IDLE_SECS),
+            ),
+            interceptors=interceptors)
         server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))
         try:
             address = self._bind(server)

@@ -24,6 +24,9 @@ from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 # --http-max-input-size) and for a client to read the next piece of a response.
 DEFAULT_HEADER_TIMEOUT_SECS = 10.0
 DEFAULT_BODY_TIMEOUT_SECS = 30.0
+# uvicorn's own default: an idle keep-alive connection costs a descriptor and a little memory;
+# clients reconnect cheaply (tritonclient keeps its pool warm while it sends).
+DEFAULT_KEEP_ALIVE_TIMEOUT_SECS = 5.0
 
 
 @hookimpl
@@ -62,6 +65,12 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_BODY_TIMEOUT_SECS:g})",
     )
     group.add_argument(
+        "--http-keep-alive-timeout-secs", type=positive_seconds,
+        default=DEFAULT_KEEP_ALIVE_TIMEOUT_SECS, metavar="SECS",
+        help="close a connection that begins no request for this long after its opening or "
+        f"the previous response (default {DEFAULT_KEEP_ALIVE_TIMEOUT_SECS:g})",
+    )
+    group.add_argument(
         "--http-restricted-api", action="append", default=[], type=parse_restriction,
         metavar="GROUPS:KEY=VALUE",
         help="answer the API groups (health, metadata, inference, shared-memory, "
@@ -70,8 +79,9 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--http-max-connections", type=positive_count, default=None, metavar="N",
-        help="most open HTTP connections; more are answered 503 and closed (default half the "
-        "open-file limit, at most 16384)",
+        help="most open HTTP connections; at the cap a new one replaces the one waiting "
+        "longest without a request in flight, or, if every one has one, is answered 503 and "
+        "closed (default half the open-file limit, at most 16384)",
     )
     group.add_argument(
         "--http-ssl-certfile", default="", metavar="PATH",

@@ -1,8 +1,9 @@
 """The HTTP connection under the KServe frontend: uvicorn's httptools protocol, guarded against
 clients that are slow, silent, too many, or send what does not parse.
 
-Owns what one connection may take of the server (``HttpLimits``: the head size, the head and
-body timeouts, the time a client may leave a response unread, the connection cap) and one
+Owns what one connection may take of the server (``HttpLimits``: the head size, the head,
+body and keep-alive timeouts, the time a client may leave a response unread, the connection
+cap, and which connection makes room for a new one at the cap) and one
 periodic sweep per server that enforces the deadlines, so no timer is armed per request, and
 the coalescing of a response's writes into one system call. It knows nothing of routes,
 bodies or models: the ASGI app in ``frontend`` does.
@@ -20,6 +21,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from inferd.plugins.frontends.kserve_http import (
     DEFAULT_BODY_TIMEOUT_SECS,
     DEFAULT_HEADER_TIMEOUT_SECS,
+    DEFAULT_KEEP_ALIVE_TIMEOUT_SECS,
 )
 from inferd.protocols import kserve_http as codec
 
@@ -33,18 +35,22 @@ class _HeadTooLarge(Exception):
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
-    """What one connection may take of the server: time for a head and for each next piece
-    of a body or of a response the client reads, and how many connections may be open."""
+    """What one connection may take of the server: time for a head, for each next piece of a
+    body or of a response the client reads, and without any request, and how many
+    connections may be open."""
 
     header_timeout_secs: float = DEFAULT_HEADER_TIMEOUT_SECS
     body_timeout_secs: float = DEFAULT_BODY_TIMEOUT_SECS
     max_connections: int = 1024
+    keep_alive_timeout_secs: float = DEFAULT_KEEP_ALIVE_TIMEOUT_SECS
 
     @property
     def sweep_interval_secs(self) -> float:
         # Deadlines are checked by one periodic sweep per server rather than a timer per
         # request, so a timeout fires up to this much late.
-        return min(1.0, max(0.05, min(self.header_timeout_secs, self.body_timeout_secs) / 4))
+        shortest = min(self.header_timeout_secs, self.body_timeout_secs,
+                       self.keep_alive_timeout_secs)
+        return min(1.0, max(0.05, shortest / 4))
 
 
 def _close_response(status: int, message: str) -> bytes:
@@ -112,12 +118,16 @@ class GuardedHttpProtocol(HttpToolsProtocol):
       head over ``MAX_HEAD_BYTES`` gets a 400. A head that completes is measured exactly; one
       still arriving is counted chunk by chunk (from the chunk after the one it began in, whose
       offset the parser does not tell), so at most one chunk more than the limit is buffered.
-    * Time is bounded (``HttpLimits``, checked by ``ConnectionSweeper``): a head must complete
-      within the header timeout of the connection opening or the previous response (408 if
-      part of one came, a silent close if none did), each next piece of a body must come
-      within the body timeout (408), and a client whose unread response fills the write
-      buffer for longer than the body timeout is dropped.
-    * Past ``max_connections`` a new connection is answered 503 at once and closed.
+    * Time is bounded (``HttpLimits``, checked by ``ConnectionSweeper``): a connection that
+      begins no request is closed (silently) after the keep-alive timeout from its opening
+      or the previous response, a head must complete within the header timeout of the same
+      moment (else 408), each next piece of a body must come within the body timeout (408),
+      and a client whose unread response fills the write buffer for longer than the body
+      timeout is dropped.
+    * At ``max_connections`` a new connection takes the place of the one that has waited
+      longest without a request being answered (idle, or still sending its head), so idle
+      or slow clients never lock others out; only when every connection has a request in
+      flight is the new one answered 503 at once and closed.
     * A parse error after complete requests (garbage, or an invalid pipelined request) is
       answered 400 only once those requests are answered, in order; uvicorn closes at once.
     * A client that half-closes after a complete request still gets its answer: uvicorn lets
@@ -141,7 +151,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     # ---------------------------------------------------------------- connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if len(self.connections) >= self.limits.max_connections:
+        if len(self.connections) >= self.limits.max_connections and not self._make_room():
             # Refused before uvicorn counts or sets it up; connection_lost only needs these.
             self.transport = transport
             self._refusal = b""
@@ -153,6 +163,31 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         super().connection_made(CoalescedTransport(transport, self.loop))  # type: ignore[arg-type]
         self._idle_since = self.loop.time()
+
+    def _make_room(self) -> bool:
+        """Close the connection that has waited longest without a request in flight (idle or
+        in its head); False if every open connection is answering a request."""
+        waiting = [c for c in self.connections
+                   if isinstance(c, GuardedHttpProtocol) and c.waiting_for_client()]
+        if not waiting:
+            return False
+        oldest = min(waiting, key=lambda c: c._idle_since)
+        self.connections.discard(oldest)  # counted out now: its close completes later
+        if oldest._in_head:
+            oldest._expire(f"the server has its maximum of {self.limits.max_connections} HTTP "
+                           "connections open and closed this one, whose request head was "
+                           "incomplete, for a new one (--http-max-connections)")
+        else:
+            oldest.transport.close()
+        return True
+
+    def waiting_for_client(self) -> bool:
+        """Open, no request being answered, nothing refused: idle or receiving a head."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._refusal is not None:
+            return False
+        cycle = self.cycle
+        return not self.pipeline and (cycle is None or cycle.response_complete)
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
         cycle = self.cycle
@@ -273,12 +308,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 self._expire(f"no request body bytes arrived for {limits.body_timeout_secs:g} s "
                              "(--http-body-timeout-secs)")
             return
-        if now - self._idle_since > limits.header_timeout_secs:
-            if self._in_head:
+        waited = now - self._idle_since
+        if self._in_head:
+            if waited > limits.header_timeout_secs:
                 self._expire(f"the request head did not complete within "
                              f"{limits.header_timeout_secs:g} s (--http-header-timeout-secs)")
-            else:
-                transport.close()
+        elif waited > limits.keep_alive_timeout_secs:
+            transport.close()
 
     def _expire(self, message: str) -> None:
         self._refusal = b""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.resources
 import logging
 import re
 import socket
@@ -107,6 +108,7 @@ MAX_CONNECTIONS_CEILING = 16384
 # large request never stalls the event loop that every other request shares.
 OFFLOAD_BYTES = 1 << 20
 BACKLOG = 2048
+KEEP_ALIVE_BY_SWEEP = 24 * 3600
 SHUTTING_DOWN = "server is shutting down"
 JSON = (("content-type", "application/json"),)
 
@@ -316,6 +318,10 @@ class KserveHttpApp:
         reply = _expect(await self.ask(HealthRequest(request.path_arguments[0])), HealthStatus)
         return HttpResponse(200 if reply.ok else 400)
 
+    async def openapi(self, request: HttpRequest) -> HttpResponse:
+        """``GET v2/openapi.json`` (inferd extension): the OpenAPI 3 description of this API."""
+        return json_response(openapi_document())
+
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:
         reply = _expect(await self.ask(ServerMetadataRequest()), ServerMetadata)
         return json_response(codec.encode_server_metadata(reply))
@@ -485,6 +491,12 @@ class KserveHttpApp:
         return await self.dataplane.stream(infer_request)
 
 
+@functools.cache
+def openapi_document() -> bytes:
+    """``inferd/protocols/openapi.json``, read once: the description this frontend serves."""
+    return importlib.resources.files("inferd.protocols").joinpath("openapi.json").read_bytes()
+
+
 def _slices(parts: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """``parts`` with every part over ``WRITE_SLICE_BYTES`` cut into views (no copies)."""
     for part in parts:
@@ -520,6 +532,7 @@ def _expect(reply: Message, kind: type[M]) -> M:
 _ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (r"/v2", "metadata", {"GET": KserveHttpApp.server_metadata}),
     (r"/v2/health/(live|ready)", "health", {"GET": KserveHttpApp.health}),
+    (r"/v2/openapi\.json", "metadata", {"GET": KserveHttpApp.openapi}),
     (r"/v2/models/stats", "statistics", {"GET": KserveHttpApp.model_statistics}),
     (_MODEL, "metadata", {"GET": KserveHttpApp.model_metadata}),
     (_MODEL + "/ready", "health", {"GET": KserveHttpApp.model_ready}),
@@ -584,6 +597,9 @@ class KserveHttpFrontend(Frontend):
                 options.get("http_max_connections")
                 or max(1, min(open_file_limit() // 2, MAX_CONNECTIONS_CEILING))
             ),
+            keep_alive_timeout_secs=float(
+                options.get("http_keep_alive_timeout_secs") or defaults.keep_alive_timeout_secs
+            ),
         )
 
     async def serve(
@@ -598,6 +614,8 @@ class KserveHttpFrontend(Frontend):
             self.app, loop="none", http=protocol, ws="none", lifespan="off",
             interface="asgi3", log_config=None, log_level="warning", access_log=False,
             server_header=False, proxy_headers=False, backlog=BACKLOG,
+            # The sweep closes idle connections (--http-keep-alive-timeout-secs), not uvicorn.
+            timeout_keep_alive=KEEP_ALIVE_BY_SWEEP,
             timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_secs)),
         )
         # startup/main_loop/shutdown rather than serve(): serve() installs its own SIGTERM and
