@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inferd.kernel.options import TRUE_WORDS, FALSE_WORDS
+from inferd.kernel.options import boolean_word
 
 LOCAL = "local"
 REDIS = "redis"
@@ -46,11 +46,10 @@ def _port(text: str) -> int:
 
 
 def _boolean(text: str) -> bool:
-    if text.lower() in TRUE_WORDS:
-        return True
-    if text.lower() in FALSE_WORDS:
-        return False
-    raise ValueError("expected true or false")
+    value: bool | None = boolean_word(text)
+    if value is None:
+        raise ValueError("expected true or false")
+    return value
 
 
 def _text(text: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from inferd.kernel.check import CheckReport, ModelReport, check_repository, config_text
+from inferd.kernel.options import backend_setting
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import format_table
 
@@ -37,15 +38,11 @@ def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "t
             problem = "is not a directory" if os.path.exists(root) else "does not exist"
             print(f"inferd check: {root}: the model repository {problem}", file=sys.stderr)
             return EXIT_USAGE
-    settings = []
-    for text in backend_config:
-        scope, _, assignment = text.rpartition(",")
-        setting, equals, value = assignment.partition("=")
-        if not equals or not setting.strip():
-            print(f"inferd check: --backend-config={text}: expected [backend,]setting=value",
-                  file=sys.stderr)
-            return EXIT_USAGE
-        settings.append((scope.strip(), setting.strip(), value.strip()))
+    try:
+        settings = [backend_setting(text) for text in backend_config]
+    except ValueError as error:
+        print(f"inferd check: {error}", file=sys.stderr)
+        return EXIT_USAGE
     report = check_repository(
         roots, plugins.backends(), auto_complete=auto_complete, config_name=config_name,
         options={"backend_config": tuple(settings),

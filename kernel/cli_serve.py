@@ -9,8 +9,8 @@ entry point (``inferd.kernel.cli``) hands ``serve`` here before any client modul
 from __future__ import annotations
 
 import argparse
-import os
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -19,7 +19,7 @@ import anyio
 from inferd.kernel.cache_config import CacheConfig, CacheConfigError, parse_cache_config
 from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
-from inferd.kernel.options import add_boolean, byte_count
+from inferd.kernel.options import add_boolean, backend_setting, byte_count
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.server import StartupFailed, serve
 from inferd.kernel.settings import Settings
@@ -175,12 +175,11 @@ def _cache(args: argparse.Namespace) -> CacheConfig | None:
 
 
 def _backend_setting(text: str) -> tuple[str, str, str]:
-    """``--backend-config``'s ``[backend,]setting=value`` as (backend, setting, value)."""
-    scope, _, assignment = text.rpartition(",")
-    setting, equals, value = assignment.partition("=")
-    if not equals or not setting.strip():
-        raise StartupFailed(f"--backend-config={text}: expected [backend,]setting=value")
-    return scope.strip(), setting.strip(), value.strip()
+    try:
+        setting: tuple[str, str, str] = backend_setting(text)
+        return setting
+    except ValueError as error:
+        raise StartupFailed(str(error)) from None
 
 
 def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) -> None:

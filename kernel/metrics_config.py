@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.kernel.options import boolean_word
+
 Quantiles = tuple[tuple[float, float], ...]
 DEFAULT_QUANTILES: Quantiles = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001),
                                 (0.999, 0.001))
@@ -40,12 +42,10 @@ def _format_error(text: str) -> ValueError:
 
 
 def _boolean(text: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "on", "yes"):
-        return True
-    if lowered in ("false", "0", "off", "no"):
-        return False
-    raise ValueError(f"--metrics-config {text}: expected true or false, got '{value}'")
+    word: bool | None = boolean_word(value)
+    if word is None:
+        raise ValueError(f"--metrics-config {text}: expected true or false, got '{value}'")
+    return word
 
 
 def parse_quantiles(text: str, value: str) -> Quantiles:

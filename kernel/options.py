@@ -15,13 +15,21 @@ TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 
-def parse_boolean(text: str) -> bool:
+def boolean_word(text: str) -> bool | None:
+    """``text`` read as one of tritonserver's boolean words (any case), or None."""
     word = text.strip().lower()
     if word in TRUE_WORDS:
         return True
     if word in FALSE_WORDS:
         return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return None
+
+
+def parse_boolean(text: str) -> bool:
+    value = boolean_word(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
 
 
 def add_boolean(parser: Any, name: str, default: bool, help: str) -> None:
@@ -62,3 +70,13 @@ def positive_count(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def backend_setting(text: str) -> tuple[str, str, str]:
+    """``--backend-config``'s ``[backend,]setting=value`` as (backend, setting, value);
+    ``ValueError`` saying the expected form otherwise."""
+    scope, _, assignment = text.rpartition(",")
+    setting, equals, value = assignment.partition("=")
+    if not equals or not setting.strip():
+        raise ValueError(f"--backend-config={text}: expected [backend,]setting=value")
+    return scope.strip(), setting.strip(), value.strip()
