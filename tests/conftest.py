@@ -1,9 +1,12 @@
-"""Fixtures every test folder may use: real Redis servers (Debian's ``redis-server``) on free
-loopback ports, for the redis response cache.
+"""Fixtures every test folder may use: real services on free loopback ports. Redis servers
+(Debian's ``redis-server``) for the redis response cache, and an S3-compatible server (moto in
+server mode, its own process) for remote model repositories.
 
 ``redis_servers`` (one per module) starts servers on demand (``redis_servers.start()``) with
 no persistence (``--save '' --appendonly no``), waits (bounded) until each answers PING, and
-kills them at teardown. Without ``redis-server`` on the PATH the tests that need it are skipped,
+kills them at teardown. ``s3_server`` (one per module) is one moto server with fake credentials;
+``s3_server.upload(folder, "bucket/prefix")`` copies a local folder into a bucket, and
+``s3_server.env`` holds the AWS variables a server under test reads. Without ``redis-server`` on the PATH the tests that need it are skipped,
 except under CI (the environment variable ``CI`` set), where they fail: a missing install must
 never pass as green.
 """
@@ -15,10 +18,12 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,3 +110,83 @@ def redis_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
     servers = RedisServers(tmp_path_factory.mktemp("redis"))
     yield servers
     servers.stop_all()
+
+
+S3_START_TIMEOUT_SECS = 30.0
+S3_ACCESS_KEY = "testing-access-key"
+S3_SECRET_KEY = "testing-secret-key"
+S3_REGION = "us-east-1"
+
+
+def s3_answers(port: int, timeout: float = 1.0) -> bool:
+    """Whether an HTTP server on ``port`` answers (moto's root lists the buckets)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+            connection.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return connection.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False
+
+
+class S3Server:
+    """One moto server process on loopback, speaking S3 at ``endpoint``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log_path = folder / f"moto-{self.port}.log"
+        # What a server under test (or its AWS SDK) reads; never real credentials.
+        self.env = {
+            "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            "AWS_DEFAULT_REGION": S3_REGION,
+        }
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + S3_START_TIMEOUT_SECS
+        while not s3_answers(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"moto server did not start on port {self.port}:\n"
+                            f"{self.log_path.read_text(errors='replace')}")
+            time.sleep(0.1)
+
+    def url(self, path: str) -> str:
+        """Triton's custom-endpoint form of ``bucket/prefix``: ``s3://host:port/bucket/prefix``."""
+        return f"s3://127.0.0.1:{self.port}/{path.strip('/')}"
+
+    def client(self) -> Any:
+        """A boto3 S3 client on this server (to arrange and change what a test reads)."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=S3_REGION,
+                            aws_access_key_id=S3_ACCESS_KEY,
+                            aws_secret_access_key=S3_SECRET_KEY)
+
+    def upload(self, folder: Path, path: str) -> None:
+        """Every file under ``folder`` into ``bucket/prefix`` (the bucket made when missing)."""
+        bucket, _, prefix = path.strip("/").partition("/")
+        client = self.client()
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+            client.create_bucket(Bucket=bucket)
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            key = "/".join(filter(None, (prefix, file.relative_to(folder).as_posix())))
+            client.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
