@@ -35,6 +35,15 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
                         default=defaults.model_control_mode)
     models.add_argument("--load-model", action="append", dest="load_models", default=[],
                         metavar="NAME", help="with explicit mode: load at start-up ('*' = all)")
+    models.add_argument("--model-control-state", default="", metavar="PATH-or-URL",
+                        help="inferd: with explicit mode, the desired-state record replicas "
+                             "share (a path or s3://[host:port/]bucket/key): API loads and "
+                             "unloads are written to it, and it is applied at start-up and "
+                             "followed while running")
+    models.add_argument("--model-control-state-poll-secs", type=float,
+                        default=defaults.model_control_state_poll_secs, metavar="SECONDS",
+                        help="how often a replica re-reads --model-control-state (0: only at "
+                             "start-up)")
     models.add_argument("--repository-poll-secs", type=float, default=defaults.repository_poll_secs)
     models.add_argument("--model-load-timeout-secs", type=float,
                         default=defaults.model_load_timeout_secs)
@@ -118,6 +127,11 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         raise StartupFailed(
             "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
         )
+    if args.model_control_state and args.model_control_mode != "explicit":
+        raise StartupFailed("Use of '--model-control-state' requires setting "
+                            "'--model-control-mode=explicit' as well.")
+    if args.model_control_state_poll_secs < 0:
+        raise StartupFailed("--model-control-state-poll-secs must be 0 or more")
     if "*" in load_models and len(load_models) > 1:
         raise StartupFailed(
             "Wildcard model name '*' must be the ONLY startup model if specified at all."
@@ -164,6 +178,8 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         model_config_name=args.model_config_name,
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
         cache=_cache(args),
+        model_control_state=args.model_control_state,
+        model_control_state_poll_secs=args.model_control_state_poll_secs,
     )
 
 
@@ -211,7 +227,7 @@ _SERVE_FIELDS = {
     "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",
     "response_cache_byte_size", "cache_directory",
     "log_warning", "log_error", "log_format", "log_file", "allow_sagemaker", "allow_vertex_ai",
-    "allow_log_file_updates",
+    "allow_log_file_updates", "model_control_state", "model_control_state_poll_secs",
 }
 # The --backend-config settings inferd's backends read (inferd.kernel.config_completion).
 USED_BACKEND_SETTINGS = ("default-max-batch-size",)

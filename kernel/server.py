@@ -17,6 +17,7 @@ import signal
 from collections.abc import Sequence
 
 import anyio
+import anyio.to_thread
 import zmq
 
 from inferd.kernel import link_memory
@@ -24,6 +25,7 @@ from inferd.kernel.actors.control import ControlActor
 from inferd.kernel.actors.executors import ExecutorPoolActor
 from inferd.kernel.actors.repository import RepositoryActor
 from inferd.kernel.actors.scheduler import SchedulerActor
+from inferd.kernel.control_state import Record, RecordError, Store, open_store
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.metrics_config import metrics_config_from_options
@@ -74,6 +76,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     except ValueError as error:
         raise StartupFailed(str(error)) from None
     backends = plugins.backends()
+    state = await _read_control_state(settings)  # a bad record starts nothing
     cache = await _open_cache(settings)  # first: a Redis that does not answer leaves nothing
     router = Router("main")
     context = zmq.Context()
@@ -95,7 +98,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
-    control = ControlActor(router, settings, run_folder / OVERRIDES)
+    control = ControlActor(router, settings, run_folder / OVERRIDES, state)
     dataplane = DataPlane(router, EXTENSIONS, tracer=tracer)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -126,6 +129,21 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         context.term()
         shutil.rmtree(run_folder, ignore_errors=True)
         link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
+
+
+async def _read_control_state(settings: Settings) -> tuple[Store, tuple[Record, str | None]] | None:
+    """``--model-control-state``'s store and its record now; one that cannot be read (or
+    parsed, or that a newer inferd wrote) fails the start rather than starting empty."""
+    if not settings.model_control_state:
+        return None
+    try:
+        store = open_store(settings.model_control_state)
+        record = await anyio.to_thread.run_sync(store.read)
+    except RecordError as error:
+        raise StartupFailed(f"--model-control-state {error}") from None
+    log.info("desired-state record %s: generation %d, %d model(s)", store.where,
+             record[0].generation, len(record[0].models))
+    return store, record
 
 
 async def _open_cache(settings: Settings) -> ResponseCache | None:

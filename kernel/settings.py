@@ -50,3 +50,7 @@ class Settings:
     backend_config: tuple[tuple[str, str, str], ...] = ()
     # --cache-config: the server's response cache, None for none (inferd.kernel.cache_config).
     cache: CacheConfig | None = None
+    # --model-control-state: the desired-state record replicas share (path or s3:// URL, ""
+    # for none), re-read every --model-control-state-poll-secs (0: only at start-up).
+    model_control_state: str = ""
+    model_control_state_poll_secs: float = 5.0

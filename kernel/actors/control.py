@@ -26,10 +26,12 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
+from inferd.kernel.actors.control_desired import DesiredStateControl
 from inferd.kernel.actors.control_ensembles import EnsembleControl
 from inferd.kernel.catalog_listing import tensor_specs
 from inferd.kernel.classification import read_labels
 from inferd.kernel.config_support import check_supported
+from inferd.kernel.control_state import Record, Store
 from inferd.kernel.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import executor_isolated, validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
@@ -130,11 +132,16 @@ class _Model:
         return any(v.state == State.READY for v in self.versions.values())
 
 
-class ControlActor(EnsembleControl, Actor):
+class ControlActor(DesiredStateControl, EnsembleControl, Actor):
     address = "control"
 
-    def __init__(self, router: Router, settings: Settings, override_root: str | Path) -> None:
+    def __init__(
+        self, router: Router, settings: Settings, override_root: str | Path,
+        state: tuple[Store, tuple[Record, str | None]] | None = None,
+    ) -> None:
         super().__init__(router)
+        # --model-control-state: its store and the record read at start-up (control_desired).
+        self._init_desired(*(state or (None, (Record(), None))))
         self._settings = settings
         self._override_root = override_root  # where loads with files write their folders
         self._models: dict[str, _Model] = {}
@@ -182,6 +189,7 @@ class ControlActor(EnsembleControl, Actor):
         async with anyio.create_task_group() as tasks:
             for name in names:
                 tasks.start_soon(load, name)
+        await self._apply_start_record({name for name in names if name not in failures})
         self._started = True
         if mode == "poll":
             self.spawn(self._poll_forever)
@@ -192,19 +200,24 @@ class ControlActor(EnsembleControl, Actor):
     async def on_load_request(self, request: LoadRequest, envelope: Envelope) -> Ack:
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
-        try:
-            await self._load(request.model, request.config, request.files)
-        except InferdError as error:
-            raise _failed_to_load(request.model, error) from None
-        self._dependencies.mark_requested(request.model)
-        self._required.add(request.model)
+        async with self._recording(request.model):  # --model-control-state's write follows
+            try:
+                await self._load(request.model, request.config, request.files)
+            except InferdError as error:
+                raise _failed_to_load(request.model, error) from None
+            self._dependencies.mark_requested(request.model)
+            self._required.add(request.model)
+            await self._record_load(request.model, request.config, request.files)
         return Ack()
 
     async def on_unload_request(self, request: UnloadRequest, envelope: Envelope) -> Ack:
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
         self._required.discard(request.model)
-        await self._unload_with_dependents(request.model, request.unload_dependents)
+        async with self._recording(request.model):
+            unloaded = await self._unload_with_dependents(request.model,
+                                                          request.unload_dependents)
+            await self._record_unload(request.model, unloaded)
         return Ack()
 
     async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:

@@ -213,9 +213,10 @@ class EnsembleControl:
 
     # ------------------------------------------------------------------ unload API
 
-    async def _unload_with_dependents(self, name: str, unload_dependents: bool) -> None:
+    async def _unload_with_dependents(self, name: str, unload_dependents: bool) -> list[str]:
         """Unload ``name``; with ``unload_dependents``, then also the composing models its
-        load brought in that no other loaded ensemble uses (nested ensembles first)."""
+        load brought in that no other loaded ensemble uses (nested ensembles first). The
+        names unloaded, ``name`` first."""
         candidates = self._dependencies.unload_candidates(name) if unload_dependents else []
         self._dependencies.forget_model(name)
         await self._unload(name)
@@ -223,3 +224,4 @@ class EnsembleControl:
             self._required.discard(composing)
             self._dependencies.forget_model(composing)
             await self._unload(composing, cause=f"unload_dependents of ensemble '{name}'")
+        return [name, *candidates]

@@ -1,0 +1,194 @@
+"""Control's part in ``--model-control-state`` (an inferd extension), mixed into
+``ControlActor``: replicas in EXPLICIT mode that agree on what is loaded.
+
+Owns what the desired-state record (``inferd.kernel.control_state``) means to a replica:
+every successful load and unload of the repository API is written to it (a load that matches
+it writes nothing); at start-up, after ``--load-model``, each model it names is loaded with its
+overrides (one that fails shows in the index and stops nothing, whatever ``--exit-on-error``
+says: one bad entry must not crash-loop every replica); and while running the replica follows
+it, re-reading it every ``--model-control-state-poll-secs`` (a stat or a HEAD when nothing
+changed) and converging: loading what another replica added or changed, unloading what it
+removed. The replica's own loads while following write nothing back.
+
+What the replica last applied of each model is kept with the record generation it came from
+(``None`` for a removal); the follower acts on a model only from a newer generation, and under
+that model's lock, which an API load holds too from its load to its write: a follower that
+read the record just before this replica's own write never undoes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from inferd.kernel.control_state import Entry, Record, RecordError, Store
+from inferd.protocols.errors import InferdError, NotFound, Unavailable
+
+if TYPE_CHECKING:
+    from inferd.kernel.actors.control import _Model
+    from inferd.kernel.dependencies import EnsembleDependencies
+    from inferd.kernel.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class DesiredStateControl:
+    """The desired-state hooks of ``ControlActor`` (it provides what is declared below)."""
+
+    if TYPE_CHECKING:
+        _settings: Settings
+        _models: dict[str, _Model]
+        _required: set[str]
+        _dependencies: EnsembleDependencies
+
+        def _model(self, name: str) -> _Model: ...
+
+        async def _load(
+            self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
+            *, cause: str = "load requested",
+        ) -> None: ...
+
+        async def _unload(self, name: str, *, cause: str = "unload requested") -> None: ...
+
+        def spawn(self, function: Callable[..., Any], *args: Any) -> None: ...
+
+    def _init_desired(self, store: Store | None, start: tuple[Record, str | None]) -> None:
+        """``start``: the record as read at start-up (before anything loads), its token."""
+        self._store = store
+        self._start_record, self._token = start
+        self._applied: dict[str, tuple[Entry | None, int]] = {}
+        self._generation = 0  # the newest generation seen
+        self._model_locks: defaultdict[str, anyio.Lock] = defaultdict(anyio.Lock)
+        self._problem = ""  # the last read's error, logged once
+
+    async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(function, *args)
+
+    # ------------------------------------------------------------------ the API's writes
+
+    def _recording(self, name: str) -> AbstractAsyncContextManager[Any]:
+        """Held by an API load or unload of ``name`` from its start to its write."""
+        return self._model_locks[name] if self._store is not None else nullcontext()
+
+    async def _record_load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+        """A successful API load: its entry in the record (nothing written if it is there)."""
+        if self._store is not None:
+            entry, blobs = Entry.of_load(config, files)
+            await self._write(name, entry, lambda record: record.with_model(name, entry),
+                              blobs, f"'{name}' is loaded")
+
+    async def _record_unload(self, name: str, unloaded: list[str]) -> None:
+        """A successful API unload of ``name`` (``unloaded``: it and the dependents that went
+        with it): their removal from the record."""
+        if self._store is not None:
+            await self._write(name, None, lambda record: record.without(*unloaded), {},
+                              f"'{name}' is unloaded")
+            for other in unloaded:
+                self._applied[other] = (None, self._applied[name][1])
+
+    async def _write(self, name: str, entry: Entry | None,
+                     change: Callable[[Record], Mapping[str, Entry] | None],
+                     blobs: Mapping[str, bytes], done: str) -> None:
+        assert self._store is not None
+        try:
+            record = await self._in_thread(self._store.update, change, blobs)
+        except RecordError as error:
+            log.error("the desired-state record was not updated: %s", error)
+            raise Unavailable(f"{done}, but --model-control-state was not updated (other "
+                              f"replicas will not follow): {error}") from None
+        self._applied[name] = (entry, record.generation)
+        self._generation = max(self._generation, record.generation)
+
+    # ------------------------------------------------------------------ start-up, following
+
+    async def _apply_start_record(self, loaded: set[str]) -> None:
+        """After ``--load-model``: load what the record names (a plain entry already loaded
+        by ``--load-model`` is left as it is), then follow the record."""
+        if self._store is None:
+            return
+        record = self._start_record
+        self._generation = record.generation
+        async with anyio.create_task_group() as tasks:
+            for name, entry in record.models.items():
+                if entry == Entry() and name in loaded:
+                    self._applied[name] = (entry, record.generation)
+                else:
+                    tasks.start_soon(self._follow_model, name, record, "start-up")
+        if self._settings.model_control_state_poll_secs > 0:
+            self.spawn(self._follow_forever)
+
+    async def _follow_forever(self) -> None:
+        assert self._store is not None
+        while True:
+            await anyio.sleep(self._settings.model_control_state_poll_secs)
+            try:
+                token = await self._in_thread(self._store.token)
+                if token == self._token:
+                    continue
+                record, self._token = await self._in_thread(self._store.read)
+            except RecordError as error:
+                if str(error) != self._problem:
+                    log.error("cannot follow the desired-state record, keeping the models "
+                              "served: %s", error)
+                self._problem = str(error)
+                continue
+            if self._problem:
+                log.info("the desired-state record %s is readable again", self._store.where)
+                self._problem = ""
+            await self._converge(record)
+
+    async def _converge(self, record: Record) -> None:
+        if record.generation < self._generation:
+            # The record was replaced by an older one (restored, or removed and started
+            # again): follow it as it is.
+            log.warning("the desired-state record went back from generation %d to %d",
+                        self._generation, record.generation)
+            self._applied = {name: (entry, -1) for name, (entry, _) in self._applied.items()}
+        self._generation = record.generation
+        names = set(record.models) | {n for n, (e, _) in self._applied.items() if e is not None}
+        async with anyio.create_task_group() as tasks:
+            for name in sorted(names):
+                if self._stale(name, record):
+                    tasks.start_soon(self._follow_model, name, record, "follow")
+
+    def _stale(self, name: str, record: Record) -> bool:
+        entry, generation = self._applied.get(name, (None, -1))
+        return generation < record.generation and entry != record.models.get(name)
+
+    async def _follow_model(self, name: str, record: Record, why: str) -> None:
+        """Bring ``name`` to what ``record`` says (unless this replica knows newer)."""
+        async with self._model_locks[name]:
+            if why != "start-up" and not self._stale(name, record):
+                return
+            entry = record.models.get(name)
+            self._applied[name] = (entry, record.generation)
+            if entry is None:
+                self._required.discard(name)
+                self._dependencies.forget_model(name)
+                await self._unload(name, cause="the desired-state record no longer has it")
+                model = self._models.get(name)
+                if (model is not None and not model.versions and not model.lock.locked()
+                        and model.lock.statistics().tasks_waiting == 0):
+                    del self._models[name]  # it never loaded here: its error goes too
+                return
+            cause = f"the desired-state record ({why}, generation {record.generation})"
+            try:
+                assert self._store is not None
+                files = {path: await self._in_thread(self._store.blob, sha)
+                         for path, sha in entry.files.items()}
+                await self._load(name, entry.config, files, cause=cause)
+            except (InferdError, RecordError) as error:
+                message = error.message if isinstance(error, InferdError) else str(error)
+                if isinstance(error, (NotFound, RecordError)):
+                    self._model(name).error = f"{cause}: {message}"  # the index says why
+                log.error("%s: loading '%s' failed: %s", cause, name, message)
+                return
+            self._dependencies.mark_requested(name)
+            self._required.add(name)

@@ -1,0 +1,403 @@
+"""The desired-state record of ``--model-control-state`` (an inferd extension): which models
+EXPLICIT-mode replicas agree to serve, with the overrides that reproduce each load.
+
+Owns the record's format and its two stores. The record is one JSON document::
+
+    {"format": "inferd-model-control-state", "version": 1, "generation": 7,
+     "models": {"m": {"config": "<the load's config JSON, or empty>",
+                      "files": {"1/model.onnx": "<sha256 of its content>"}}},
+     "written_by": {"host": "...", "pid": 123, "at": "2026-12-01T18:00:00Z"}}
+
+File overrides are content-addressed beside the record (``<record>.files/<sha256>``), each
+written before the record that names it, so the record stays small whatever the models weigh.
+
+Concurrent writers never corrupt it nor lose an update. A local path is changed read-modify-
+write under an exclusive ``flock`` of ``<record>.lock``; the new record goes to a temporary
+file in the same folder, is fsynced and ``os.replace``d over the old one (readers never take
+the lock: they see the old record or the new one, never half of one). An ``s3://`` record is
+compare-and-swapped: ``PutObject`` with ``IfMatch=<the ETag read>`` (``IfNoneMatch='*'`` for the
+first write); a 412 means another replica wrote in between, so the record is read again and the
+change applied again. Every write adds one to ``generation``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import random
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from inferd.protocols.errors import InvalidArgument
+from inferd.protocols.names import check_model_name
+
+FORMAT = "inferd-model-control-state"
+VERSION = 1
+CAS_ATTEMPTS = 64  # compare-and-swap retries of one S3 change before it gives up
+_TOP_KEYS = {"format", "version", "generation", "models", "written_by"}
+_ENTRY_KEYS = {"config", "files"}
+
+
+class RecordError(Exception):
+    """The record cannot be read, parsed or written; the message names it and says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One model as a load made it: its config override (JSON, or empty for the repository's)
+    and its file overrides (``"<version>/<path>" -> sha256`` of the content)."""
+
+    config: str = ""
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_load(cls, config: str, files: Mapping[str, bytes]) -> tuple[Entry, dict[str, bytes]]:
+        """The entry of a load, and its files keyed by their digests (to store beside it)."""
+        blobs = {digest(content): content for content in files.values()}
+        return cls(config, {path: digest(content) for path, content in files.items()}), blobs
+
+    def as_json(self) -> dict[str, Any]:
+        return {"config": self.config, "files": dict(sorted(self.files.items()))}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    generation: int = 0
+    models: Mapping[str, Entry] = field(default_factory=dict)
+
+    def with_model(self, name: str, entry: Entry) -> dict[str, Entry] | None:
+        """The models with ``name`` as ``entry``; None when that is already so (no write)."""
+        if self.models.get(name) == entry:
+            return None
+        return {**self.models, name: entry}
+
+    def without(self, *names: str) -> dict[str, Entry] | None:
+        """The models without ``names``; None when none of them is there (no write)."""
+        if not any(name in self.models for name in names):
+            return None
+        return {n: e for n, e in self.models.items() if n not in names}
+
+
+def digest(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def dump(record: Record) -> bytes:
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "generation": record.generation,
+        "models": {name: entry.as_json() for name, entry in sorted(record.models.items())},
+        "written_by": {
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    }
+    return (json.dumps(document, indent=1) + "\n").encode()
+
+
+def parse(data: bytes, where: str) -> Record:
+    """The record in ``data``, or ``RecordError`` naming ``where`` and the first problem."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RecordError(f"{where}: not a model control state record (not JSON: {error})"
+                          ) from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise RecordError(f"{where}: not a model control state record (no \"format\": "
+                          f"\"{FORMAT}\")")
+    version = document.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecordError(f"{where}: \"version\" must be a positive integer")
+    if version > VERSION:
+        raise RecordError(f"{where}: written in format version {version} by a newer inferd; "
+                          f"this inferd reads version {VERSION} only (upgrade it)")
+    problem = _problem(document)
+    if problem:
+        raise RecordError(f"{where}: {problem}")
+    models = {name: Entry(entry["config"], dict(entry["files"]))
+              for name, entry in document["models"].items()}
+    return Record(document["generation"], models)
+
+
+def _problem(document: dict[str, Any]) -> str:
+    unknown = sorted(set(document) - _TOP_KEYS)
+    if unknown:
+        return f"unknown field '{unknown[0]}'"
+    generation = document.get("generation")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        return "\"generation\" must be a non-negative integer"
+    models = document.get("models")
+    if not isinstance(models, dict):
+        return "\"models\" must be an object"
+    for name, entry in models.items():
+        try:
+            check_model_name(name)
+        except InvalidArgument as error:
+            return f"model {name!r}: {error.message}"
+        if not isinstance(entry, dict) or set(entry) - _ENTRY_KEYS:
+            return f"model '{name}': an object with \"config\" and \"files\" only"
+        if not isinstance(entry.get("config"), str) or not isinstance(entry.get("files"), dict):
+            return f"model '{name}': \"config\" must be a string and \"files\" an object"
+        for path, sha in entry["files"].items():
+            if not (isinstance(sha, str) and len(sha) == 64
+                    and all(c in "0123456789abcdef" for c in sha)):
+                return f"model '{name}': file '{path}' must name a sha256 (64 hex digits)"
+    return ""
+
+
+class Store(Protocol):
+    """Where the record lives. Blocking calls (the caller runs them in a thread)."""
+
+    where: str
+
+    def token(self) -> str | None:
+        """Something that changes whenever the record does (cheap: a stat, a HEAD); None
+        while there is no record."""
+
+    def read(self) -> tuple[Record, str | None]:
+        """The record (empty when there is none yet) and its token."""
+
+    def update(self, change: Callable[[Record], Mapping[str, Entry] | None],
+               blobs: Mapping[str, bytes]) -> Record:
+        """Write ``change(record)`` as the next generation (``blobs`` stored first, by their
+        digests), atomically against every other writer; return the record written, or the
+        one read when ``change`` returns None (nothing to write)."""
+
+    def blob(self, sha: str) -> bytes:
+        """The content of a file override named by its digest."""
+
+
+def open_store(where: str) -> Store:
+    """The store of ``--model-control-state``: an ``s3://`` URL or a local path."""
+    if where.startswith("s3://"):
+        return S3Store(where)
+    if "://" in where:
+        raise RecordError(f"{where}: --model-control-state takes a local path or an s3:// URL")
+    return LocalStore(where)
+
+
+class LocalStore:
+    """A record on a local (or shared POSIX) file system."""
+
+    def __init__(self, path: str) -> None:
+        self.where = path
+        self.path = Path(path).absolute()
+        self._lock = self.path.with_name(self.path.name + ".lock")
+        self._files = self.path.with_name(self.path.name + ".files")
+        if not self.path.parent.is_dir():
+            raise RecordError(f"{path}: its folder {self.path.parent} does not exist")
+
+    def token(self) -> str | None:
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise RecordError(f"{self.where}: cannot read the record: {error.strerror}"
+                              ) from None
+        # A replace gives the record a new inode: a write is seen even within one mtime tick.
+        return f"{status.st_ino}:{status.st_size}:{status.st_mtime_ns}"
+
+    def read(self) -> tuple[Record, str | None]:
+        try:
+            with self.path.open("rb") as file:
+                status = os.fstat(file.fileno())
+                data = file.read()
+        except FileNotFoundError:
+            return Record(), None
+        except OSError as error:
+            raise RecordError(f"{self.where}: cannot read the record: {error.strerror}"
+                              ) from None
+        token = f"{status.st_ino}:{status.st_size}:{status.st_mtime_ns}"
+        return parse(data, self.where), token
+
+    def update(self, change: Callable[[Record], Mapping[str, Entry] | None],
+               blobs: Mapping[str, bytes]) -> Record:
+        try:
+            descriptor = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise RecordError(f"{self._lock}: cannot open the lock file: {error.strerror}"
+                              ) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # released when the descriptor closes
+            current, _ = self.read()
+            models = change(current)
+            if models is None:
+                return current
+            record = Record(current.generation + 1, dict(models))
+            try:
+                for sha, content in blobs.items():
+                    if not (self._files / sha).exists():
+                        _write_atomically(self._files / sha, content)
+                _write_atomically(self.path, dump(record))
+            except OSError as error:
+                raise RecordError(f"{self.where}: cannot write the record: {error.strerror}"
+                                  ) from None
+            self._collect(record)
+            return record
+        finally:
+            os.close(descriptor)
+
+    def blob(self, sha: str) -> bytes:
+        try:
+            return (self._files / sha).read_bytes()
+        except OSError as error:
+            raise RecordError(f"{self._files / sha}: cannot read a file override: "
+                              f"{error.strerror}") from None
+
+    def _collect(self, record: Record) -> None:
+        """Remove the files no model of ``record`` names (under the lock: no writer is
+        between storing a file and naming it)."""
+        used = {sha for entry in record.models.values() for sha in entry.files.values()}
+        try:
+            stored = list(self._files.iterdir())
+        except OSError:
+            return
+        for path in stored:
+            if path.name not in used:
+                path.unlink(missing_ok=True)
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    """``content`` at ``path`` all at once: a temporary file in the same folder, fsynced,
+    renamed over ``path``, and the folder fsynced (the rename survives a crash)."""
+    path.parent.mkdir(exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def s3_location(url: str) -> tuple[Any, str, str]:
+    """(botocore S3 client, bucket, key) of ``s3://bucket/key`` or Triton's custom-endpoint
+    form ``s3://host:port/bucket/key`` (plain HTTP to that endpoint); credentials and region
+    from the usual AWS environment variables. The one place that parses the URL and makes the
+    client (imported lazily: the ``s3`` extra)."""
+    parts = url.removeprefix("s3://").split("/")
+    endpoint = None
+    if parts and ":" in parts[0]:
+        endpoint = f"http://{parts.pop(0)}"
+    if len(parts) < 2 or not parts[0] or not all(parts[1:]):
+        raise RecordError(f"{url}: an S3 record is s3://bucket/key or s3://host:port/bucket/key")
+    try:
+        import botocore.config
+        import botocore.session
+    except ImportError:
+        raise RecordError(f"{url}: an s3:// record needs botocore (pip install 'inferd[s3]')"
+                          ) from None
+    session = botocore.session.get_session()
+    region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+              or "us-east-1")
+    config = botocore.config.Config(connect_timeout=5, read_timeout=15,
+                                    retries={"max_attempts": 3, "mode": "standard"})
+    client = session.create_client("s3", region_name=region, endpoint_url=endpoint,
+                                   config=config)
+    return client, parts[0], "/".join(parts[1:])
+
+
+class S3Store:
+    """A record in an S3 bucket, changed by compare-and-swap (conditional writes)."""
+
+    def __init__(self, url: str) -> None:
+        self.where = url
+        self._client, self._bucket, self._key = s3_location(url)
+
+    def _call(self, operation: str, **arguments: Any) -> Any:
+        """``operation`` on the client; errors other than the ones callers handle become a
+        ``RecordError`` naming the record."""
+        import botocore.exceptions
+
+        try:
+            return getattr(self._client, operation)(Bucket=self._bucket, **arguments)
+        except botocore.exceptions.ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code in ("404", "NoSuchKey", "PreconditionFailed", "412",
+                        "ConditionalRequestConflict"):
+                raise
+            raise RecordError(f"{self.where}: {operation}: {error}") from None
+        except botocore.exceptions.BotoCoreError as error:
+            raise RecordError(f"{self.where}: {error}") from None
+
+    def token(self) -> str | None:
+        import botocore.exceptions
+
+        try:
+            etag: str = self._call("head_object", Key=self._key)["ETag"]
+        except botocore.exceptions.ClientError:
+            return None  # 404: no record yet
+        return etag
+
+    def read(self) -> tuple[Record, str | None]:
+        import botocore.exceptions
+
+        try:
+            reply = self._call("get_object", Key=self._key)
+        except botocore.exceptions.ClientError:
+            return Record(), None
+        try:
+            data = reply["Body"].read()
+        except (OSError, botocore.exceptions.BotoCoreError) as error:
+            raise RecordError(f"{self.where}: reading the record: {error}") from None
+        return parse(data, self.where), reply["ETag"]
+
+    def update(self, change: Callable[[Record], Mapping[str, Entry] | None],
+               blobs: Mapping[str, bytes]) -> Record:
+        import botocore.exceptions
+
+        for sha, content in blobs.items():
+            try:
+                self._call("head_object", Key=self._blob_key(sha))
+            except botocore.exceptions.ClientError:
+                self._call("put_object", Key=self._blob_key(sha), Body=content)
+        for attempt in range(CAS_ATTEMPTS):
+            current, etag = self.read()
+            models = change(current)
+            if models is None:
+                return current
+            record = Record(current.generation + 1, dict(models))
+            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            try:
+                self._call("put_object", Key=self._key, Body=dump(record),
+                           ContentType="application/json", **condition)
+            except botocore.exceptions.ClientError:
+                # Another replica wrote first: back off a little, then re-read and re-apply.
+                time.sleep(random.uniform(0.0, min(0.5, 0.01 * 2 ** min(attempt, 6))))
+                continue
+            return record
+        raise RecordError(f"{self.where}: gave up after {CAS_ATTEMPTS} conflicting writes")
+
+    def blob(self, sha: str) -> bytes:
+        import botocore.exceptions
+
+        try:
+            data: bytes = self._call("get_object", Key=self._blob_key(sha))["Body"].read()
+        except botocore.exceptions.ClientError:
+            raise RecordError(f"{self.where}: the file override {sha} is missing") from None
+        except (OSError, botocore.exceptions.BotoCoreError) as error:
+            raise RecordError(f"{self.where}: reading the file override {sha}: {error}"
+                              ) from None
+        return data
+
+    def _blob_key(self, sha: str) -> str:
+        return f"{self._key}.files/{sha}"
