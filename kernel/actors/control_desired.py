@@ -142,7 +142,10 @@ class DesiredStateControl:
             if self._problem:
                 log.info("the desired-state record %s is readable again", self._store.where)
                 self._problem = ""
-            await self._converge(record)
+            try:
+                await self._converge(record)
+            except Exception:  # the follower must outlive any one failure; it says why
+                log.exception("following the desired-state record failed")
 
     async def _converge(self, record: Record) -> None:
         if record.generation < self._generation:
@@ -160,7 +163,8 @@ class DesiredStateControl:
 
     def _stale(self, name: str, record: Record) -> bool:
         entry, generation = self._applied.get(name, (None, -1))
-        return generation < record.generation and entry != record.models.get(name)
+        stale: bool = generation < record.generation and entry != record.models.get(name)
+        return stale
 
     async def _follow_model(self, name: str, record: Record, why: str) -> None:
         """Bring ``name`` to what ``record`` says (unless this replica knows newer)."""
