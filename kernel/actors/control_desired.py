@@ -8,7 +8,8 @@ overrides (one that fails shows in the index and stops nothing, whatever ``--exi
 says: one bad entry must not crash-loop every replica); and while running the replica follows
 it, re-reading it every ``--model-control-state-poll-secs`` (a stat or a HEAD when nothing
 changed) and converging: loading what another replica added or changed, unloading what it
-removed. The replica's own loads while following write nothing back.
+removed (an ensemble with the composing models only it brought in: what a replica started
+on the record serves). The replica's own loads while following write nothing back.
 
 What the replica last applied of each model is kept with the record generation it came from
 (``None`` for a removal); the follower acts on a model only from a newer generation, and under
@@ -55,7 +56,8 @@ class DesiredStateControl:
             *, cause: str = "load requested",
         ) -> None: ...
 
-        async def _unload(self, name: str, *, cause: str = "unload requested") -> None: ...
+        async def _unload_with_dependents(self, name: str,
+                                          unload_dependents: bool) -> list[str]: ...
 
         def spawn(self, function: Callable[..., Any], *args: Any) -> None: ...
 
@@ -174,9 +176,10 @@ class DesiredStateControl:
             entry = record.models.get(name)
             self._applied[name] = (entry, record.generation)
             if entry is None:
+                # With the composing models only it brought in: what a replica started on the
+                # record would serve (whether the writer cascaded or not).
                 self._required.discard(name)
-                self._dependencies.forget_model(name)
-                await self._unload(name, cause="the desired-state record no longer has it")
+                await self._unload_with_dependents(name, True)
                 model = self._models.get(name)
                 if (model is not None and not model.versions and not model.lock.locked()
                         and model.lock.statistics().tasks_waiting == 0):

@@ -32,6 +32,16 @@ UPLOADED = {
 }
 
 
+ENSEMBLE = """name: "pair"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "part" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+"""
+
+
 def echo_config(name: str, tag: str) -> str:
     """A config override of a testing model: the repository's, with a ``tag`` parameter."""
     return json.dumps({
@@ -44,7 +54,8 @@ def echo_config(name: str, tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def repository(module_inferd: InferdHarness) -> Path:
-    configs = {name: module_inferd.testing_config(name, "echo") for name in MODELS}
+    configs = {name: module_inferd.testing_config(name, "echo") for name in (*MODELS, "part")}
+    configs["pair"] = ENSEMBLE
     root: Path = module_inferd.repository(configs=configs)
     return root
 
@@ -148,6 +159,14 @@ def test_a_running_replica_follows_the_record(
     wait_until(lambda: "echo" not in ready(b), "B unloads what A unloaded", b)
     assert ready(a) == ready(b) == {"other"}
     assert "the desired-state record" in b.log()
+    # An ensemble: its composing model comes with it, and goes with unload_dependents.
+    http(a).load_model("pair")
+    wait_until(lambda: {"pair", "part"} <= ready(b), "B loads the ensemble A loaded", b)
+    assert set(read(Path(path)).models) == {"other", "pair"}
+    http(a).unload_model("pair", unload_dependents=True)
+    assert ready(a) == {"other"}
+    wait_until(lambda: ready(b) == {"other"}, "B unloads the ensemble and its composing model",
+               b)
     assert a.terminate() == 0 and b.terminate() == 0
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inferd.kernel.control_state import (
     VERSION,
@@ -40,6 +42,38 @@ def test_round_trip() -> None:
     assert record.with_model("m", entry) is None  # already so: nothing to write
     assert record.without("absent") is None
     assert record.without("m") == {"plain": Entry()}
+
+
+NAMES = st.text("abcxyz_-0123456789", min_size=1, max_size=12).filter(lambda n: n[0] != "-")
+ENTRIES = st.builds(
+    Entry, st.text(max_size=40),
+    st.dictionaries(st.text("abc/1.", min_size=1, max_size=10),
+                    st.binary(max_size=8).map(digest), max_size=3))
+RECORDS = st.builds(Record, st.integers(0, 2**40), st.dictionaries(NAMES, ENTRIES, max_size=5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(RECORDS)
+def test_every_record_reads_back_as_written(record: Record) -> None:
+    assert parse(dump(record), "r") == record
+
+
+@settings(max_examples=40, deadline=None)
+@given(RECORDS, st.data())
+def test_a_damaged_record_is_refused_never_misread(record: Record, data: st.DataObject) -> None:
+    """A torn or flipped record either reads as a record (JSON still valid) or is refused
+    with a ``RecordError``: never another exception, never a crash."""
+    written = dump(record)
+    cut = data.draw(st.integers(0, len(written) - 2))
+    with pytest.raises(RecordError):
+        parse(written[:cut], "r")
+    position = data.draw(st.integers(0, len(written) - 1))
+    flipped = bytearray(written)
+    flipped[position] ^= data.draw(st.integers(1, 255))
+    try:
+        assert isinstance(parse(bytes(flipped), "r"), Record)
+    except RecordError:
+        pass
 
 
 @pytest.mark.parametrize(("data", "problem"), [
@@ -92,8 +126,25 @@ def _writer(store: Store, worker: int, seed: int) -> dict[str, Entry]:
     return mine
 
 
-def _process_writer(path: str, worker: int, results: Any) -> None:
-    results.put((worker, _writer(LocalStore(path), worker, worker)))
+def _process_writer(where: str, worker: int, results: Any) -> None:
+    results.put((worker, _writer(open_store(where), worker, worker)))
+
+
+def _run_processes(where: str) -> dict[str, Entry]:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    workers = [context.Process(target=_process_writer, args=(where, w, results))
+               for w in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    expected: dict[str, Entry] = {}
+    for _ in workers:
+        _, written = results.get(timeout=120)
+        expected.update(written)
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    return expected
 
 
 def _check(store: Store, expected: dict[str, Entry]) -> None:
@@ -155,20 +206,7 @@ def test_local_threads_lose_no_update(tmp_path: Path) -> None:
 
 def test_local_processes_lose_no_update(tmp_path: Path) -> None:
     path = str(tmp_path / "state.json")
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    workers = [context.Process(target=_process_writer, args=(path, w, results))
-               for w in range(WRITERS)]
-    for worker in workers:
-        worker.start()
-    expected: dict[str, Entry] = {}
-    for _ in workers:
-        _, written = results.get(timeout=120)
-        expected.update(written)
-    for worker in workers:
-        worker.join(30)
-        assert worker.exitcode == 0
-    _check(LocalStore(path), expected)
+    _check(LocalStore(path), _run_processes(path))
 
 
 def test_s3_threads_lose_no_update(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,6 +224,14 @@ def test_s3_threads_lose_no_update(s3_server: Any, monkeypatch: pytest.MonkeyPat
     # Every change was one compare-and-swap: the generation counts the writes that changed
     # something, and none was lost (the record holds each worker's last word).
     assert record.generation >= len(expected)
+
+
+def test_s3_processes_lose_no_update(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)  # the spawned writers inherit them
+    s3_server.client().create_bucket(Bucket="state-processes")
+    url = s3_server.url("state-processes/record.json")
+    _check(S3Store(url), _run_processes(url))
 
 
 def test_s3_errors_name_the_record(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
