@@ -90,6 +90,14 @@ def digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+def _checked(where: str, sha: str, content: bytes) -> bytes:
+    """A stored file override is what its name says, or it is not used."""
+    if digest(content) != sha:
+        raise RecordError(f"{where}: the file override {sha} is damaged (its content has "
+                          f"another sha256)")
+    return content
+
+
 def dump(record: Record) -> bytes:
     document = {
         "format": FORMAT,
@@ -249,7 +257,7 @@ class LocalStore:
 
     def blob(self, sha: str) -> bytes:
         try:
-            return (self._files / sha).read_bytes()
+            return _checked(self.where, sha, (self._files / sha).read_bytes())
         except OSError as error:
             raise RecordError(f"{self._files / sha}: cannot read a file override: "
                               f"{error.strerror}") from None
@@ -397,7 +405,7 @@ class S3Store:
         except (OSError, botocore.exceptions.BotoCoreError) as error:
             raise RecordError(f"{self.where}: reading the file override {sha}: {error}"
                               ) from None
-        return data
+        return _checked(self.where, sha, data)
 
     def _blob_key(self, sha: str) -> str:
         return f"{self._key}.files/{sha}"

@@ -134,6 +134,8 @@ class DesiredStateControl:
                 token = await self._in_thread(self._store.token)
                 if token == self._token:
                     continue
+                if token is None:  # a record that vanished is not an empty one
+                    raise RecordError(f"{self._store.where}: the record is gone")
                 record, self._token = await self._in_thread(self._store.read)
             except RecordError as error:
                 if str(error) != self._problem:

@@ -248,6 +248,11 @@ def test_a_failing_entry_stops_nothing_and_an_unreadable_record_keeps_what_serve
     wait_until(lambda: ready(server) == {"other"}, "it follows the record again", server)
     rows = {row["name"]: row for row in http(server).get_model_repository_index()}
     assert "reason" not in rows.get("ghost", {})
+    path.unlink()  # a record that vanishes is not an empty one: nothing is unloaded
+    wait_until(lambda: "the record is gone" in server.log(), "the replica says so", server)
+    assert ready(server) == {"other"}
+    path.write_bytes(dump(Record(6, {"other": Entry()})))
+    wait_until(lambda: "is readable again" in server.log(), "it reads it again", server)
     # A load the record cannot take (its files folder is a file here) is loaded, and says
     # that the other replicas will not follow; the record is unchanged.
     (tmp_path / "state.json.files").write_bytes(b"")

@@ -108,6 +108,18 @@ def test_open_store_refusals(tmp_path: Path) -> None:
         open_store("s3://bucket-only")
 
 
+def test_a_damaged_file_override_is_refused(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "state.json"))
+    entry, blobs = Entry.of_load("{}", {"1/model.bin": b"weights"})
+    store.update(lambda record: record.with_model("m", entry), blobs)
+    assert store.blob(digest(b"weights")) == b"weights"
+    (tmp_path / "state.json.files" / digest(b"weights")).write_bytes(b"weightz")
+    with pytest.raises(RecordError, match="is damaged"):
+        store.blob(digest(b"weights"))
+    store.update(lambda record: record.without("m"), {})
+    assert not list((tmp_path / "state.json.files").iterdir())  # no model names it: removed
+
+
 def _writer(store: Store, worker: int, seed: int) -> dict[str, Entry]:
     """Random loads and unloads of the worker's own models; what it last wrote of each."""
     chooser = random.Random(seed)
