@@ -1,7 +1,8 @@
 """The desired-state record of ``--model-control-state`` (an inferd extension): which models
 EXPLICIT-mode replicas agree to serve, with the overrides that reproduce each load.
 
-Owns the record's format and its two stores. The record is one JSON document::
+Owns the record's format, the ``Store`` contract, and the store of a local path
+(``inferd.kernel.control_state_s3`` has the S3 one). The record is one JSON document::
 
     {"format": "inferd-model-control-state", "version": 1, "generation": 7,
      "models": {"m": {"config": "<the load's config JSON, or empty>",
@@ -27,10 +28,8 @@ import fcntl
 import hashlib
 import json
 import os
-import random
 import socket
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,6 @@ from inferd.protocols.names import check_model_name
 
 FORMAT = "inferd-model-control-state"
 VERSION = 1
-CAS_ATTEMPTS = 64  # compare-and-swap retries of one S3 change before it gives up
 _TOP_KEYS = {"format", "version", "generation", "models", "written_by"}
 _ENTRY_KEYS = {"config", "files"}
 
@@ -90,7 +88,7 @@ def digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def _checked(where: str, sha: str, content: bytes) -> bytes:
+def checked(where: str, sha: str, content: bytes) -> bytes:
     """A stored file override is what its name says, or it is not used."""
     if digest(content) != sha:
         raise RecordError(f"{where}: the file override {sha} is damaged (its content has "
@@ -187,7 +185,10 @@ class Store(Protocol):
 def open_store(where: str) -> Store:
     """The store of ``--model-control-state``: an ``s3://`` URL or a local path."""
     if where.startswith("s3://"):
-        return S3Store(where)
+        from inferd.kernel.control_state_s3 import S3Store  # botocore only when used
+
+        store: Store = S3Store(where)
+        return store
     if "://" in where:
         raise RecordError(f"{where}: --model-control-state takes a local path or an s3:// URL")
     return LocalStore(where)
@@ -257,7 +258,7 @@ class LocalStore:
 
     def blob(self, sha: str) -> bytes:
         try:
-            return _checked(self.where, sha, (self._files / sha).read_bytes())
+            return checked(self.where, sha, (self._files / sha).read_bytes())
         except OSError as error:
             raise RecordError(f"{self._files / sha}: cannot read a file override: "
                               f"{error.strerror}") from None
@@ -295,117 +296,3 @@ def _write_atomically(path: Path, content: bytes) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
-
-
-def s3_location(url: str) -> tuple[Any, str, str]:
-    """(botocore S3 client, bucket, key) of ``s3://bucket/key`` or Triton's custom-endpoint
-    form ``s3://host:port/bucket/key`` (plain HTTP to that endpoint); credentials and region
-    from the usual AWS environment variables. The one place that parses the URL and makes the
-    client (imported lazily: the ``s3`` extra)."""
-    parts = url.removeprefix("s3://").split("/")
-    endpoint = None
-    if parts and ":" in parts[0]:
-        endpoint = f"http://{parts.pop(0)}"
-    if len(parts) < 2 or not parts[0] or not all(parts[1:]):
-        raise RecordError(f"{url}: an S3 record is s3://bucket/key or s3://host:port/bucket/key")
-    try:
-        import botocore.config
-        import botocore.session
-    except ImportError:
-        raise RecordError(f"{url}: an s3:// record needs botocore (pip install 'inferd[s3]')"
-                          ) from None
-    session = botocore.session.get_session()
-    region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-              or "us-east-1")
-    config = botocore.config.Config(connect_timeout=5, read_timeout=15,
-                                    retries={"max_attempts": 3, "mode": "standard"})
-    client = session.create_client("s3", region_name=region, endpoint_url=endpoint,
-                                   config=config)
-    return client, parts[0], "/".join(parts[1:])
-
-
-class S3Store:
-    """A record in an S3 bucket, changed by compare-and-swap (conditional writes)."""
-
-    def __init__(self, url: str) -> None:
-        self.where = url
-        self._client, self._bucket, self._key = s3_location(url)
-
-    def _call(self, operation: str, **arguments: Any) -> Any:
-        """``operation`` on the client; errors other than the ones callers handle become a
-        ``RecordError`` naming the record."""
-        import botocore.exceptions
-
-        try:
-            return getattr(self._client, operation)(Bucket=self._bucket, **arguments)
-        except botocore.exceptions.ClientError as error:
-            code = error.response.get("Error", {}).get("Code", "")
-            if code in ("404", "NoSuchKey", "PreconditionFailed", "412",
-                        "ConditionalRequestConflict"):
-                raise
-            raise RecordError(f"{self.where}: {operation}: {error}") from None
-        except botocore.exceptions.BotoCoreError as error:
-            raise RecordError(f"{self.where}: {error}") from None
-
-    def token(self) -> str | None:
-        import botocore.exceptions
-
-        try:
-            etag: str = self._call("head_object", Key=self._key)["ETag"]
-        except botocore.exceptions.ClientError:
-            return None  # 404: no record yet
-        return etag
-
-    def read(self) -> tuple[Record, str | None]:
-        import botocore.exceptions
-
-        try:
-            reply = self._call("get_object", Key=self._key)
-        except botocore.exceptions.ClientError:
-            return Record(), None
-        try:
-            data = reply["Body"].read()
-        except (OSError, botocore.exceptions.BotoCoreError) as error:
-            raise RecordError(f"{self.where}: reading the record: {error}") from None
-        return parse(data, self.where), reply["ETag"]
-
-    def update(self, change: Callable[[Record], Mapping[str, Entry] | None],
-               blobs: Mapping[str, bytes]) -> Record:
-        import botocore.exceptions
-
-        for sha, content in blobs.items():
-            try:
-                self._call("head_object", Key=self._blob_key(sha))
-            except botocore.exceptions.ClientError:
-                self._call("put_object", Key=self._blob_key(sha), Body=content)
-        for attempt in range(CAS_ATTEMPTS):
-            current, etag = self.read()
-            models = change(current)
-            if models is None:
-                return current
-            record = Record(current.generation + 1, dict(models))
-            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
-            try:
-                self._call("put_object", Key=self._key, Body=dump(record),
-                           ContentType="application/json", **condition)
-            except botocore.exceptions.ClientError:
-                # Another replica wrote first: back off a little, then re-read and re-apply.
-                time.sleep(random.uniform(0.0, min(0.5, 0.01 * 2 ** min(attempt, 6))))
-                continue
-            return record
-        raise RecordError(f"{self.where}: gave up after {CAS_ATTEMPTS} conflicting writes")
-
-    def blob(self, sha: str) -> bytes:
-        import botocore.exceptions
-
-        try:
-            data: bytes = self._call("get_object", Key=self._blob_key(sha))["Body"].read()
-        except botocore.exceptions.ClientError:
-            raise RecordError(f"{self.where}: the file override {sha} is missing") from None
-        except (OSError, botocore.exceptions.BotoCoreError) as error:
-            raise RecordError(f"{self.where}: reading the file override {sha}: {error}"
-                              ) from None
-        return _checked(self.where, sha, data)
-
-    def _blob_key(self, sha: str) -> str:
-        return f"{self._key}.files/{sha}"

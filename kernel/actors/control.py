@@ -670,6 +670,7 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""
+        self._stop_following()  # --model-control-state loads nothing more
         async with anyio.create_task_group() as tasks:
             for name in list(self._models):
                 tasks.start_soon(functools.partial(self._unload, name, cause="shutting down"))

@@ -69,6 +69,11 @@ class DesiredStateControl:
         self._generation = 0  # the newest generation seen
         self._model_locks: defaultdict[str, anyio.Lock] = defaultdict(anyio.Lock)
         self._problem = ""  # the last read's error, logged once
+        self._following = True
+
+    def _stop_following(self) -> None:
+        """Shutting down: the follower acts no more (what it does now finishes)."""
+        self._following = False
 
     async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(function, *args)
@@ -130,6 +135,8 @@ class DesiredStateControl:
         assert self._store is not None
         while True:
             await anyio.sleep(self._settings.model_control_state_poll_secs)
+            if not self._following:
+                return
             try:
                 token = await self._in_thread(self._store.token)
                 if token == self._token:

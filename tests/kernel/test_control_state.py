@@ -22,13 +22,13 @@ from inferd.kernel.control_state import (
     LocalStore,
     Record,
     RecordError,
-    S3Store,
     Store,
     digest,
     dump,
     open_store,
     parse,
 )
+from inferd.kernel.control_state_s3 import S3Store
 
 WRITERS = 6
 CHANGES = 12
