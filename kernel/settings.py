@@ -16,6 +16,9 @@ from inferd.kernel.logs import LogSettings
 @dataclass(frozen=True, slots=True)
 class Settings:
     model_repositories: tuple[str, ...] = ("model_repository",)
+    # --repository-cache-dir: where remote roots' models are fetched ("" for the default,
+    # inferd.kernel.repository_mirror.default_cache_dir).
+    repository_cache_dir: str = ""
     model_control_mode: str = "none"  # none | poll | explicit
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
