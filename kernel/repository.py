@@ -22,8 +22,9 @@ from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.devices import can_use_gpu, visible_gpus
 from inferd.kernel.modelconfig_validation import check_gpus
-from inferd.kernel.remote_storage import RemoteStorageError, is_remote_url
-from inferd.kernel.repository_mirror import ModelFetch, RepositoryMirror, default_cache_dir
+from inferd.kernel.remote_roots import RemoteRoots
+from inferd.kernel.remote_storage import is_remote_url
+from inferd.kernel.repository_mirror import ModelFetch, RepositoryMirror
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
     ModelConfig,
@@ -65,9 +66,9 @@ class ModelRepository:
     """The models under ``roots``. ``auto_complete`` False is ``--disable-auto-complete-config``:
     every model then needs a ``config.pbtxt`` that lists its inputs and outputs.
     ``config_name`` is ``--model-config-name``: a model's ``configs/<name>.pbtxt`` is its
-    config where it has one. A root that is a remote URL (``inferd.kernel.remote_storage``)
-    is read through a ``RepositoryMirror`` whose cache folder, under ``cache_dir``, is then
-    the model's folder."""
+    config where it has one. Roots that are remote URLs (``inferd.kernel.remote_storage``)
+    are read through ``RemoteRoots``: a remote model's folder is its cache folder under
+    ``cache_dir``, which holds what its last load fetched."""
 
     def __init__(
         self,
@@ -80,15 +81,11 @@ class ModelRepository:
         cache_dir: str | Path | None = None,
     ) -> None:
         unique: dict[str, Path] = {}
-        remote: dict[str, RepositoryMirror] = {}
         for root in roots:
-            if is_remote_url(str(root)):
-                remote.setdefault(str(root).rstrip("/"), RepositoryMirror(
-                    str(root).rstrip("/"), cache_dir or default_cache_dir()))
-            else:
+            if not is_remote_url(str(root)):
                 unique.setdefault(os.path.realpath(root), Path(root))
         self.roots: tuple[Path, ...] = tuple(unique.values())
-        self.mirrors: tuple[RepositoryMirror, ...] = tuple(remote.values())
+        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir)
         self._backends = backends
         self._auto_complete = auto_complete
         self._config_name = config_name
@@ -101,33 +98,22 @@ class ModelRepository:
         for root in self.roots:
             for name in _model_folder_names(root):
                 seen[name] = seen.get(name, 0) + 1
-        unreachable: dict[str, str] = {}
-        for mirror in self.mirrors:
-            names, failures = mirror.names()
-            unreachable.update(failures)
-            for name in names:
-                seen[name] = seen.get(name, 0) + 1
+        names, unreachable = self.remote.names()
+        for name in names:
+            seen[name] = seen.get(name, 0) + 1
         problems = {name: TWO_ROOTS_PROBLEM for name, count in seen.items() if count > 1}
         return tuple(sorted(seen)), {**unreachable, **problems}
 
     def fingerprints(self) -> tuple[dict[str, str], dict[str, str]]:
         """Every loadable model's ``fingerprint`` and the problems of ``list_models``; a
         remote root is fingerprinted from one listing of it."""
-        local: dict[str, int] = {}
-        for root in self.roots:
-            for name in _model_folder_names(root):
-                local[name] = local.get(name, 0) + 1
-        remote: dict[str, str] = {}
-        problems: dict[str, str] = {}
-        for mirror in self.mirrors:
-            found, failures = mirror.fingerprints()
-            problems.update(failures)
-            for name, fingerprint in found.items():
-                local[name] = local.get(name, 0) + 1
-                remote[name] = fingerprint
-        problems.update({name: TWO_ROOTS_PROBLEM for name, count in local.items() if count > 1})
+        remote, names, problems = self.remote.fingerprints()
+        seen: dict[str, int] = {}
+        for name in [*names, *(n for root in self.roots for n in _model_folder_names(root))]:
+            seen[name] = seen.get(name, 0) + 1
+        problems.update({name: TWO_ROOTS_PROBLEM for name, count in seen.items() if count > 1})
         fingerprints = {}
-        for name in local:
+        for name in seen:
             if name in problems:
                 continue
             try:
@@ -140,7 +126,7 @@ class ModelRepository:
         """Whether some root holds a folder for ``name`` (for ensemble step checks)."""
         if model_name_problem(name):
             return False
-        return bool(self._folders(name)) or any(m.has(name) for m in self.mirrors)
+        return bool(self._folders(name)) or self.remote.has(name)
 
     @staticmethod
     def versions(model_dir: Path) -> list[int]:
@@ -267,19 +253,14 @@ class ModelRepository:
         return mirror.models / name if mirror is not None else self._only_folder(name)
 
     def _mirror_of(self, name: str, *, fresh: bool = False) -> RepositoryMirror | None:
-        """The remote root holding ``name`` when no local one does (``NotFound``, or two
-        roots' ``InvalidArgument``, when it is not in exactly one root); ``fresh`` lists the
-        remote roots again first (a load must see a model just put in the bucket)."""
-        if not self.mirrors:
-            return None
-        holders = [m for m in self.mirrors if m.has(name, fresh=fresh)]
+        """The remote root holding ``name``, None when none does; two roots'
+        ``InvalidArgument`` when a local or another remote root holds it too. ``fresh``: a
+        name not listed yet is looked up again (a load must see a model just uploaded)."""
+        local = bool(self._folders(name))
+        holders = self.remote.holders(name, fresh=fresh, local=local)
         if not holders:
-            failure = next((m.failure for m in self.mirrors if m.failure), "")
-            if failure and not self._folders(name):
-                raise RemoteStorageError(failure)  # not "no such model": it cannot tell
-            self._only_folder(name)  # raises NotFound or two roots when not local only
             return None
-        if len(holders) > 1 or self._folders(name):
+        if len(holders) > 1 or local:
             log.error("model '%s' is in more than one repository", name)
             raise InvalidArgument(TWO_ROOTS_PROBLEM)
         return holders[0]

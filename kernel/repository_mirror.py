@@ -134,9 +134,9 @@ class RepositoryMirror:
         return self._failure
 
     def has(self, name: str, *, fresh: bool = False) -> bool:
-        """Whether the root held ``name`` when last listed (listing it now when ``fresh`` or
-        never listed)."""
-        if fresh or (not self._known and not self._failure):
+        """Whether the root held ``name`` when last listed (listing it now when never listed,
+        or when ``fresh`` and it was not there)."""
+        if (fresh and name not in self._known) or (not self._known and not self._failure):
             self.names()
         return name in self._known
 

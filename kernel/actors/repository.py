@@ -84,14 +84,9 @@ class RepositoryActor(Actor):
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
         """What the remote roots' loads fetched (none for local roots)."""
-        samples = []
-        for mirror in self._repository.mirrors:
-            labels = {"repository": mirror.url}
-            samples += [("inferd_repository_fetched_files_total", labels, mirror.fetched_files),
-                        ("inferd_repository_fetched_bytes_total", labels, mirror.fetched_bytes)]
-        return Metrics(tuple(samples))
+        return Metrics(tuple(self._repository.remote.samples()))
 
     def check_remote_roots(self) -> list[str]:
         """Why each remote root cannot be listed now (a start-up check, in a worker
         thread); empty when all answer or there are none."""
-        return [why for mirror in self._repository.mirrors if (why := mirror.check())]
+        return [why for mirror in self._repository.remote.mirrors if (why := mirror.check())]

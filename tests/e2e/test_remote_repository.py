@@ -40,47 +40,48 @@ NO_CREDENTIALS = {
 
 
 class Storage:
-    """The module's S3 server, which a test may stop and bring back on the same port."""
+    """The module's S3 server, which a test may stop and bring back on the same port with
+    the objects it held."""
 
     def __init__(self, server: S3Server, folder: Path) -> None:
         self.server = server
         self.folder = folder
-        # Every change made, in order, to make again in a new server.
-        self.changes: list[Callable[[S3Server], None]] = []
+        self.objects: dict[tuple[str, str], bytes] = {}  # (bucket, key) -> its bytes
 
     @property
     def env(self) -> dict[str, str]:
         return {**self.server.env, "AWS_EC2_METADATA_DISABLED": "true"}
 
-    def _change(self, change: Callable[[S3Server], None]) -> None:
-        change(self.server)
-        self.changes.append(change)
-
     def upload(self, folder: Path, path: str) -> None:
-        self._change(lambda server: server.upload(folder, path))
+        self.server.upload(folder, path)
+        bucket, _, prefix = path.partition("/")
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            self.objects[bucket, f"{prefix}/{file.relative_to(folder).as_posix()}"] = \
+                file.read_bytes()
 
     def put(self, path: str, body: bytes) -> None:
         bucket, _, key = path.partition("/")
-        self._change(lambda server: server.client().put_object(Bucket=bucket, Key=key,
-                                                               Body=body))
+        self.server.client().put_object(Bucket=bucket, Key=key, Body=body)
+        self.objects[bucket, key] = body
 
     def delete_prefix(self, path: str) -> None:
         bucket, _, prefix = path.partition("/")
+        client = self.server.client()
+        for (in_bucket, key) in list(self.objects):
+            if in_bucket == bucket and key.startswith(prefix.rstrip("/") + "/"):
+                client.delete_object(Bucket=bucket, Key=key)
+                del self.objects[in_bucket, key]
 
-        def delete(server: S3Server) -> None:
-            client = server.client()
-            listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
-            for item in listed.get("Contents", []):
-                client.delete_object(Bucket=bucket, Key=item["Key"])
-
-        self._change(delete)
-
-    def restart(self) -> None:
-        """A new, empty S3 server on the same port, given again every change made (the same
-        bytes: the same ETags)."""
+    def restart(self, first: str) -> None:
+        """A new S3 server on the same port, given the same objects (the same bytes: the
+        same ETags), those under ``first`` before the others."""
         self.server = S3Server(self.folder, port=self.server.port)
-        for change in self.changes:
-            change(self.server)
+        client = self.server.client()
+        for bucket in sorted({bucket for bucket, _ in self.objects}):
+            client.create_bucket(Bucket=bucket)
+        for (bucket, key), body in sorted(self.objects.items(),
+                                          key=lambda item: not "/".join(item[0]).startswith(first)):
+            client.put_object(Bucket=bucket, Key=key, Body=body)
 
 
 @pytest.fixture(scope="module")
@@ -245,10 +246,15 @@ def test_poll_unloads_a_removed_model(poll_server: Any, storage: Storage) -> Non
 @pytest.fixture(scope="module")
 def explicit_server(module_inferd: Any, storage: Storage, tmp_path_factory: Any) -> Any:
     local = model_folder(tmp_path_factory.mktemp("explicit") / "repo",
-                         ("simple", EXAMPLE_REPOSITORY / "simple"))
+                         ("simple", EXAMPLE_REPOSITORY / "simple"),
+                         ("identity_fp32", EXAMPLE_REPOSITORY / "identity_fp32"))
     storage.upload(local, "models/explicit")
+    # A local root beside the remote ones: identity_fp32 is in both, accumulate only here.
+    beside = model_folder(tmp_path_factory.mktemp("beside") / "repo",
+                          ("identity_fp32", EXAMPLE_REPOSITORY / "identity_fp32"),
+                          ("accumulate", EXAMPLE_REPOSITORY / "accumulate"))
     return module_inferd.start(
-        None, "--model-repository", storage.server.url("models/explicit"),
+        beside, "--model-repository", storage.server.url("models/explicit"),
         "--model-repository", storage.server.url("nosuchbucket/models"),
         "--repository-cache-dir", str(tmp_path_factory.mktemp("explicit-cache")),
         "--model-control-mode", "explicit", env=storage.env)
@@ -263,6 +269,18 @@ def test_explicit_load_from_s3_and_an_unknown_bucket_is_named(explicit_server: A
     assert "failed to load 'elsewhere': the model repository s3://127.0.0.1:" in str(refused.value)
     assert "/nosuchbucket/models cannot be read: no such bucket" in str(refused.value)
     assert refused.value.status() == "400"
+
+
+def test_a_remote_root_beside_a_local_one_keeps_the_two_roots_rule(explicit_server: Any) -> None:
+    client = httpclient.InferenceServerClient(explicit_server.http_url)
+    client.load_model("accumulate")  # local only
+    assert client.is_model_ready("accumulate")
+    with pytest.raises(InferenceServerException) as refused:
+        client.load_model("identity_fp32")
+    assert str(refused.value.message()) == (
+        "failed to load 'identity_fp32': model appears in two or more repositories")
+    assert ("", "UNAVAILABLE", "model appears in two or more repositories") \
+        in entry(explicit_server, "identity_fp32")
 
 
 def test_a_hostile_object_key_is_refused(explicit_server: Any, storage: Storage,
@@ -337,9 +355,14 @@ def test_storage_going_away_keeps_models_serving_and_its_return_is_picked_up(
     assert "cannot be read: the storage cannot be reached" in str(failed.value)
     assert simple_sums_grpc(explicit_server) == EXPECTED_SUMS  # what served still serves
 
-    storage.restart()  # the same port, what was uploaded uploaded again
-    wait_for(lambda: all(reason == "" for _, state, reason in entry(poll_server, "simple")
-                         if state == "READY"), "the index to clear", poll_server)
+    storage.restart(first="models/poll/")  # the same port, the same objects
+
+    def cleared() -> bool:
+        ready = [reason for _, state, reason in entry(poll_server, "simple") if state == "READY"]
+        return bool(ready) and all(reason == "" for reason in ready)
+
+    wait_for(cleared, "the index to clear", poll_server)
+    assert "poll: loading nothing; unloading simple" not in poll_server.log()
     assert "answers again" in poll_server.log()
     config = (EXAMPLE_REPOSITORY / "simple" / "config.pbtxt").read_text()
     storage.put("models/poll/simple/config.pbtxt",
