@@ -27,13 +27,13 @@ class RemoteRoots:
         cache = cache_dir or default_cache_dir()
         self.mirrors = tuple(RepositoryMirror(url, cache) for url in unique)
 
-    def names(self) -> tuple[list[str], dict[str, str]]:
+    def names(self, max_age: float = 0.0) -> tuple[list[str], dict[str, str]]:
         """The names every root lists (a name once per root holding it), and the problems
-        of the models of roots that cannot be listed now."""
+        of the models of roots that cannot be listed now; ``RepositoryMirror.names``."""
         names: list[str] = []
         problems: dict[str, str] = {}
         for mirror in self.mirrors:
-            listed, failures = mirror.names()
+            listed, failures = mirror.names(max_age)
             names += listed
             problems.update(failures)
         return names, problems

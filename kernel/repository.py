@@ -59,6 +59,7 @@ def read_model_data(model_dir: Path, folder: str, filename: str, what: str) -> b
 CONFIG_FILENAME = "config.pbtxt"
 CUSTOM_CONFIGS = "configs"  # --model-config-name's folder in a model folder
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
+LISTING_REUSE_SECS = 1.0  # a remote root's model list is read again after this long
 _MAX_VERSION = 2**63 - 1  # versions are int64 in every protocol
 
 
@@ -98,7 +99,7 @@ class ModelRepository:
         for root in self.roots:
             for name in _model_folder_names(root):
                 seen[name] = seen.get(name, 0) + 1
-        names, unreachable = self.remote.names()
+        names, unreachable = self.remote.names(max_age=LISTING_REUSE_SECS)
         for name in names:
             seen[name] = seen.get(name, 0) + 1
         problems = {name: TWO_ROOTS_PROBLEM for name, count in seen.items() if count > 1}

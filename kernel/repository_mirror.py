@@ -102,14 +102,18 @@ class RepositoryMirror:
         self._model_locks: dict[str, threading.Lock] = {}
         self._known: tuple[str, ...] = ()
         self._failure = ""  # why the last listing failed; "" when it answered
+        self._listed_at = -1e9  # time.monotonic() of the last listing that answered
         self.fetched_files = 0
         self.fetched_bytes = 0
 
     # ------------------------------------------------------------------ listing
 
-    def names(self) -> tuple[tuple[str, ...], dict[str, str]]:
+    def names(self, max_age: float = 0.0) -> tuple[tuple[str, ...], dict[str, str]]:
         """The model folder names in the root, and (when the storage cannot be listed now)
-        the models last listed, each with the failure as its problem."""
+        the models last listed, each with the failure as its problem. A listing younger
+        than ``max_age`` seconds is used again (one index request reads it twice)."""
+        if max_age and not self._failure and time.monotonic() - self._listed_at < max_age:
+            return self._known, {}
         try:
             entries = self._call(self._filesystem().ls, self.location.root, detail=True,
                                  refresh=True, empty=[])
@@ -288,6 +292,7 @@ class RepositoryMirror:
         with self._lock:
             failed, self._failure = self._failure, ""
             self._known = names
+            self._listed_at = time.monotonic()
         if failed:
             log.info("the model repository %s answers again", self.url)
 
