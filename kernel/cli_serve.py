@@ -38,6 +38,10 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     models.add_argument("--repository-cache-dir", default="", metavar="PATH",
                         help="where the models of remote repositories are fetched to, kept "
                              "across restarts (default $XDG_CACHE_HOME/inferd/repositories)")
+    models.add_argument("--repository-timeout-secs", type=float,
+                        default=defaults.repository_timeout_secs, metavar="SECONDS",
+                        help="how long one request to a remote repository may go unanswered "
+                             "before it fails (each is tried twice)")
     models.add_argument("--model-control-mode", choices=("none", "poll", "explicit"),
                         default=defaults.model_control_mode)
     models.add_argument("--load-model", action="append", dest="load_models", default=[],
@@ -140,6 +144,9 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         raise StartupFailed(f"--model-config-name={name}: a name of letters, digits, '-', '_' "
                             "and '.' (it names configs/<name>.pbtxt in a model folder)")
     repositories = tuple(args.model_repositories or ("model_repository",))
+    if not args.repository_timeout_secs > 0:
+        raise StartupFailed(f"--repository-timeout-secs={args.repository_timeout_secs:g}: a "
+                            "number of seconds above 0")
     for root in repositories:
         if is_remote_url(root):
             try:
@@ -154,6 +161,7 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
     return Settings(
         model_repositories=repositories,
         repository_cache_dir=args.repository_cache_dir,
+        repository_timeout_secs=args.repository_timeout_secs,
         model_control_mode=args.model_control_mode,
         load_models=load_models,
         repository_poll_secs=args.repository_poll_secs,
@@ -216,7 +224,8 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
 
 
 _SERVE_FIELDS = {
-    "command", "model_repositories", "repository_cache_dir", "model_control_mode", "load_models",
+    "command", "model_repositories", "repository_cache_dir", "repository_timeout_secs",
+    "model_control_mode", "load_models",
     "repository_poll_secs", "exit_on_error", "strict_readiness", "exit_timeout_secs",
     "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
     "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd.kernel.remote_storage import RemoteStorageError
+from inferd.kernel.remote_storage import READ_TIMEOUT_SECS, RemoteStorageError
 from inferd.kernel.repository_mirror import RepositoryMirror, default_cache_dir
 
 Sample = tuple[str, dict[str, str], float]
@@ -20,12 +20,13 @@ Sample = tuple[str, dict[str, str], float]
 
 class RemoteRoots:
     """The mirrors of ``urls`` (duplicates once), cached under ``cache_dir`` (the default
-    when None)."""
+    when None), each request bounded by ``timeout`` seconds (``--repository-timeout-secs``)."""
 
-    def __init__(self, urls: Sequence[str], cache_dir: str | Path | None = None) -> None:
+    def __init__(self, urls: Sequence[str], cache_dir: str | Path | None = None,
+                 timeout: float = READ_TIMEOUT_SECS) -> None:
         unique = dict.fromkeys(url.rstrip("/") for url in urls)
         cache = cache_dir or default_cache_dir()
-        self.mirrors = tuple(RepositoryMirror(url, cache) for url in unique)
+        self.mirrors = tuple(RepositoryMirror(url, cache, timeout=timeout) for url in unique)
 
     def names(self, max_age: float = 0.0) -> tuple[list[str], dict[str, str]]:
         """The names every root lists (a name once per root holding it), and the problems

@@ -39,8 +39,8 @@ _IMPLEMENTATIONS = {
 }
 # Every remote call is bounded: a hung endpoint fails the call instead of stalling a load.
 CONNECT_TIMEOUT_SECS = 5.0
-READ_TIMEOUT_SECS = 30.0
-ATTEMPTS = 2  # tries of one request (botocore's retries), each bounded as above
+READ_TIMEOUT_SECS = 30.0  # --repository-timeout-secs's default
+ATTEMPTS = 2  # tries of one request (botocore's, and s3fs's own), each bounded as above
 # Triton's regular expression for the custom-endpoint form (core's s3.h), the bucket and
 # path left to the plain split so any S3 key reads the same either way.
 _S3_ENDPOINT = re.compile(r"(http://|https://|)([0-9a-zA-Z\-.]+):([0-9]+)/(.*)")
@@ -73,18 +73,21 @@ def is_remote_url(root: str) -> bool:
     return bool(separator) and scheme.lower() in _IMPLEMENTATIONS
 
 
-def parse_url(url: str, env: Mapping[str, str] | None = None) -> RemoteLocation:
-    """The location ``url`` names; ``InvalidArgument`` for a malformed one."""
+def parse_url(url: str, env: Mapping[str, str] | None = None, *,
+              timeout: float = READ_TIMEOUT_SECS) -> RemoteLocation:
+    """The location ``url`` names, each request bounded by ``timeout`` seconds of silence
+    (and connecting by at most ``CONNECT_TIMEOUT_SECS``); ``InvalidArgument`` for a
+    malformed one."""
     env = os.environ if env is None else env
     scheme, _, rest = url.partition("://")
     scheme = scheme.lower()
     if scheme not in _IMPLEMENTATIONS:
         raise InvalidArgument(f"{url}: not a remote repository URL (s3://, gs://, as://, az://)")
     if scheme == "s3":
-        return _s3(url, rest, env)
+        return _s3(url, rest, env, timeout)
     if scheme == "gs":
         root = _bucket_path(url, rest, "bucket")
-        options: dict[str, Any] = {"requests_timeout": READ_TIMEOUT_SECS}
+        options: dict[str, Any] = {"requests_timeout": timeout}
         if env.get("GOOGLE_APPLICATION_CREDENTIALS"):
             options["token"] = env["GOOGLE_APPLICATION_CREDENTIALS"]
         return RemoteLocation(url, scheme, root, options)
@@ -94,16 +97,17 @@ def parse_url(url: str, env: Mapping[str, str] | None = None) -> RemoteLocation:
             raise InvalidArgument(f"{url}: an Azure repository is as://account/container/path")
         account = env.get("AZURE_STORAGE_ACCOUNT") or account.removesuffix(_AZURE_HOST_SUFFIX)
         return RemoteLocation(url, scheme, _bucket_path(url, path, "container"),
-                              _azure_options(account, env))
+                              _azure_options(account, env, timeout))
     root = _bucket_path(url, rest, "container")
-    return RemoteLocation(url, scheme, root, _azure_options(env.get("AZURE_STORAGE_ACCOUNT"), env))
+    return RemoteLocation(url, scheme, root,
+                          _azure_options(env.get("AZURE_STORAGE_ACCOUNT"), env, timeout))
 
 
-def _s3(url: str, rest: str, env: Mapping[str, str]) -> RemoteLocation:
+def _s3(url: str, rest: str, env: Mapping[str, str], timeout: float) -> RemoteLocation:
     options: dict[str, Any] = {
         "config_kwargs": {
-            "connect_timeout": CONNECT_TIMEOUT_SECS,
-            "read_timeout": READ_TIMEOUT_SECS,
+            "connect_timeout": min(CONNECT_TIMEOUT_SECS, timeout),
+            "read_timeout": timeout,
             "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},
         },
     }
@@ -119,9 +123,11 @@ def _s3(url: str, rest: str, env: Mapping[str, str]) -> RemoteLocation:
     return RemoteLocation(url, "s3", _bucket_path(url, rest, "bucket"), options)
 
 
-def _azure_options(account: str | None, env: Mapping[str, str]) -> dict[str, Any]:
-    options: dict[str, Any] = {"connection_timeout": int(CONNECT_TIMEOUT_SECS),
-                               "read_timeout": int(READ_TIMEOUT_SECS)}
+def _azure_options(account: str | None, env: Mapping[str, str], timeout: float
+                   ) -> dict[str, Any]:
+    options: dict[str, Any] = {"connection_timeout": max(1, int(min(CONNECT_TIMEOUT_SECS,
+                                                                    timeout))),
+                               "read_timeout": max(1, int(timeout))}
     if account:
         options["account_name"] = account
     if env.get("AZURE_STORAGE_KEY"):
@@ -152,7 +158,11 @@ def open_filesystem(location: RemoteLocation) -> Any:
         ) from None
     classes = {"s3fs": "S3FileSystem", "gcsfs": "GCSFileSystem", "adlfs": "AzureBlobFileSystem"}
     filesystem = getattr(module, classes[module_name])
-    return filesystem(skip_instance_cache=True, use_listings_cache=False, **location.options)
+    instance = filesystem(skip_instance_cache=True, use_listings_cache=False,
+                          **location.options)
+    if location.scheme == "s3":
+        instance.retries = ATTEMPTS  # s3fs retries a timed-out request 5 times by default
+    return instance
 
 
 def check_url(url: str) -> RemoteLocation:

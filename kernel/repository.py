@@ -23,7 +23,7 @@ from inferd.kernel.config_support import check_supported
 from inferd.kernel.devices import can_use_gpu, visible_gpus
 from inferd.kernel.modelconfig_validation import check_gpus
 from inferd.kernel.remote_roots import RemoteRoots
-from inferd.kernel.remote_storage import is_remote_url
+from inferd.kernel.remote_storage import READ_TIMEOUT_SECS, is_remote_url
 from inferd.kernel.repository_mirror import ModelFetch, RepositoryMirror
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
@@ -80,13 +80,15 @@ class ModelRepository:
         gpu_ids: Sequence[int] | None = None,
         config_name: str = "",
         cache_dir: str | Path | None = None,
+        remote_timeout: float = READ_TIMEOUT_SECS,
     ) -> None:
         unique: dict[str, Path] = {}
         for root in roots:
             if not is_remote_url(str(root)):
                 unique.setdefault(os.path.realpath(root), Path(root))
         self.roots: tuple[Path, ...] = tuple(unique.values())
-        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir)
+        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir,
+                                  remote_timeout)
         self._backends = backends
         self._auto_complete = auto_complete
         self._config_name = config_name

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.kernel.remote_storage import (
+    READ_TIMEOUT_SECS,
     RemoteStorageError,
     describe_error,
     open_filesystem,
@@ -91,9 +92,10 @@ class RepositoryMirror:
     """One remote root (``url``) and its cache under ``cache_root``. Thread-safe: the
     repository actor calls it from worker threads."""
 
-    def __init__(self, url: str, cache_root: str | Path, filesystem: Any = None) -> None:
+    def __init__(self, url: str, cache_root: str | Path, filesystem: Any = None, *,
+                 timeout: float = READ_TIMEOUT_SECS) -> None:
         self.url = url
-        self.location = parse_url(url)
+        self.location = parse_url(url, timeout=timeout)
         self._fs = filesystem
         folder = Path(cache_root) / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
         self.models = folder / "models"

@@ -93,6 +93,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         auto_complete=not settings.disable_auto_complete_config,
         config_name=settings.model_config_name,
         cache_dir=settings.repository_cache_dir,
+        remote_timeout=settings.repository_timeout_secs,
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)

@@ -48,10 +48,12 @@ class RepositoryActor(Actor):
         auto_complete: bool,
         config_name: str = "",
         cache_dir: str = "",
+        remote_timeout: float = 30.0,
     ) -> None:
         super().__init__(router)
         self._repository = ModelRepository(roots, backends, auto_complete=auto_complete,
-                                           config_name=config_name, cache_dir=cache_dir or None)
+                                           config_name=config_name, cache_dir=cache_dir or None,
+                                           remote_timeout=remote_timeout)
         self._catalog = CatalogReader(self._repository, backends, auto_complete=auto_complete)
 
     async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:

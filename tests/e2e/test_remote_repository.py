@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -328,6 +330,37 @@ def test_an_unknown_bucket_fails_the_start(module_inferd: Any, storage: Storage,
     assert refused.wait_exit(WAIT_SECS) == 1
     assert f"cannot start: the model repository {url} cannot be read: no such bucket" \
         in refused.log()
+
+
+def test_a_hung_endpoint_fails_within_the_timeout(module_inferd: Any, storage: Storage,
+                                                  tmp_path: Path) -> None:
+    """An endpoint that accepts connections and never answers: each request gives up after
+    --repository-timeout-secs (tried twice), so the start fails in seconds, naming why."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        url = f"s3://127.0.0.1:{listener.getsockname()[1]}/bucket/models"
+        started = time.monotonic()
+        refused = module_inferd.launch(None, "--model-repository", url,
+                                       "--repository-cache-dir", str(tmp_path),
+                                       "--repository-timeout-secs", "1", env=storage.env)
+        assert refused.wait_exit(WAIT_SECS) == 1
+        assert time.monotonic() - started < 25
+        assert f"the model repository {url} cannot be read: the storage did not answer in " \
+               "time" in refused.log()
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()
 
 
 # ---------------------------------------------------------------------- storage going away
