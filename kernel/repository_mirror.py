@@ -22,7 +22,6 @@ Keys that would lead outside the model's cache folder are refused.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import hashlib
 import json
 import logging
@@ -31,7 +30,6 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,50 +40,25 @@ from inferd.kernel.remote_storage import (
     open_filesystem,
     parse_url,
 )
+from inferd.kernel.remote_objects import (
+    RemoteFile,
+    digest,
+    hidden,
+    is_version,
+    key_problem,
+    parents,
+    remote_file,
+    size_text,
+)
 from inferd.protocols.errors import InvalidArgument, NotFound
 from inferd.protocols.names import model_name_problem, quoted
 
 log = logging.getLogger(__name__)
 
-_MAX_VERSION = 2**63 - 1
-
-
 def default_cache_dir() -> Path:
     """``--repository-cache-dir``'s default: ``$XDG_CACHE_HOME/inferd/repositories``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "inferd" / "repositories"
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteFile:
-    """One object of a model: its path inside the model folder, size, ETag, LastModified."""
-
-    path: str
-    size: int
-    etag: str
-    mtime: float
-
-    def line(self) -> str:
-        """What a fingerprint hashes of it: the content's identity, not when it was put."""
-        return f"{self.path}\0{self.size}\0{self.etag or self.mtime}\n"
-
-    def record(self) -> dict[str, Any]:
-        return {"size": self.size, "etag": self.etag, "mtime": self.mtime}
-
-    def same_as(self, recorded: dict[str, Any] | None) -> bool:
-        if not recorded or recorded.get("size") != self.size:
-            return False
-        if self.etag and recorded.get("etag"):
-            return bool(recorded["etag"] == self.etag)
-        return bool(recorded.get("mtime") == self.mtime)
-
-    @property
-    def version(self) -> int | None:
-        """The version folder the file is in, or None for the model's other files."""
-        top = self.path.split("/", 1)[0]
-        if "/" in self.path and _is_version(top):
-            return int(top)
-        return None
 
 
 class RepositoryMirror:
@@ -162,14 +135,14 @@ class RepositoryMirror:
             if model_name_problem(name) or not inside:
                 continue
             lines = by_model.setdefault(name, [])
-            if not _hidden(inside):
-                lines.append(_remote_file(inside, info).line())
+            if not hidden(inside):
+                lines.append(remote_file(inside, info).line())
         self._answered(tuple(sorted(by_model)))
-        return {name: _digest(lines) for name, lines in by_model.items()}, {}
+        return {name: digest(lines) for name, lines in by_model.items()}, {}
 
     def fingerprint(self, name: str) -> str:
         files = self._model_files(name)
-        return _digest([f.line() for f in files.values()])
+        return str(digest([f.line() for f in files.values()]))
 
     # ------------------------------------------------------------------ fetching
 
@@ -182,7 +155,8 @@ class RepositoryMirror:
             lock = self._model_locks.setdefault(name, threading.Lock())
         with lock:
             fetch = ModelFetch(self, name, self._model_files(name))
-            fetch.prepare()
+            with _cache_errors(name):
+                fetch.prepare()
             yield fetch
 
     def _model_files(self, name: str) -> dict[str, RemoteFile]:
@@ -194,17 +168,19 @@ class RepositoryMirror:
             self._unreachable(error.message)
             raise
         files: dict[str, RemoteFile] = {}
-        for path, info in objects.items():
-            relative = self._relative(path, prefix)
+        relatives = {self._relative(path, prefix): info for path, info in objects.items()}
+        folders = {part for key in relatives for part in parents(key)}
+        for relative, info in relatives.items():
             if not relative or relative.endswith("/") and info.get("size", 0) == 0:
                 continue  # the folder itself, or a folder marker object
-            problem = _key_problem(relative)
+            problem = key_problem(relative) or (
+                "a file and a folder of the same name" if relative in folders else "")
             if problem:
                 raise InvalidArgument(
                     f"model '{name}': the object {quoted(relative)} in {self.url} is refused: "
                     f"{problem}")
-            if not _hidden(relative):
-                files[relative] = _remote_file(relative, info)
+            if not hidden(relative):
+                files[relative] = remote_file(relative, info)
         if not files:
             raise NotFound(f"model '{name}' is not in the model repository")
         return files
@@ -322,7 +298,7 @@ class ModelFetch:
             del self._record[path]
         remote_versions = {f.version for f in self._files.values()} - {None}
         for entry in self.folder.iterdir():
-            if _is_version(entry.name) and int(entry.name) not in remote_versions:
+            if is_version(entry.name) and int(entry.name) not in remote_versions:
                 shutil.rmtree(entry, ignore_errors=True)
         for version in remote_versions:
             (self.folder / str(version)).mkdir(exist_ok=True)
@@ -332,10 +308,11 @@ class ModelFetch:
     def versions(self, chosen: Sequence[int]) -> None:
         """Fetch the files of the ``chosen`` version folders, and say what was fetched."""
         wanted = set(chosen)
-        self._fetch([f for f in self._files.values() if f.version in wanted])
-        self.mirror.write_record(self.name, self._record)
+        with _cache_errors(self.name):
+            self._fetch([f for f in self._files.values() if f.version in wanted])
+            self.mirror.write_record(self.name, self._record)
         log.info("model '%s': fetched %d of %d files (%s) from %s in %.1f s", self.name,
-                 self._fetched, self._wanted, _size_text(self._bytes), self.mirror.url,
+                 self._fetched, self._wanted, size_text(self._bytes), self.mirror.url,
                  time.monotonic() - self._started)
 
     def _fetch(self, files: list[RemoteFile]) -> None:
@@ -351,56 +328,11 @@ class ModelFetch:
             self._bytes += remote.size
 
 
-def _is_version(name: str) -> bool:
-    return (name.isascii() and name.isdigit() and (name == "0" or name[0] != "0")
-            and int(name) <= _MAX_VERSION)
-
-
-def _hidden(relative: str) -> bool:
-    # As the local fingerprints: hidden entries and bytecode caches are not the model.
-    return any(part.startswith(".") or part == "__pycache__" for part in relative.split("/"))
-
-
-def _key_problem(relative: str) -> str:
-    if relative.startswith("/") or "\\" in relative or "\0" in relative:
-        return "an absolute path, a '\\' or a NUL in an object key"
-    parts = relative.split("/")
-    if any(part in ("", ".", "..") for part in parts[:-1]) or parts[-1] in (".", ".."):
-        return "'.', '..' or an empty part in an object key"
-    return ""
-
-
-def _etag(info: dict[str, Any]) -> str:
-    return str(info.get("ETag") or info.get("etag") or info.get("md5Hash") or "").strip('"')
-
-
-def _mtime(info: dict[str, Any]) -> float:
-    value = info.get("LastModified") or info.get("last_modified") or info.get("updated") \
-        or info.get("mtime")
-    if isinstance(value, datetime.datetime):
-        return value.timestamp()
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    if isinstance(value, (int, float)):
-        return float(value)
-    return 0.0
-
-
-def _remote_file(relative: str, info: dict[str, Any]) -> RemoteFile:
-    return RemoteFile(relative, int(info.get("size") or info.get("Size") or 0), _etag(info),
-                      _mtime(info))
-
-
-def _digest(lines: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for line in sorted(lines):
-        digest.update(line.encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
-
-
-def _size_text(count: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} bytes"
+@contextlib.contextmanager
+def _cache_errors(name: str) -> Iterator[None]:
+    """The local disk failing (full, read-only) is the cache's fault, not the storage's."""
+    try:
+        yield
+    except OSError as error:
+        raise InvalidArgument(f"model '{name}': the repository cache (--repository-cache-dir) "
+                              f"cannot be written: {error.strerror or error}") from None

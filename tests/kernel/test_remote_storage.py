@@ -282,7 +282,7 @@ def test_files_and_versions_gone_from_the_bucket_leave_the_cache(
         fetch(mirror, "m", [2])
 
 
-@pytest.mark.parametrize("key", ["1/../../../escaped", "1/..\\..\\escaped", "1//x", "./x"])
+@pytest.mark.parametrize("key", ["1/../../../escaped", "1/..\\..\\escaped", "1//x", "./x", "1/x/"])
 def test_a_hostile_key_is_refused_and_nothing_is_written(store: ObjectStore, tmp_path: Path,
                                                          key: str) -> None:
     store.put(f"bucket/repo/m/{key}", b"outside")
@@ -311,3 +311,21 @@ def test_a_failing_listing_is_never_an_empty_bucket(store: ObjectStore, tmp_path
     assert failed.value.message == problems["m"]
     store.down = False
     assert mirror.names() == (("m", "other"), {}) and mirror.check() == ""
+
+
+def test_a_key_that_is_both_a_file_and_a_folder_is_refused(store: ObjectStore,
+                                                           tmp_path: Path) -> None:
+    store.put("bucket/repo/m/1", b"a file where the version folder is")
+    mirror = RepositoryMirror(URL, tmp_path, filesystem=store)
+    with pytest.raises(InvalidArgument) as refused:
+        fetch(mirror, "m", [1])
+    assert "a file and a folder of the same name" in refused.value.message
+
+
+def test_a_cache_that_cannot_be_written_is_named(store: ObjectStore, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    mirror = RepositoryMirror(URL, tmp_path / "file", filesystem=store)
+    with pytest.raises(InvalidArgument) as refused:
+        fetch(mirror, "m", [1])
+    assert refused.value.message.startswith(
+        "model 'm': the repository cache (--repository-cache-dir) cannot be written: ")
