@@ -322,6 +322,26 @@ def test_missing_credentials_fail_the_start_and_an_explicit_load(
     assert not client.is_model_ready("simple")
 
 
+def test_credentials_from_a_profile_in_a_shared_credentials_file(
+    module_inferd: Any, storage: Storage, tmp_path: Path
+) -> None:
+    """No key in the environment: botocore's chain finds AWS_PROFILE's section of
+    AWS_SHARED_CREDENTIALS_FILE (without it, the start fails as above)."""
+    storage.upload(model_folder(tmp_path / "repo", ("simple", EXAMPLE_REPOSITORY / "simple")),
+                   "models/profile")
+    credentials = tmp_path / "credentials"
+    credentials.write_text(f"[inferd-test]\naws_access_key_id = {storage.env['AWS_ACCESS_KEY_ID']}"
+                           f"\naws_secret_access_key = {storage.env['AWS_SECRET_ACCESS_KEY']}\n")
+    env = {**NO_CREDENTIALS, "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
+           "AWS_PROFILE": "inferd-test"}
+    server = module_inferd.start(
+        None, "--model-repository", storage.server.url("models/profile"),
+        "--model-control-mode", "explicit", "--load-model", "simple",
+        "--repository-cache-dir", str(tmp_path / "cache"), env=env)
+    assert simple_sums_grpc(server) == EXPECTED_SUMS
+    assert server.terminate() == 0
+
+
 def test_an_unknown_bucket_fails_the_start(module_inferd: Any, storage: Storage,
                                            tmp_path: Path) -> None:
     url = storage.server.url("nosuchbucket/models")
