@@ -275,6 +275,9 @@ class RepositoryMirror:
             log.info("the model repository %s answers again", self.url)
 
 
+_ANNOUNCED_BYTES = 64 * 2**20  # a fetch this large says so before it starts
+
+
 class ModelFetch:
     """One load's fetch of a model (``RepositoryMirror.fetching``)."""
 
@@ -294,7 +297,9 @@ class ModelFetch:
         every remote version folder exist (empty until chosen) so the policy sees them."""
         self.folder.mkdir(parents=True, exist_ok=True)
         for path in [p for p in self._record if p not in self._files]:
-            (self.folder / path).unlink(missing_ok=True)
+            gone = self.folder / path
+            if not key_problem(path) and (gone.is_file() or gone.is_symlink()):
+                gone.unlink()  # (a record edited by hand never leads outside the folder)
             del self._record[path]
         remote_versions = {f.version for f in self._files.values()} - {None}
         for entry in self.folder.iterdir():
@@ -303,29 +308,37 @@ class ModelFetch:
         for version in remote_versions:
             (self.folder / str(version)).mkdir(exist_ok=True)
         self._fetch([f for f in self._files.values() if f.version is None])
-        self.mirror.write_record(self.name, self._record)
 
     def versions(self, chosen: Sequence[int]) -> None:
         """Fetch the files of the ``chosen`` version folders, and say what was fetched."""
         wanted = set(chosen)
         with _cache_errors(self.name):
             self._fetch([f for f in self._files.values() if f.version in wanted])
-            self.mirror.write_record(self.name, self._record)
         log.info("model '%s': fetched %d of %d files (%s) from %s in %.1f s", self.name,
                  self._fetched, self._wanted, size_text(self._bytes), self.mirror.url,
                  time.monotonic() - self._started)
 
     def _fetch(self, files: list[RemoteFile]) -> None:
-        for remote in sorted(files, key=lambda f: f.path):
-            self._wanted += 1
-            local = self.folder / remote.path
-            if remote.same_as(self._record.get(remote.path)) and local.is_file() \
-                    and local.stat().st_size == remote.size:
-                continue
-            self.mirror.download(remote, self.folder)
-            self._record[remote.path] = remote.record()
-            self._fetched += 1
-            self._bytes += remote.size
+        self._wanted += len(files)
+        stale = [remote for remote in sorted(files, key=lambda f: f.path)
+                 if not self._unchanged(remote)]
+        if sum(remote.size for remote in stale) >= _ANNOUNCED_BYTES:  # progress, for long ones
+            log.info("model '%s': fetching %d files (%s) from %s", self.name, len(stale),
+                     size_text(sum(remote.size for remote in stale)), self.mirror.url)
+        try:
+            for remote in stale:
+                self.mirror.download(remote, self.folder)
+                self._record[remote.path] = remote.record()
+                self._fetched += 1
+                self._bytes += remote.size
+        finally:  # what did arrive is not fetched again, even when the rest failed
+            self.mirror.write_record(self.name, self._record)
+
+    def _unchanged(self, remote: RemoteFile) -> bool:
+        """The last fetch got this very object, and its file is still there."""
+        local = self.folder / remote.path
+        return bool(remote.same_as(self._record.get(remote.path)) and local.is_file()
+                    and local.stat().st_size == remote.size)
 
 
 @contextlib.contextmanager
