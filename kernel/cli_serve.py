@@ -21,8 +21,10 @@ from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.options import add_boolean, backend_setting, byte_count
 from inferd.kernel.plugins import Plugins
+from inferd.kernel.remote_storage import check_url, is_remote_url
 from inferd.kernel.server import StartupFailed, serve
 from inferd.kernel.settings import Settings
+from inferd.protocols.errors import InvalidArgument
 
 def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     defaults = Settings()
@@ -30,7 +32,16 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     models = parser.add_argument_group("models")
     models.add_argument("--model-repository", "--model-store", action="append",
                         dest="model_repositories", metavar="PATH",
-                        help="a model repository root (repeatable; default ./model_repository)")
+                        help="a model repository root: a folder, or s3://[host:port/]bucket/path"
+                             ", gs://bucket/path, as://account/container/path or "
+                             "az://container/path (repeatable; default ./model_repository)")
+    models.add_argument("--repository-cache-dir", default="", metavar="PATH",
+                        help="where the models of remote repositories are fetched to, kept "
+                             "across restarts (default $XDG_CACHE_HOME/inferd/repositories)")
+    models.add_argument("--repository-timeout-secs", type=float,
+                        default=defaults.repository_timeout_secs, metavar="SECONDS",
+                        help="how long one request to a remote repository may go unanswered "
+                             "before it fails (each is tried twice)")
     models.add_argument("--model-control-mode", choices=("none", "poll", "explicit"),
                         default=defaults.model_control_mode)
     models.add_argument("--load-model", action="append", dest="load_models", default=[],
@@ -147,13 +158,24 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         raise StartupFailed(f"--model-config-name={name}: a name of letters, digits, '-', '_' "
                             "and '.' (it names configs/<name>.pbtxt in a model folder)")
     repositories = tuple(args.model_repositories or ("model_repository",))
+    if not args.repository_timeout_secs > 0:
+        raise StartupFailed(f"--repository-timeout-secs={args.repository_timeout_secs:g}: a "
+                            "number of seconds above 0")
     for root in repositories:
+        if is_remote_url(root):
+            try:
+                check_url(root)  # its form and its extra; the storage itself is asked later
+            except InvalidArgument as error:
+                raise StartupFailed(error.message) from None
+            continue
         # As Triton: a root that is not there fails the start, it is not an empty repository.
         if not os.path.isdir(root):
             problem = "is not a directory" if os.path.exists(root) else "does not exist"
             raise StartupFailed(f"failed to stat file {root}: the model repository {problem}")
     return Settings(
         model_repositories=repositories,
+        repository_cache_dir=args.repository_cache_dir,
+        repository_timeout_secs=args.repository_timeout_secs,
         model_control_mode=args.model_control_mode,
         load_models=load_models,
         repository_poll_secs=args.repository_poll_secs,
@@ -218,7 +240,8 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
 
 
 _SERVE_FIELDS = {
-    "command", "model_repositories", "model_control_mode", "load_models",
+    "command", "model_repositories", "repository_cache_dir", "repository_timeout_secs",
+    "model_control_mode", "load_models",
     "repository_poll_secs", "exit_on_error", "strict_readiness", "exit_timeout_secs",
     "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
     "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",

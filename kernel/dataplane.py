@@ -156,10 +156,11 @@ class DataPlane:
 
     async def _metrics(self) -> Metrics:
         """Inference metrics come from the scheduler, load metrics from control, the
-        executor processes' from the executor pool; the shared memory's are the data
-        plane's own (the regions it mapped) and the server's segments in /dev/shm."""
+        executor processes' from the executor pool, remote fetches' from the repository;
+        the shared memory's are the data plane's own (the regions it mapped) and the
+        server's segments in /dev/shm."""
         samples: list[tuple[str, dict[str, str], float]] = []
-        for owner in ("scheduler", "control", "executors"):
+        for owner in ("scheduler", "control", "executors", "repository"):
             reply = await self._router.ask(owner, MetricsRequest())
             assert isinstance(reply, Metrics)
             samples += reply.samples

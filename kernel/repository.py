@@ -22,6 +22,9 @@ from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.devices import can_use_gpu, visible_gpus
 from inferd.kernel.modelconfig_validation import check_gpus
+from inferd.kernel.remote_roots import RemoteRoots
+from inferd.kernel.remote_storage import READ_TIMEOUT_SECS, is_remote_url
+from inferd.kernel.repository_mirror import ModelFetch, RepositoryMirror
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
     ModelConfig,
@@ -32,7 +35,7 @@ from inferd.kernel.modelconfig import (
     parse_config_text,
     validate,
 )
-from inferd.protocols.errors import InvalidArgument, NotFound
+from inferd.protocols.errors import InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import ResolvedModel
 from inferd.protocols.names import check_model_name, model_name_problem
 
@@ -56,6 +59,7 @@ def read_model_data(model_dir: Path, folder: str, filename: str, what: str) -> b
 CONFIG_FILENAME = "config.pbtxt"
 CUSTOM_CONFIGS = "configs"  # --model-config-name's folder in a model folder
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
+LISTING_REUSE_SECS = 1.0  # a remote root's model list is read again after this long
 _MAX_VERSION = 2**63 - 1  # versions are int64 in every protocol
 
 
@@ -63,7 +67,9 @@ class ModelRepository:
     """The models under ``roots``. ``auto_complete`` False is ``--disable-auto-complete-config``:
     every model then needs a ``config.pbtxt`` that lists its inputs and outputs.
     ``config_name`` is ``--model-config-name``: a model's ``configs/<name>.pbtxt`` is its
-    config where it has one."""
+    config where it has one. Roots that are remote URLs (``inferd.kernel.remote_storage``)
+    are read through ``RemoteRoots``: a remote model's folder is its cache folder under
+    ``cache_dir``, which holds what its last load fetched."""
 
     def __init__(
         self,
@@ -73,11 +79,16 @@ class ModelRepository:
         auto_complete: bool = True,
         gpu_ids: Sequence[int] | None = None,
         config_name: str = "",
+        cache_dir: str | Path | None = None,
+        remote_timeout: float = READ_TIMEOUT_SECS,
     ) -> None:
         unique: dict[str, Path] = {}
         for root in roots:
-            unique.setdefault(os.path.realpath(root), Path(root))
+            if not is_remote_url(str(root)):
+                unique.setdefault(os.path.realpath(root), Path(root))
         self.roots: tuple[Path, ...] = tuple(unique.values())
+        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir,
+                                  remote_timeout)
         self._backends = backends
         self._auto_complete = auto_complete
         self._config_name = config_name
@@ -90,12 +101,35 @@ class ModelRepository:
         for root in self.roots:
             for name in _model_folder_names(root):
                 seen[name] = seen.get(name, 0) + 1
+        names, unreachable = self.remote.names(max_age=LISTING_REUSE_SECS)
+        for name in names:
+            seen[name] = seen.get(name, 0) + 1
         problems = {name: TWO_ROOTS_PROBLEM for name, count in seen.items() if count > 1}
-        return tuple(sorted(seen)), problems
+        return tuple(sorted(seen)), {**unreachable, **problems}
+
+    def fingerprints(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Every loadable model's ``fingerprint`` and the problems of ``list_models``; a
+        remote root is fingerprinted from one listing of it."""
+        remote, names, problems = self.remote.fingerprints()
+        seen: dict[str, int] = {}
+        for name in [*names, *(n for root in self.roots for n in _model_folder_names(root))]:
+            seen[name] = seen.get(name, 0) + 1
+        problems.update({name: TWO_ROOTS_PROBLEM for name, count in seen.items() if count > 1})
+        fingerprints = {}
+        for name in seen:
+            if name in problems:
+                continue
+            try:
+                fingerprints[name] = remote.get(name) or self.fingerprint(name)
+            except InferdError:
+                continue  # removed while we looked: the next poll sees it gone
+        return fingerprints, problems
 
     def has_model(self, name: str) -> bool:
         """Whether some root holds a folder for ``name`` (for ensemble step checks)."""
-        return not model_name_problem(name) and bool(self._folders(name))
+        if model_name_problem(name):
+            return False
+        return bool(self._folders(name)) or self.remote.has(name)
 
     @staticmethod
     def versions(model_dir: Path) -> list[int]:
@@ -138,7 +172,18 @@ class ModelRepository:
         Raises ``NotFound`` for an unknown model and ``InvalidArgument`` for anything wrong
         with its folder or config."""
         check_model_name(name)
+        mirror = None if path_override else self._mirror_of(name, fresh=True)
+        if mirror is not None:
+            with mirror.fetching(name) as fetch:
+                return self._resolve_folder(name, fetch.folder, config_override, log_warnings,
+                                            fetch)
         model_dir = Path(path_override) if path_override else self._only_folder(name)
+        return self._resolve_folder(name, model_dir, config_override, log_warnings, None)
+
+    def _resolve_folder(
+        self, name: str, model_dir: Path, config_override: str, log_warnings: bool,
+        fetch: ModelFetch | None,
+    ) -> ResolvedModel:
         if not model_dir.is_dir():
             raise InvalidArgument(f"model '{name}': folder {model_dir} does not exist")
         available = self.versions(model_dir)
@@ -172,6 +217,8 @@ class ModelRepository:
         selected = self.select_versions(config.version_policy, available)
         if not selected:
             _no_version_available(name)
+        if fetch is not None:
+            fetch.versions(selected)  # only now: a refused config downloads no model file
         return ResolvedModel(
             model=name,
             backend=config.backend,
@@ -189,6 +236,9 @@ class ModelRepository:
         holds the model."""
         folders = [] if model_name_problem(name) else self._folders(name)
         if not folders:
+            mirror = None if model_name_problem(name) else self._mirror_of(name)
+            if mirror is not None:
+                return str(mirror.fingerprint(name))
             raise NotFound(f"model '{name}' is not in the model repository")
         digest = hashlib.sha256()
         for folder in folders:
@@ -200,8 +250,23 @@ class ModelRepository:
         return digest.hexdigest()
 
     def folder(self, name: str) -> Path:
-        """The folder of ``name``; ``NotFound``, or ``InvalidArgument`` when in two roots."""
-        return self._only_folder(name)
+        """The folder of ``name`` (a remote model's cache folder, which holds what its last
+        load fetched); ``NotFound``, or ``InvalidArgument`` when in two roots."""
+        mirror = self._mirror_of(name)
+        return mirror.models / name if mirror is not None else self._only_folder(name)
+
+    def _mirror_of(self, name: str, *, fresh: bool = False) -> RepositoryMirror | None:
+        """The remote root holding ``name``, None when none does; two roots'
+        ``InvalidArgument`` when a local or another remote root holds it too. ``fresh``: a
+        name not listed yet is looked up again (a load must see a model just uploaded)."""
+        local = bool(self._folders(name))
+        holders = self.remote.holders(name, fresh=fresh, local=local)
+        if not holders:
+            return None
+        if len(holders) > 1 or local:
+            log.error("model '%s' is in more than one repository", name)
+            raise InvalidArgument(TWO_ROOTS_PROBLEM)
+        return holders[0]
 
     def _folders(self, name: str) -> list[Path]:
         return [root / name for root in self.roots if (root / name).is_dir()]

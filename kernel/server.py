@@ -95,6 +95,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         router, settings.model_repositories, backends,
         auto_complete=not settings.disable_auto_complete_config,
         config_name=settings.model_config_name,
+        cache_dir=settings.repository_cache_dir,
+        remote_timeout=settings.repository_timeout_secs,
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
@@ -107,6 +109,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
                     tasks.start_soon(link.run)
                 for actor in (repository, scheduler, pool, control):
                     await tasks.start(actor.run)
+                await _check_remote_roots(repository, settings)
                 report = await router.ask("control", LoadStartupModels())
                 assert isinstance(report, StartupReport)
                 await _log_models(router)
@@ -144,6 +147,18 @@ async def _read_control_state(settings: Settings) -> tuple[Store, tuple[Record, 
     log.info("desired-state record %s: generation %d, %d model(s)", store.where,
              record[0].generation, len(record[0].models))
     return store, record
+
+
+async def _check_remote_roots(repository: RepositoryActor, settings: Settings) -> None:
+    """A remote root that cannot be listed fails the start as a failed model does, where the
+    start-up loads need its listing (NONE, POLL, EXPLICIT with '*'); otherwise it is
+    logged, and the loads that need it say why."""
+    problems = await anyio.to_thread.run_sync(repository.check_remote_roots)
+    lists = settings.model_control_mode != "explicit" or "*" in settings.load_models
+    for problem in problems:
+        if lists and settings.exit_on_error:
+            raise StartupFailed(problem)
+        log.error("%s", problem)
 
 
 async def _open_cache(settings: Settings) -> ResponseCache | None:

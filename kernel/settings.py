@@ -16,6 +16,11 @@ from inferd.kernel.logs import LogSettings
 @dataclass(frozen=True, slots=True)
 class Settings:
     model_repositories: tuple[str, ...] = ("model_repository",)
+    # --repository-cache-dir: where remote roots' models are fetched ("" for the default,
+    # inferd.kernel.repository_mirror.default_cache_dir).
+    repository_cache_dir: str = ""
+    # --repository-timeout-secs: how long one request to a remote root may stay silent.
+    repository_timeout_secs: float = 30.0
     model_control_mode: str = "none"  # none | poll | explicit
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0

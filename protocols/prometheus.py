@@ -111,6 +111,12 @@ METRICS: dict[str, tuple[str, str]] = {
         "gauge", "Resident memory of the executor process, in bytes"),
     "inferd_executor_restarts_total": (
         "counter", "Number of times the executor process died and was started again"),
+    "inferd_repository_fetched_files_total": (
+        "counter", "Number of files fetched from the remote model repository into the local "
+                   "cache (files unchanged since the last fetch are not counted)"),
+    "inferd_repository_fetched_bytes_total": (
+        "counter", "Bytes of the files fetched from the remote model repository into the "
+                   "local cache"),
     "inferd_system_shared_memory_bytes": (
         "gauge", "Bytes of client system shared-memory regions mapped by the server "
                  "(the KServe system shared-memory extension)"),

@@ -131,8 +131,9 @@ def s3_answers(port: int, timeout: float = 1.0) -> bool:
 class S3Server:
     """One moto server process on loopback, speaking S3 at ``endpoint``."""
 
-    def __init__(self, folder: Path) -> None:
-        self.port = _free_port()
+    def __init__(self, folder: Path, port: int | None = None) -> None:
+        # A given port: a new server where a stopped one was (storage coming back).
+        self.port = port or _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = folder / f"moto-{self.port}.log"
         # What a server under test (or its AWS SDK) reads; never real credentials.

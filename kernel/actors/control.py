@@ -295,7 +295,8 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
         if self._settings.model_control_mode != "poll":
             raise Unavailable("repository poll is only available with --model-control-mode=poll")
         async with self._poll_lock:
-            self._seen, _ = await self._fingerprints()
+            current, problems = await self._fingerprints()
+            self._seen = _keep_unreadable(self._seen, current, problems)
             await anyio.sleep(min(POLL_SETTLE_SECS, self._settings.repository_poll_secs))
             await self._poll_once()
         return Ack()
@@ -322,7 +323,7 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
         index says why it cannot load."""
         previous = self._seen
         current, problems = await self._fingerprints()
-        self._seen = current
+        self._seen = _keep_unreadable(previous, current, problems)
         changed = [
             name
             for name, fingerprint in current.items()
@@ -675,6 +676,15 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
             for name in list(self._models):
                 tasks.start_soon(functools.partial(self._unload, name, cause="shutting down"))
         return Ack()
+
+
+def _keep_unreadable(
+    previous: dict[str, str], current: dict[str, str], problems: dict[str, str]
+) -> dict[str, str]:
+    """``current``, plus what was last seen of the models that cannot be read now (a remote
+    root that does not answer): an outage is no proof that a folder changed or went, so the
+    stable-folder rule still waits a full period of it readable before acting."""
+    return {**{name: seen for name, seen in previous.items() if name in problems}, **current}
 
 
 # Triton's openings of a failed load's answer, which clients and scripts match on.

@@ -4,7 +4,9 @@ It answers ``ListModels``, ``FingerprintModels`` and ``ResolveModel`` by running
 ``inferd.kernel.repository``'s synchronous reading, parsing and validation in a worker
 thread, and ``DescribeModels`` and ``ReadCatalogs`` (the model catalog) through
 ``inferd.kernel.catalog_listing`` the same way, so a slow disk never stalls the event loop.
-It holds no model state; control decides what to do with what it reads.
+It holds no model state; control decides what to do with what it reads. Remote roots
+(``inferd.kernel.repository_mirror``) are read the same way; their fetch counters are its
+metrics.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from inferd.kernel.catalog import CatalogFilter
 from inferd.kernel.catalog_listing import CatalogReader
 from inferd.kernel.repository import ModelRepository
 from inferd.kernel.router import Router
-from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import (
     Catalog,
     Catalogs,
@@ -26,6 +27,8 @@ from inferd.protocols.messages import (
     FingerprintModels,
     Fingerprints,
     ListModels,
+    Metrics,
+    MetricsRequest,
     ModelList,
     ReadCatalogs,
     ResolvedModel,
@@ -44,10 +47,13 @@ class RepositoryActor(Actor):
         *,
         auto_complete: bool,
         config_name: str = "",
+        cache_dir: str = "",
+        remote_timeout: float = 30.0,
     ) -> None:
         super().__init__(router)
         self._repository = ModelRepository(roots, backends, auto_complete=auto_complete,
-                                           config_name=config_name)
+                                           config_name=config_name, cache_dir=cache_dir or None,
+                                           remote_timeout=remote_timeout)
         self._catalog = CatalogReader(self._repository, backends, auto_complete=auto_complete)
 
     async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:
@@ -57,19 +63,8 @@ class RepositoryActor(Actor):
     async def on_fingerprint_models(
         self, message: FingerprintModels, envelope: Envelope
     ) -> Fingerprints:
-        def fingerprint_all() -> Fingerprints:
-            names, problems = self._repository.list_models()
-            fingerprints = {}
-            for name in names:
-                if name in problems:
-                    continue
-                try:
-                    fingerprints[name] = self._repository.fingerprint(name)
-                except InferdError:
-                    continue  # removed while we looked: the next poll sees it gone
-            return Fingerprints(fingerprints, problems)
-
-        return await anyio.to_thread.run_sync(fingerprint_all)
+        fingerprints, problems = await anyio.to_thread.run_sync(self._repository.fingerprints)
+        return Fingerprints(fingerprints, problems)
 
     async def on_resolve_model(self, message: ResolveModel, envelope: Envelope) -> ResolvedModel:
         def resolve() -> ResolvedModel:
@@ -88,3 +83,12 @@ class RepositoryActor(Actor):
 
     async def on_read_catalogs(self, message: ReadCatalogs, envelope: Envelope) -> Catalogs:
         return Catalogs(await anyio.to_thread.run_sync(self._catalog.metadata))
+
+    async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
+        """What the remote roots' loads fetched (none for local roots)."""
+        return Metrics(tuple(self._repository.remote.samples()))
+
+    def check_remote_roots(self) -> list[str]:
+        """Why each remote root cannot be listed now (a start-up check, in a worker
+        thread); empty when all answer or there are none."""
+        return [why for mirror in self._repository.remote.mirrors if (why := mirror.check())]
