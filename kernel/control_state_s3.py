@@ -2,8 +2,9 @@
 owns the format): ``s3://bucket/key``, or Triton's ``s3://host:port/bucket/key`` for a custom
 endpoint, changed by compare-and-swap with S3's conditional writes.
 
-Owns the one function that parses the URL and makes the client (``s3_location``, botocore
-from the ``s3`` extra, imported when a record is on S3), and the store: a change reads the
+Owns the store (the URL is read as a remote repository's is, by
+``inferd.kernel.remote_storage``; botocore, from the ``s3`` extra, is imported when a record is
+on S3): a change reads the
 record and its ETag, applies itself, and writes with ``IfMatch=<that ETag>`` (``IfNoneMatch='*'``
 for the first record); a 412 (or 409) means another replica wrote in between, so it backs off
 a little, reads again and applies itself again. File overrides go first, to
@@ -12,27 +13,28 @@ a little, reads again and applies itself again. File overrides go first, to
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from inferd.kernel.control_state import Entry, Record, RecordError, checked, dump, parse
+from inferd.kernel.remote_storage import parse_url
+from inferd.protocols.errors import InvalidArgument
 
 CAS_ATTEMPTS = 64  # compare-and-swap retries of one change before it gives up
 
 
 def s3_location(url: str) -> tuple[Any, str, str]:
-    """(botocore S3 client, bucket, key) of ``s3://bucket/key`` or Triton's custom-endpoint
-    form ``s3://host:port/bucket/key`` (plain HTTP to that endpoint); credentials and region
-    from the usual AWS environment variables. The one place that parses the URL and makes the
-    client (imported lazily: the ``s3`` extra)."""
-    parts = url.removeprefix("s3://").split("/")
-    endpoint = None
-    if parts and ":" in parts[0]:
-        endpoint = f"http://{parts.pop(0)}"
-    if len(parts) < 2 or not parts[0] or not all(parts[1:]):
+    """(botocore S3 client, bucket, key) of ``s3://bucket/key`` in any of the forms a remote
+    repository takes (``inferd.kernel.remote_storage``: Triton's custom endpoints, the same
+    credentials, region and timeouts). botocore comes with the ``s3`` extra, imported here."""
+    try:
+        location = parse_url(url)
+    except InvalidArgument as error:
+        raise RecordError(str(error.message)) from None
+    bucket, _, key = location.root.partition("/")
+    if location.scheme != "s3" or not key:
         raise RecordError(f"{url}: an S3 record is s3://bucket/key or s3://host:port/bucket/key")
     try:
         import botocore.config
@@ -40,14 +42,12 @@ def s3_location(url: str) -> tuple[Any, str, str]:
     except ImportError:
         raise RecordError(f"{url}: an s3:// record needs botocore (pip install 'inferd[s3]')"
                           ) from None
-    session = botocore.session.get_session()
-    region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-              or "us-east-1")
-    config = botocore.config.Config(connect_timeout=5, read_timeout=15,
-                                    retries={"max_attempts": 3, "mode": "standard"})
-    client = session.create_client("s3", region_name=region, endpoint_url=endpoint,
-                                   config=config)
-    return client, parts[0], "/".join(parts[1:])
+    options = location.options
+    region = options.get("client_kwargs", {}).get("region_name", "us-east-1")
+    client = botocore.session.get_session().create_client(
+        "s3", region_name=region, endpoint_url=options.get("endpoint_url"),
+        config=botocore.config.Config(**options["config_kwargs"]))
+    return client, bucket, key
 
 
 class S3Store:
