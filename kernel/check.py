@@ -36,7 +36,8 @@ from inferd.kernel.modelconfig import (
     validate,
     validate_ensemble,
 )
-from inferd.kernel.repository import CONFIG_FILENAME, CUSTOM_CONFIGS, ModelRepository
+from inferd.kernel.folder_fingerprints import CONFIG_FILENAME, CUSTOM_CONFIGS
+from inferd.kernel.repository import ModelRepository
 from inferd.kernel.sequence_plan import SequencePlan, client_config, execution_config
 from inferd.kernel.warmup import warmup_samples
 from inferd.protocols.errors import InferdError

@@ -10,10 +10,8 @@ writes to it, loads nothing, and keeps no state beyond its settings.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,10 +19,16 @@ from typing import Any, NoReturn
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.devices import can_use_gpu, visible_gpus
+from inferd.kernel.folder_fingerprints import (
+    CONFIG_FILENAME,
+    CUSTOM_CONFIGS,
+    folders_fingerprint,
+    version_fingerprints,
+)
 from inferd.kernel.modelconfig_validation import check_gpus
 from inferd.kernel.remote_roots import RemoteRoots
 from inferd.kernel.remote_storage import READ_TIMEOUT_SECS, is_remote_url
-from inferd.kernel.repository_mirror import ModelFetch, RepositoryMirror
+from inferd.kernel.repository_mirror import CachedCopy, ModelFetch, RepositoryMirror
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
     ModelConfig,
@@ -56,8 +60,6 @@ def read_model_data(model_dir: Path, folder: str, filename: str, what: str) -> b
     except OSError as error:
         raise InvalidArgument(f"unable to read {what} '{filename}': {error.strerror}") from None
 
-CONFIG_FILENAME = "config.pbtxt"
-CUSTOM_CONFIGS = "configs"  # --model-config-name's folder in a model folder
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
 LISTING_REUSE_SECS = 1.0  # a remote root's model list is read again after this long
 _MAX_VERSION = 2**63 - 1  # versions are int64 in every protocol
@@ -163,18 +165,19 @@ class ModelRepository:
 
     def resolve(
         self, name: str, *, config_override: str = "", path_override: str = "",
-        log_warnings: bool = True,
+        log_warnings: bool = True, cached_ok: bool = False,
     ) -> ResolvedModel:
         """Everything needed to load ``name``. ``config_override`` (JSON ModelConfig) replaces
         ``config.pbtxt``; ``path_override`` replaces the model folder (a load with files).
         ``log_warnings`` False leaves the config's warnings to the caller (the checker, the
-        catalog), which reports them its own way.
+        catalog), which reports them its own way. ``cached_ok``: a remote model's cached copy
+        stands in while its storage cannot be read (``RepositoryMirror.fetching``).
         Raises ``NotFound`` for an unknown model and ``InvalidArgument`` for anything wrong
         with its folder or config."""
         check_model_name(name)
         mirror = None if path_override else self._mirror_of(name, fresh=True)
         if mirror is not None:
-            with mirror.fetching(name) as fetch:
+            with mirror.fetching(name, cached_ok=cached_ok) as fetch:
                 return self._resolve_folder(name, fetch.folder, config_override, log_warnings,
                                             fetch)
         model_dir = Path(path_override) if path_override else self._only_folder(name)
@@ -182,7 +185,7 @@ class ModelRepository:
 
     def _resolve_folder(
         self, name: str, model_dir: Path, config_override: str, log_warnings: bool,
-        fetch: ModelFetch | None,
+        fetch: ModelFetch | CachedCopy | None,
     ) -> ResolvedModel:
         if not model_dir.is_dir():
             raise InvalidArgument(f"model '{name}': folder {model_dir} does not exist")
@@ -240,14 +243,8 @@ class ModelRepository:
             if mirror is not None:
                 return str(mirror.fingerprint(name))
             raise NotFound(f"model '{name}' is not in the model repository")
-        digest = hashlib.sha256()
-        for folder in folders:
-            digest.update(os.fsencode(folder) + b"\0")
-            for relative, info in sorted(_walk(folder)):
-                size = "dir" if stat.S_ISDIR(info.st_mode) else str(info.st_size)
-                mtime = 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
-                digest.update(f"{relative}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
-        return digest.hexdigest()
+        fingerprint: str = folders_fingerprint(folders)
+        return fingerprint
 
     def folder(self, name: str) -> Path:
         """The folder of ``name`` (a remote model's cache folder, which holds what its last
@@ -326,32 +323,6 @@ class ModelRepository:
             )
 
 
-def version_fingerprints(model_dir: Path, versions: Sequence[int]) -> dict[int, str]:
-    """version -> a hash of what loading that version reads besides the config: its own
-    version folder and the model folder's other entries (the config files and the other
-    version folders left out, as Triton's per-version timestamps do). Relative path, size
-    and mtime of each non-hidden entry, as ``ModelRepository.fingerprint``."""
-    shared: list[str] = []
-    own: dict[str, list[str]] = {str(version): [] for version in versions}
-    for relative, info in sorted(_walk(model_dir)):
-        top = relative.split("/", 1)[0]
-        size = "dir" if stat.S_ISDIR(info.st_mode) else str(info.st_size)
-        mtime = 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
-        line = f"{relative}\0{size}\0{mtime}\n"
-        if top.isdigit():
-            if top in own:
-                own[top].append(line)
-        elif top not in (CONFIG_FILENAME, CUSTOM_CONFIGS):
-            shared.append(line)
-    found = {}
-    for version in versions:
-        digest = hashlib.sha256()
-        for line in (*shared, "\0", *own[str(version)]):
-            digest.update(line.encode("utf-8", "surrogateescape"))
-        found[version] = digest.hexdigest()
-    return found
-
-
 def _no_version_available(name: str) -> NoReturn:
     raise InvalidArgument(
         f"at least one version must be available under the version policy of model '{name}'"
@@ -368,34 +339,3 @@ def _model_folder_names(root: Path) -> Iterator[str]:
             # A folder whose name could not be a model (hidden, a control character in it)
             # is not one: it never reaches the index or a log line.
             yield entry.name
-
-
-def _walk(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """(posix path relative to ``folder``, stat) of every entry below it but hidden ones and
-    ``__pycache__`` folders, following symbolic links but visiting each real directory
-    once."""
-    visited: set[tuple[int, int]] = set()
-    pending = [(folder, "")]
-    while pending:
-        directory, prefix = pending.pop()
-        try:
-            info = directory.stat()
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        if (info.st_dev, info.st_ino) in visited:
-            continue
-        visited.add((info.st_dev, info.st_ino))
-        for entry in entries:
-            # Hidden entries (editor swap files) and Python's bytecode caches (which loading a
-            # python model writes next to its model.py) are not the model's content.
-            if entry.name.startswith(".") or entry.name == "__pycache__":
-                continue
-            try:
-                entry_info = entry.stat()
-            except OSError:
-                continue
-            relative = prefix + entry.name
-            yield relative, entry_info
-            if stat.S_ISDIR(entry_info.st_mode):
-                pending.append((Path(entry.path), relative + "/"))

@@ -147,14 +147,22 @@ class RepositoryMirror:
     # ------------------------------------------------------------------ fetching
 
     @contextlib.contextmanager
-    def fetching(self, name: str) -> Iterator[ModelFetch]:
+    def fetching(self, name: str, *, cached_ok: bool = False) -> Iterator[ModelFetch | CachedCopy]:
         """Fetch ``name``'s files outside its version folders into its cache folder, then
         (``ModelFetch.versions``) those of the versions chosen; one fetch of a model at a
-        time."""
+        time. ``cached_ok``: when the storage cannot be read, the copy the last fetch left
+        stands in (``CachedCopy``), if it holds the versions chosen."""
         with self._lock:
             lock = self._model_locks.setdefault(name, threading.Lock())
         with lock:
-            fetch = ModelFetch(self, name, self._model_files(name))
+            try:
+                files = self._model_files(name)
+            except RemoteStorageError as error:
+                if not cached_ok:
+                    raise
+                yield CachedCopy(self, name, error)
+                return
+            fetch = ModelFetch(self, name, files)
             with _cache_errors(name):
                 fetch.prepare()
             yield fetch
@@ -339,6 +347,32 @@ class ModelFetch:
         local = self.folder / remote.path
         return bool(remote.same_as(self._record.get(remote.path)) and local.is_file()
                     and local.stat().st_size == remote.size)
+
+
+class CachedCopy:
+    """What the last fetch of a model left in its cache folder, standing in for a fetch while
+    the storage cannot be read (a reload after an executor restart: what served keeps
+    serving). Complete or refused: every file the record names must be there, with its size."""
+
+    def __init__(self, mirror: RepositoryMirror, name: str, why: RemoteStorageError) -> None:
+        self.mirror = mirror
+        self.name = name
+        self.folder = mirror.models / name
+        self._record = mirror.read_record(name)
+        self._why = why
+
+    def versions(self, chosen: Sequence[int]) -> None:
+        """Refuse (with why the storage could not be read) unless the copy is whole and holds
+        the ``chosen`` versions."""
+        held = {int(path.split("/", 1)[0]) for path in self._record
+                if "/" in path and is_version(path.split("/", 1)[0])}
+        whole = all((self.folder / path).is_file()
+                    and (self.folder / path).stat().st_size == entry.get("size")
+                    for path, entry in self._record.items() if not key_problem(path))
+        if not (self._record and whole and set(chosen) <= held):
+            raise self._why
+        log.warning("model '%s': %s; loading the copy in the repository cache", self.name,
+                    self._why.message)
 
 
 @contextlib.contextmanager

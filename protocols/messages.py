@@ -293,11 +293,14 @@ class Metrics(Message):
 @dataclass(frozen=True, slots=True)
 class ResolveModel(Message):
     """Ask the repository actor for a model's parsed, validated config and versions.
-    ``config_override`` (JSON) replaces config.pbtxt; ``path_override`` replaces the folder."""
+    ``config_override`` (JSON) replaces config.pbtxt; ``path_override`` replaces the folder.
+    ``cached_ok``: a remote model's cached copy may stand in while its storage cannot be read
+    (control's reload after an executor restart)."""
 
     model: str
     config_override: str = ""
     path_override: str = ""
+    cached_ok: bool = False
 
 
 @dataclass(frozen=True, slots=True)

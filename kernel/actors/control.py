@@ -401,7 +401,8 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
 
     async def _reload_orphan(self, name: str) -> None:
         try:
-            await self._load(name, cause="its executor restarted")
+            # What served keeps serving: a cached copy stands in for unreadable storage.
+            await self._load(name, cause="its executor restarted", cached_ok=True)
         except InferdError as error:
             log.error("reloading %s after its executor restarted failed: %s", name, error.message)
 
@@ -418,7 +419,7 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
 
     async def _load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
-        *, cause: str = "load requested",
+        *, cause: str = "load requested", cached_ok: bool = False,
     ) -> None:
         # The name is checked before anything else, and the override files are written
         # (every path checked first) before the model has an entry in the index: a refused
@@ -433,7 +434,7 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
             model = self._model(name)
             async with model.lock:
                 model.cause = cause
-                await self._load_locked(name, model, config_override, override_dir)
+                await self._load_locked(name, model, config_override, override_dir, cached_ok)
                 if model.override_dir != override_dir:
                     remove_override_folder(model.override_dir)
                 model.override_dir = override_dir
@@ -447,7 +448,8 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
             raise
 
     async def _load_locked(
-        self, name: str, model: _Model, config_override: str, override_dir: str
+        self, name: str, model: _Model, config_override: str, override_dir: str,
+        cached_ok: bool = False,
     ) -> None:
         """Resolve and load every version of ``name``; the caller owns ``override_dir``.
 
@@ -457,7 +459,7 @@ class ControlActor(DesiredStateControl, EnsembleControl, Actor):
         all serve do the versions the policy no longer selects unload."""
         try:
             resolved = await self.router.ask(
-                REPOSITORY, ResolveModel(name, config_override, override_dir)
+                REPOSITORY, ResolveModel(name, config_override, override_dir, cached_ok)
             )
         except NotFound:
             self._forget_if_unknown(name, model)

@@ -72,6 +72,7 @@ class RepositoryActor(Actor):
                 message.model,
                 config_override=message.config_override,
                 path_override=message.path_override,
+                cached_ok=message.cached_ok,
             )
 
         return await anyio.to_thread.run_sync(resolve)

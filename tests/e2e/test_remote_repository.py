@@ -205,6 +205,10 @@ def poll_server(module_inferd: Any, storage: Storage, tmp_path_factory: Any) -> 
     local = model_folder(tmp_path_factory.mktemp("poll") / "repo",
                          ("simple", EXAMPLE_REPOSITORY / "simple"),
                          ("identity_fp32", EXAMPLE_REPOSITORY / "identity_fp32"))
+    # A testing-backend model that kills its executor when asked (the outage test's crash).
+    (local / "crasher" / "1").mkdir(parents=True)
+    (local / "crasher" / "config.pbtxt").write_text(module_inferd.testing_config("crasher", "crash"))
+    (local / "crasher" / "1" / "README").write_text("the testing backend reads no file\n")
     storage.upload(local, "models/poll")
     return module_inferd.start(
         None, "--model-repository", storage.server.url("models/poll"),
@@ -407,6 +411,17 @@ def test_storage_going_away_keeps_models_serving_and_its_return_is_picked_up(
     assert "failed to load 'simple': the model repository s3://" in str(failed.value)
     assert "cannot be read: the storage cannot be reached" in str(failed.value)
     assert simple_sums_grpc(explicit_server) == EXPECTED_SUMS  # what served still serves
+
+    # An executor that dies during the outage comes back with its models, from the cache.
+    crash = httpclient.InferInput("INPUT0", [4], "FP32")
+    crash.set_data_from_numpy(np.zeros(4, dtype=np.float32))
+    with pytest.raises(InferenceServerException):
+        httpclient.InferenceServerClient(poll_server.http_url).infer("crasher", [crash])
+    wait_for(lambda: poll_server.log().count("loading the copy in the repository cache") >= 2,
+             "the reloads from the cache", poll_server)
+    wait_for(lambda: httpclient.InferenceServerClient(poll_server.http_url).is_model_ready(
+        "simple"), "simple READY again", poll_server)
+    assert simple_sums_http(poll_server) == EXPECTED_SUMS
 
     storage.restart(first="models/poll/")  # the same port, the same objects
 

@@ -24,7 +24,7 @@ from inferd.kernel.remote_storage import (
     open_filesystem,
     parse_url,
 )
-from inferd.kernel.repository import version_fingerprints
+from inferd.kernel.folder_fingerprints import version_fingerprints
 from inferd.kernel.repository_mirror import RepositoryMirror
 from inferd.protocols.errors import InvalidArgument, NotFound
 

@@ -9,7 +9,8 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.repository import ModelRepository, version_fingerprints
+from inferd.kernel.folder_fingerprints import version_fingerprints
+from inferd.kernel.repository import ModelRepository
 from inferd.protocols.errors import InvalidArgument, NotFound
 
 SIMPLE = """
