@@ -15,9 +15,10 @@ it. It never starts a server or an executor and never writes to the repository.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,15 +155,22 @@ def check_repository(
     config_name: str = "",
     options: dict[str, Any] | None = None,
     gpu_ids: Sequence[int] | None = None,
+    cache_dir: str | Path | None = None,
 ) -> CheckReport:
     """Check every model under ``roots`` as ``inferd serve`` with the same settings would
-    load it (``options``: the executor's, e.g. ``backend_config``)."""
+    load it (``options``: the executor's, e.g. ``backend_config``). A remote root's models
+    are fetched into ``cache_dir`` as a load would fetch them; a remote root that cannot be
+    listed is the repository's own error (nothing under it can be checked)."""
     repository = ModelRepository(roots, backends, auto_complete=auto_complete,
-                                 gpu_ids=gpu_ids, config_name=config_name)
+                                 gpu_ids=gpu_ids, config_name=config_name, cache_dir=cache_dir)
     report = CheckReport(tuple(str(root) for root in roots))
+    report.errors += [Finding(why) for mirror in repository.remote.mirrors
+                      if (why := mirror.check())]
+    if report.errors:
+        return report
     names, problems = repository.list_models()
     for name in names:
-        folder = _folder(repository, name)
+        folder = _fetched_folder(repository, name)
         model = ModelReport(name, str(folder))
         report.models.append(model)
         if name in problems:
@@ -171,12 +179,37 @@ def check_repository(
         _check_model(repository, backends, model, folder, auto_complete, config_name,
                      options or {})
     _check_ensembles(report, repository, set(names))
+    for model in report.models:
+        _show_remote_places(repository, model)
     return report
 
 
-def _folder(repository: ModelRepository, name: str) -> Path:
+def _show_remote_places(repository: ModelRepository, model: ModelReport) -> None:
+    """A remote model's path and problem places as ``<url>/<model>/...``, not its cache
+    folder's (which the reader never wrote)."""
+    holders = [] if not repository.remote.has(model.name) else \
+        repository.remote.holders(model.name, fresh=False, local=True)
+    if len(holders) != 1:
+        return
+    cache, shown = model.path, f"{holders[0].url}/{model.name}"
+    model.path = shown
+    for findings in (model.errors, model.warnings):
+        findings[:] = [replace(finding, file=shown + finding.file[len(cache):])
+                       if finding.file.startswith(cache) else finding for finding in findings]
+
+
+def _fetched_folder(repository: ModelRepository, name: str) -> Path:
+    """The folder to check ``name`` in: a remote model's cache folder, after the fetch a load
+    would make (its failure is reported by the model's own check), else the local one."""
+    if repository.remote.has(name):
+        with contextlib.suppress(InferdError):
+            repository.resolve(name, log_warnings=False)
+        with contextlib.suppress(InferdError):
+            return repository.folder(name)
     folders = [root / name for root in repository.roots if (root / name).is_dir()]
-    return Path(folders[0] if folders else repository.roots[0] / name)
+    if folders:
+        return folders[0]
+    return (repository.roots[0] if repository.roots else Path()) / name
 
 
 def _check_model(

@@ -19,7 +19,9 @@ from typing import TextIO
 from inferd.kernel.check import CheckReport, ModelReport, check_repository, config_text
 from inferd.kernel.options import backend_setting
 from inferd.kernel.plugins import Plugins
+from inferd.kernel.remote_storage import check_url, is_remote_url
 from inferd.kernel.server import format_table
+from inferd.protocols.errors import InferdError
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 DEFAULT_REPOSITORY = "model_repository"
@@ -28,13 +30,19 @@ DEFAULT_REPOSITORY = "model_repository"
 def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "text",
               show_config: bool = False, auto_complete: bool = True, config_name: str = "",
               backend_config: Sequence[str] = (), completion_timeout_secs: float = 30.0,
-              out: TextIO | None = None) -> int:
+              cache_dir: str | None = None, out: TextIO | None = None) -> int:
     """Check ``repositories`` (default ``./model_repository``), print the report as ``output``
     (``text`` or ``json``) and return the exit code."""
     out = out if out is not None else sys.stdout
     roots = list(repositories) or [DEFAULT_REPOSITORY]
     for root in roots:
-        if not os.path.isdir(root):
+        if is_remote_url(root):
+            try:
+                check_url(root)  # its form, and the package that reads it
+            except InferdError as error:
+                print(f"inferd check: {error.message}", file=sys.stderr)
+                return EXIT_USAGE
+        elif not os.path.isdir(root):
             problem = "is not a directory" if os.path.exists(root) else "does not exist"
             print(f"inferd check: {root}: the model repository {problem}", file=sys.stderr)
             return EXIT_USAGE
@@ -47,6 +55,7 @@ def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "t
         roots, plugins.backends(), auto_complete=auto_complete, config_name=config_name,
         options={"backend_config": tuple(settings),
                  "completion_timeout_secs": completion_timeout_secs},
+        cache_dir=cache_dir,
     )
     if output == "json":
         json.dump(report.to_json(with_config=show_config), out, indent=2)

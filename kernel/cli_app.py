@@ -164,10 +164,12 @@ class CheckFormat(str, enum.Enum):
 
 
 @app.command(epilog=_examples("inferd check", "inferd check /models --format json",
-                              "inferd check model_repository --show-config"))
+                              "inferd check model_repository --show-config",
+                              "inferd check s3://bucket/models"))
 def check(
     repositories: Annotated[list[str] | None, typer.Argument(
-        metavar="[REPO]...", help="model repository roots (default ./model_repository)")] = None,
+        metavar="[REPO]...", help="model repository roots, folders or s3://, gs://, as://, az:// "
+                                  "URLs (default ./model_repository)")] = None,
     fmt: Annotated[CheckFormat, typer.Option("--format", help="text for people, json for "
                                                               "tools")] = CheckFormat.text,
     show_config: Annotated[bool, typer.Option(
@@ -182,6 +184,9 @@ def check(
     completion_timeout_secs: Annotated[float, typer.Option(
         "--completion-timeout-secs",
         help="time a python model's auto_complete_config may take")] = 30.0,
+    repository_cache_dir: Annotated[str, typer.Option(
+        "--repository-cache-dir", metavar="PATH",
+        help="where a remote repository's models are fetched to (as serve's flag)")] = "",
 ) -> None:
     """Validate model repositories without serving them, with the code serve loads them
     with: configs, model files, ensembles, version policies, catalog metadata. Exit status
@@ -192,7 +197,8 @@ def check(
     raise typer.Exit(run_check(
         repositories or [], Plugins.load(), output=fmt.value, show_config=show_config,
         auto_complete=not disable_auto_complete_config, config_name=model_config_name,
-        backend_config=backend_config or [], completion_timeout_secs=completion_timeout_secs))
+        backend_config=backend_config or [], completion_timeout_secs=completion_timeout_secs,
+        cache_dir=repository_cache_dir or None))
 
 
 @app.command(epilog=_examples(
