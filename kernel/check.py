@@ -205,11 +205,13 @@ def _fetched_folder(repository: ModelRepository, name: str) -> Path:
         with contextlib.suppress(InferdError):
             repository.resolve(name, log_warnings=False)
         with contextlib.suppress(InferdError):
-            return repository.folder(name)
-    folders = [root / name for root in repository.roots if (root / name).is_dir()]
+            cached: Path = repository.folder(name)
+            return cached
+    roots: tuple[Path, ...] = repository.roots
+    folders = [root / name for root in roots if (root / name).is_dir()]
     if folders:
         return folders[0]
-    return (repository.roots[0] if repository.roots else Path()) / name
+    return (roots[0] if roots else Path()) / name
 
 
 def _check_model(
