@@ -13,6 +13,7 @@ import yaml
 
 from inferd.kernel.cli_serve import serve_parser
 from inferd.kernel.plugins import Plugins
+from inferd.kernel.remote_storage import is_remote_url
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -75,8 +76,17 @@ def test_the_inference_service_uses_the_runtime() -> None:
     assert model["storageUri"].startswith(("s3://", "gs://", "pvc://"))
 
 
-def test_the_deployment_probes_health_and_drains_within_its_grace_period() -> None:
-    (deployment,) = of_kind("Deployment")
+def deployment_files() -> list[str]:
+    return [document["__file__"] for document in of_kind("Deployment")]
+
+
+def test_there_is_a_deployment_from_a_volume_and_one_from_object_storage() -> None:
+    assert deployment_files() == ["inferd-s3.yaml", "inferd.yaml"]
+
+
+@pytest.mark.parametrize("file", deployment_files())
+def test_the_deployment_probes_health_and_drains_within_its_grace_period(file: str) -> None:
+    (deployment,) = [d for d in of_kind("Deployment") if d["__file__"] == file]
     pod = deployment["spec"]["template"]
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= pod["metadata"]["labels"].items()
@@ -95,14 +105,22 @@ def test_the_deployment_probes_health_and_drains_within_its_grace_period() -> No
     assert pod["spec"]["terminationGracePeriodSeconds"] > (
         float(pre_stop[1]) + parsed.exit_timeout_secs)
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-    mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
-    assert mounts["models"]["mountPath"] in parsed.model_repositories
-    assert mounts["models"]["readOnly"] is True
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    for root in parsed.model_repositories:
+        if is_remote_url(root):  # fetched into a cache folder the pod may write
+            assert parsed.repository_cache_dir in mounts, root
+            assert not mounts[parsed.repository_cache_dir].get("readOnly"), root
+        else:  # a mounted volume the server only reads
+            assert mounts[root]["readOnly"] is True, root
+    if parsed.model_control_state:
+        assert parsed.model_control_mode == "explicit"
+        assert parsed.model_control_state.startswith("s3://")  # shared by every replica
 
 
-def test_the_service_exposes_the_deployments_named_ports() -> None:
-    (service,) = of_kind("Service")
-    (deployment,) = of_kind("Deployment")
+@pytest.mark.parametrize("file", deployment_files())
+def test_the_service_exposes_the_deployments_named_ports(file: str) -> None:
+    (deployment,) = [d for d in of_kind("Deployment") if d["__file__"] == file]
+    (service,) = [s for s in of_kind("Service") if s["__file__"] == file]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     named = {port["name"] for port in container["ports"]}
