@@ -184,11 +184,15 @@ def start_replicas(
     count: int, repository: str | Path, *flags: str, folder: Path,
     env: Mapping[str, str] | None = None, model: str | None = None,
     timeout: float = START_TIMEOUT_SECS, prefix: Sequence[str] = (),
+    replica_flags: Callable[[int], Sequence[str]] | None = None,
 ) -> list[Replica]:
     """``count`` replicas over the same ``repository``, started together (their start-ups
     overlap), returned once each answers ready on HTTP (``model`` ready when given) and
-    listens on gRPC. On failure every replica started is stopped before raising."""
-    replicas = [launch_replica(index, repository, flags, folder=folder, env=env, prefix=prefix)
+    listens on gRPC. ``replica_flags(index)`` adds flags of one replica's own (a cache
+    folder, say). On failure every replica started is stopped before raising."""
+    replicas = [launch_replica(index, repository,
+                               [*flags, *(replica_flags(index) if replica_flags else ())],
+                               folder=folder, env=env, prefix=prefix)
                 for index in range(count)]
     try:
         for replica in replicas:

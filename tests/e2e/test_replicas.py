@@ -41,12 +41,13 @@ SETTLE_SUCCESSES = 50  # the load is running, through every protocol, before any
 @dataclass
 class SharedRepository:
     """What every replica gets as ``--model-repository`` (a path or a URL), the environment
-    the servers need to read it, and how a test writes one file of it (path relative to the
-    repository root)."""
+    the servers need to read it, the flags of each replica's own (by index), and how a test
+    writes one file of it (path relative to the repository root)."""
 
     location: str | Path
     write: Callable[[str, bytes], None]
     env: dict[str, str] = field(default_factory=dict)
+    replica_flags: Callable[[int], list[str]] = lambda index: []
 
 
 def local_repository(folder: Path) -> SharedRepository:
@@ -67,7 +68,13 @@ def s3_repository(s3_server: Any, folder: Path) -> SharedRepository:
     def write(path: str, content: bytes) -> None:
         client.put_object(Bucket="replicas", Key=f"repository/{path}", Body=content)
 
-    return SharedRepository(s3_server.url("replicas/repository"), write, dict(s3_server.env))
+    def replica_flags(index: int) -> list[str]:
+        # Each replica its own local cache of the bucket, as separate machines would have
+        # (the flag is the remote-repository work's; adjust to its final name).
+        return [f"--repository-cache-dir={folder / f'cache-{index}'}"]
+
+    return SharedRepository(s3_server.url("replicas/repository"), write, dict(s3_server.env),
+                            replica_flags)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +96,7 @@ def cluster(
     flags = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"]
     replicas = replica_harness.start_replicas(REPLICAS, shared.location, *flags,
                                               folder=folder / "replicas", env=shared.env,
-                                              model=MODEL)
+                                              model=MODEL, replica_flags=shared.replica_flags)
     nginx = None
     try:
         nginx = replica_harness.start_nginx(folder / "nginx", replicas)
