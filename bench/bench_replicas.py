@@ -2,11 +2,12 @@
 asked directly (what the proxy costs).
 
 Three ``inferd serve`` replicas start over the example repository with only ``simple`` loaded
-(EXPLICIT mode, the server's default one intra-op thread); then, for 1, 2 and 3 of them, a
-real nginx (Debian's, foreground, generated config: ``bench/replica_harness.py``) balances
-HTTP and gRPC over that many, and the load generator measures each protocol at each
-concurrency through it. The first measurements of the run go to replica 0 directly, without
-nginx. Replicas not behind the nginx of a row sit idle.
+(EXPLICIT mode, the server's default one intra-op thread), and three real nginx (Debian's,
+foreground, generated configs: ``bench/replica_harness.py``) in front of the first 1, 2 and 3
+of them, each balancing HTTP and gRPC. For each protocol and concurrency the load generator
+measures, back to back, replica 0 directly (no nginx), then each nginx, so the machine's
+other load of the moment weighs on all four alike; ``--rounds`` repeats the whole sequence
+and the table shows the median. Replicas and nginx not measured in a row sit idle.
 
 The load generator is perf_analyzer when it is available (set up as ``bench/bench_kserve.py``
 does, in ``bench/.peers/perf_analyzer``), else (or with ``--load python``) the harness's own
@@ -60,6 +61,7 @@ class Row:
     infer_per_s: float | None
     problem: str | None
     cpu: str  # where the CPU went during the measurement: replicas / nginx / load / others
+    rounds: str = ""  # every round's infer/s, when there were several
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -69,6 +71,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", default="4,16",
                         help="requests in flight, comma-separated (default 4,16)")
     parser.add_argument("--protocols", default="http,grpc", help="http, grpc or both")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every measurement this many times and report the median "
+                             "(default 1)")
     parser.add_argument("--nginx-workers", type=int, default=1,
                         help="nginx worker_processes (default 1)")
     parser.add_argument("--load", choices=("auto", "perf_analyzer", "python"), default="auto",
@@ -215,49 +220,76 @@ def choose_load(args: argparse.Namespace) -> tuple[Measure, str]:
         return python_measure(args)
 
 
-def measure_setup(
+def measure_row(
     measure: Measure, target: Any, setup: str, count: int, replicas: Sequence[Any],
-    nginx_pid: int | None, args: argparse.Namespace, folder: Path,
-) -> list[Row]:
-    rows = []
-    for protocol in args.protocols:
-        for concurrency in args.concurrency:
-            progress(f"{setup}, {count} replica(s), {protocol}, concurrency {concurrency}")
-            with CpuMeter(replicas, nginx_pid) as meter:
-                rate, problem = measure(target, protocol, concurrency, folder)
-            print(f"  {meter.summary}", flush=True)
-            rows.append(Row(setup, count, protocol, concurrency, rate, problem, meter.compact))
-    return rows
+    nginx_pid: int | None, protocol: str, concurrency: int, folder: Path,
+) -> Row:
+    progress(f"{setup}, {count} replica(s), {protocol}, concurrency {concurrency}")
+    with CpuMeter(replicas, nginx_pid) as meter:
+        rate, problem = measure(target, protocol, concurrency, folder)
+    print(f"  {meter.summary}", flush=True)
+    return Row(setup, count, protocol, concurrency, rate, problem, meter.compact)
 
 
 def run(args: argparse.Namespace, measure: Measure, folder: Path) -> list[Row]:
+    """Every setup is measured back to back for one protocol and concurrency (direct, then
+    nginx over 1, 2, 3 replicas), so the machine's other load of the moment weighs on all of
+    them alike; ``--rounds`` repeats the whole sequence."""
     flags = ["--model-control-mode=explicit", f"--load-model={MODEL}"]
     progress(f"starting {args.replicas} replicas over {REPOSITORY.relative_to(ROOT)}")
     replicas = replica_harness.start_replicas(args.replicas, REPOSITORY, *flags,
                                               folder=folder / "replicas", model=MODEL)
     rows: list[Row] = []
+    proxies: list[replica_harness.Nginx] = []
     try:
         progress("replicas ready: " + ", ".join(
             f"{r.index}: HTTP {r.http_url} gRPC {r.grpc_url}" for r in replicas))
-        rows += measure_setup(measure, replicas[0], "direct", 1, replicas[:1], None, args,
-                              folder)
         for count in range(1, args.replicas + 1):
-            progress(f"nginx in front of {count} replica(s)")
-            nginx = replica_harness.start_nginx(
+            proxies.append(replica_harness.start_nginx(
                 folder / f"nginx-{count}", replicas[:count], workers=args.nginx_workers,
-                statistics_from=0 if count > 1 else None)
-            try:
-                rows += measure_setup(measure, nginx, "nginx", count, replicas[:count],
-                                      nginx.process.pid, args, folder)
-            finally:
-                nginx.stop()
+                statistics_from=0 if count > 1 else None))
+            progress(f"nginx in front of {count} replica(s): HTTP {proxies[-1].http_url} "
+                     f"gRPC {proxies[-1].grpc_url}")
+        for round_number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                progress(f"round {round_number} of {args.rounds}")
+            for protocol in args.protocols:
+                for concurrency in args.concurrency:
+                    rows.append(measure_row(measure, replicas[0], "direct", 1, replicas[:1],
+                                            None, protocol, concurrency, folder))
+                    for count, nginx in enumerate(proxies, start=1):
+                        rows.append(measure_row(measure, nginx, "nginx", count,
+                                                replicas[:count], nginx.process.pid,
+                                                protocol, concurrency, folder))
         for replica in replicas:
             if replica.process.poll() is not None:
                 print(f"replica {replica.index} died during the run:\n{replica.log_tail()}")
     finally:
+        for nginx in proxies:
+            nginx.stop()
         for replica in replicas:
             replica.stop()
     return rows
+
+
+def combine(rows: Sequence[Row]) -> list[Row]:
+    """One row per setup, protocol and concurrency: the median round (its CPU shares with
+    it), every round's figure kept in ``rounds``."""
+    groups: dict[tuple[str, int, str, int], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.setup, row.replicas, row.protocol, row.concurrency),
+                          []).append(row)
+    combined = []
+    for group in groups.values():
+        measured = sorted((r for r in group if r.infer_per_s is not None),
+                          key=lambda r: r.infer_per_s or 0.0)
+        chosen = measured[(len(measured) - 1) // 2] if measured else group[-1]
+        problems = "; ".join(r.problem for r in group if r.problem) or None
+        rounds = " ".join(bench_kserve.number(r.infer_per_s) for r in group)
+        combined.append(Row(chosen.setup, chosen.replicas, chosen.protocol,
+                            chosen.concurrency, chosen.infer_per_s, problems, chosen.cpu,
+                            rounds))
+    return combined
 
 
 # ------------------------------------------------------------------------------ report
@@ -284,9 +316,10 @@ def results_table(rows: Sequence[Row]) -> str:
         lines.append([row.protocol, str(row.concurrency), label + note,
                       bench_kserve.number(row.infer_per_s),
                       ratio(row.infer_per_s, rate_of("nginx", 1, row)),
-                      ratio(row.infer_per_s, rate_of("direct", 1, row)), row.cpu])
+                      ratio(row.infer_per_s, rate_of("direct", 1, row)), row.cpu,
+                      row.rounds])
     header = ["protocol", "concurrency", "setup", "infer/s", "×1 replica", "×direct",
-              "CPU % replicas / nginx / load / others"]
+              "CPU % replicas / nginx / load / others", "rounds"]
     return bench_kserve.table(header, lines)
 
 
@@ -316,11 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"load generator {generator}; nginx workers {args.nginx_workers}", flush=True)
         print(f"load average before: {bench_kserve.load_average()}", flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-replicas-") as name:
-            rows = run(args, measure, Path(name))
+            rows = combine(run(args, measure, Path(name)))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     print(f"\n{MODEL}, batch 1, through nginx over 1..{args.replicas} replicas and direct; "
+          f"{args.rounds} round(s), median shown; "
           f"load average after: {bench_kserve.load_average()}")
     print(results_table(rows))
     print()
