@@ -328,12 +328,14 @@ What limits scaling here: this machine has {cpus} CPU core(s), shared by every r
 server process and its onnxruntime executor), nginx and the load generator. `simple` costs
 microseconds of model time; nearly all of a request's cost is CPU in the serving path (HTTP/
 gRPC parsing, the kernel's actors, the executor hop), so one replica at concurrency >= 4
-already keeps most of the cores busy, and a second or third replica can only take a share of
-the same cores (see the CPU lines: the sum stays near {total} %). nginx adds a hop (its CPU
-share, plus one more loopback round trip per request), which the 'direct' rows price. On a
-machine with more cores than one replica uses (or on separate machines, as in a cluster) the
-replicas do not share CPU, and throughput grows with their count until the load balancer or
-the network is the limit."""
+already keeps most of the cores busy (the CPU column: one replica, nginx and the load
+generator together use most of the {total} %), and a second or third replica can only split
+the same cores. nginx adds a hop (its CPU share, plus one more loopback round trip per
+request), which the 'direct' rows price. On a busy machine ('others' well above 0) more
+replicas also win a larger share of the CPU from the other work, which is not scaling
+either. On a machine with more cores than one replica uses (or on separate machines, as in
+a cluster) the replicas do not share CPU, and throughput grows with their count until the
+load balancer or the network is the limit."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
