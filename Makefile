@@ -40,6 +40,10 @@ bench: setup
 bench-kserve: setup
 	$(PY) bench/bench_kserve.py
 
+# 1, 2 and 3 replicas behind Debian's nginx (apt-get install nginx), and one direct.
+bench-replicas: setup
+	$(PY) bench/bench_replicas.py
+
 models: setup
 	$(PY) model_repository/generate.py
 
