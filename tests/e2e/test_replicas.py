@@ -6,9 +6,8 @@ clients see no failures beyond its in-flight requests while the other two carry 
 
 The harness (replicas on free ports, the nginx config and process, the load driver) is
 ``bench/replica_harness.py``, shared with ``bench/bench_replicas.py``. The repository is one
-parameter: a local folder today (``local_repository``); ``s3_repository`` is the same over the
-moto server of ``tests/conftest.py`` for when ``--model-repository=s3://`` lands (switch the
-``shared`` fixture's one line).
+parameter: one bucket on the moto server of ``tests/conftest.py`` (``s3_repository``, the
+issue's setting), and a shared local folder (``local_repository``).
 """
 
 from __future__ import annotations
@@ -69,19 +68,21 @@ def s3_repository(s3_server: Any, folder: Path) -> SharedRepository:
         client.put_object(Bucket="replicas", Key=f"repository/{path}", Body=content)
 
     def replica_flags(index: int) -> list[str]:
-        # Each replica its own local cache of the bucket, as separate machines would have
-        # (the flag is the remote-repository work's; adjust to its final name).
+        # Each replica its own local cache of the bucket, as separate machines would have.
         return [f"--repository-cache-dir={folder / f'cache-{index}'}"]
 
     return SharedRepository(s3_server.url("replicas/repository"), write, dict(s3_server.env),
                             replica_flags)
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> SharedRepository:
-    # With S3 repositories merged: take `s3_server` as an argument and
-    # `return s3_repository(s3_server, tmp_path_factory.mktemp("repository"))`.
-    return local_repository(tmp_path_factory.mktemp("repository"))
+@pytest.fixture(scope="module", params=["s3", "local"])
+def shared(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> SharedRepository:
+    """The issue's setting (one bucket on the moto server), and a shared local folder."""
+    folder = tmp_path_factory.mktemp("repository")
+    if request.param == "s3":
+        return s3_repository(request.getfixturevalue("s3_server"), folder)
+    return local_repository(folder)
 
 
 @pytest.fixture(scope="module")
