@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= onnx,test,redis
+EXTRAS ?= onnx,test,redis,s3
 # The pytorch backend's framework (its tests need it). torch is installed first and pinned
 # so pip takes the CPU wheel; an unpinned torch pulls a multi-GB CUDA build. WITH_TORCH=0
 # leaves it out (the pytorch models are then UNAVAILABLE and their tests skipped).
