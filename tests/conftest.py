@@ -37,14 +37,19 @@ def _free_port() -> int:
         return port
 
 
-def redis_answers(port: int, timeout: float = 1.0) -> bool:
-    """Whether a Redis on ``port`` answers PING."""
+def answers(port: int, request: bytes, reply: bytes, timeout: float = 1.0) -> bool:
+    """Whether a server on loopback ``port`` answers ``request`` with ``reply``'s start."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
-            connection.sendall(b"PING\r\n")
-            return connection.recv(64).startswith(b"+PONG")
+            connection.sendall(request)
+            return connection.recv(64).startswith(reply)
     except OSError:
         return False
+
+
+def redis_answers(port: int) -> bool:
+    """Whether a Redis on ``port`` answers PING."""
+    return answers(port, b"PING\r\n", b"+PONG")
 
 
 @dataclass
@@ -118,14 +123,9 @@ S3_SECRET_KEY = "testing-secret-key"
 S3_REGION = "us-east-1"
 
 
-def s3_answers(port: int, timeout: float = 1.0) -> bool:
+def s3_answers(port: int) -> bool:
     """Whether an HTTP server on ``port`` answers (moto's root lists the buckets)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
-            connection.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            return connection.recv(16).startswith(b"HTTP/")
-    except OSError:
-        return False
+    return answers(port, b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", b"HTTP/")
 
 
 class S3Server:
