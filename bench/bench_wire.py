@@ -55,6 +55,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from inferd.kernel.addresses import EXECUTORS
 from inferd.kernel.actor import Actor
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.repository import ModelRepository
@@ -83,7 +84,7 @@ MODEL = "identity_fp32"
 INPUT = "INPUT0"
 OUTPUT = "OUTPUT0"
 EXECUTOR = "executor/bench"
-POOL_ADDRESS = "executors"
+POOL_ADDRESS = EXECUTORS  # the pool executors greet
 PATHS = ("floor", "kernel", "server")
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"

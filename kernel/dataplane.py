@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from inferd.kernel import link_memory
-from inferd.kernel import log_context
+from inferd.kernel import link_memory, log_context
+from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.router import Router
 from inferd.kernel.shared_memory import (
     SharedMemoryRegistry,
@@ -31,7 +31,6 @@ from inferd.kernel.shared_memory import (
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import Tracer, disabled_tracer
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
-from inferd.protocols.names import check_model_name
 from inferd.protocols.messages import (
     Ack,
     CatalogRequest,
@@ -63,27 +62,28 @@ from inferd.protocols.messages import (
     StatisticsRequest,
     StreamInferRequest,
     Tensor,
+    TraceSettingRequest,
     UnloadRequest,
 )
+from inferd.protocols.names import check_model_name
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
-from inferd.protocols.messages import TraceSettingRequest
 
 SERVER_NAME = "inferd"
 SERVER_VERSION = "0.1.0"
 
 _OWNER: dict[type[Message], str] = {
-    InferRequest: "scheduler",
-    ModelMetadataRequest: "scheduler",
-    ModelReadyRequest: "scheduler",
-    ModelConfigRequest: "scheduler",
-    StatisticsRequest: "scheduler",
-    HealthRequest: "control",
-    IndexRequest: "control",
-    CatalogRequest: "control",
-    LoadRequest: "control",
-    UnloadRequest: "control",
-    PollRequest: "control",
-    LogSettingsRequest: "executors",  # it owns the settings every process logs by
+    InferRequest: SCHEDULER,
+    ModelMetadataRequest: SCHEDULER,
+    ModelReadyRequest: SCHEDULER,
+    ModelConfigRequest: SCHEDULER,
+    StatisticsRequest: SCHEDULER,
+    HealthRequest: CONTROL,
+    IndexRequest: CONTROL,
+    CatalogRequest: CONTROL,
+    LoadRequest: CONTROL,
+    UnloadRequest: CONTROL,
+    PollRequest: CONTROL,
+    LogSettingsRequest: EXECUTORS,  # it owns the settings every process logs by
 }
 
 # Requests whose model name may not be empty (statistics without a name mean every model).
@@ -147,7 +147,7 @@ class DataPlane:
         """The trace extension: a model's settings only while it is ready, as in Triton."""
         if request.model:
             check_model_name(request.model)
-            ready = await self._router.call("scheduler", ModelReadyRequest(request.model))
+            ready = await self._router.call(SCHEDULER, ModelReadyRequest(request.model))
             if not (isinstance(ready, HealthStatus) and ready.ok):
                 raise InvalidArgument(f"Request for unknown model : {request.model}")
         if request.update:
@@ -160,7 +160,7 @@ class DataPlane:
         the shared memory's are the data plane's own (the regions it mapped) and the
         server's segments in /dev/shm."""
         samples: list[tuple[str, dict[str, str], float]] = []
-        for owner in ("scheduler", "control", "executors", "repository"):
+        for owner in (SCHEDULER, CONTROL, EXECUTORS, REPOSITORY):
             reply = await self._router.ask(owner, MetricsRequest())
             assert isinstance(reply, Metrics)
             samples += reply.samples

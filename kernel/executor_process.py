@@ -21,12 +21,12 @@ import zmq
 
 from inferd.kernel import link_memory
 from inferd.kernel.actors.executor import ExecutorActor
+from inferd.kernel.addresses import EXECUTORS
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.router import LinkMemory, ProcessLink, Router
 from inferd.protocols.messages import ExecutorHello
 
-POOL_ADDRESS = "executors"
 PARENT_CHECK_SECS = 1.0
 
 
@@ -52,7 +52,7 @@ async def serve(name: str, hub: str, options: dict[str, object], parent_pid: int
             tasks.start_soon(link.run)
             await tasks.start(actor.run)
             tasks.start_soon(_watch_parent, parent_pid, tasks.cancel_scope)
-            router.tell(POOL_ADDRESS, ExecutorHello(name, os.getpid(), backends.names()))
+            router.tell(EXECUTORS, ExecutorHello(name, os.getpid(), backends.names()))
             await actor.stopped.wait()
             await anyio.sleep(0.05)  # let the Shutdown reply leave the socket
             tasks.cancel_scope.cancel()

@@ -25,6 +25,7 @@ from inferd.kernel.actors.control import ControlActor
 from inferd.kernel.actors.executors import ExecutorPoolActor
 from inferd.kernel.actors.repository import RepositoryActor
 from inferd.kernel.actors.scheduler import SchedulerActor
+from inferd.kernel.addresses import CONTROL, EXECUTORS, SCHEDULER
 from inferd.kernel.control_state import Record, RecordError, Store, open_store
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.frontend import Frontend
@@ -110,7 +111,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
                 for actor in (repository, scheduler, pool, control):
                     await tasks.start(actor.run)
                 await _check_remote_roots(repository, settings)
-                report = await router.ask("control", LoadStartupModels())
+                report = await router.ask(CONTROL, LoadStartupModels())
                 assert isinstance(report, StartupReport)
                 await _log_models(router)
                 if report.failures and settings.exit_on_error:
@@ -191,16 +192,16 @@ async def _shut_down(router: Router, frontends: list[Frontend], settings: Settin
     with anyio.CancelScope(shield=True):
         for frontend in frontends:
             await frontend.stop_accepting()
-        await router.ask("scheduler", Drain(settings.exit_timeout_secs))
+        await router.ask(SCHEDULER, Drain(settings.exit_timeout_secs))
         # Unloading waits only for batches already running; it gets its own bound.
         with anyio.move_on_after(UNLOAD_TIMEOUT_SECS):
-            await router.ask("control", Shutdown())
-        await router.ask("executors", Shutdown())
+            await router.ask(CONTROL, Shutdown())
+        await router.ask(EXECUTORS, Shutdown())
     log.info("shutdown complete")
 
 
 async def _log_models(router: Router) -> None:
-    index = await router.ask("control", IndexRequest())
+    index = await router.ask(CONTROL, IndexRequest())
     assert isinstance(index, Index)
     if not index.entries:
         log.info("no models in the repository")

@@ -28,6 +28,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_desired import DesiredStateControl
 from inferd.kernel.actors.control_ensembles import EnsembleControl
+from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.catalog_listing import tensor_specs
 from inferd.kernel.classification import read_labels
 from inferd.kernel.config_support import check_supported
@@ -57,7 +58,6 @@ from inferd.protocols.messages import (
     DescribeModels,
     Envelope,
     ExecutorHello,
-    ModelKnown,
     ExecutorLost,
     FingerprintModels,
     Fingerprints,
@@ -72,6 +72,7 @@ from inferd.protocols.messages import (
     LoadVersion,
     Metrics,
     MetricsRequest,
+    ModelKnown,
     ModelList,
     PollRequest,
     ReadCatalogs,
@@ -89,9 +90,6 @@ from inferd.protocols.names import check_model_name
 
 log = logging.getLogger(__name__)
 
-REPOSITORY = "repository"
-SCHEDULER = "scheduler"
-EXECUTORS = "executors"
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 POLL_SETTLE_SECS = 1.0
 
@@ -133,7 +131,7 @@ class _Model:
 
 
 class ControlActor(DesiredStateControl, EnsembleControl, Actor):
-    address = "control"
+    address = CONTROL
 
     def __init__(
         self, router: Router, settings: Settings, override_root: str | Path,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.addresses import REPOSITORY, SCHEDULER
 from inferd.kernel.dependencies import EnsembleDependencies, Requirement
 from inferd.kernel.ensemble import EnsemblePlan
 from inferd.kernel.modelconfig_validation import validate_ensemble
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from inferd.kernel.settings import Settings
     from inferd.kernel.state_log import ModelStateLog
 
-REPOSITORY = "repository"
-SCHEDULER = "scheduler"
 
 
 class EnsembleControl:

@@ -19,9 +19,9 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,8 +31,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
-from inferd.kernel.background import BackgroundWorker
+from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
+from inferd.kernel.background import BackgroundWorker
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
@@ -68,7 +69,6 @@ T = TypeVar("T")
 
 INLINE_BELOW_NS = 150_000
 RECENT_RUNS = 16
-SCHEDULER_ADDRESS = "scheduler"
 
 
 @dataclass(slots=True)
@@ -235,7 +235,7 @@ class ExecutorActor(Actor):
                 running = None
             if running is loop:  # it would wait forever on the loop it blocks
                 raise Internal("a request to the server cannot be sent from the executor's loop")
-            ask = self.router.ask(SCHEDULER_ADDRESS, request, timeout=timeout)
+            ask = self.router.ask(SCHEDULER, request, timeout=timeout)
             try:
                 future = asyncio.run_coroutine_threadsafe(ask, loop)
             except RuntimeError as error:  # the loop is closed: the executor is going
@@ -261,7 +261,7 @@ class ExecutorActor(Actor):
             self._bls_streams[token] = parts
             message = RemoteStreamRequest(request, token, self.address)
             try:
-                loop.call_soon_threadsafe(self.router.tell, SCHEDULER_ADDRESS, message)
+                loop.call_soon_threadsafe(self.router.tell, SCHEDULER, message)
             except RuntimeError as error:  # the loop is closed: the executor is going
                 del self._bls_streams[token]
                 raise Unavailable(f"the executor is shutting down: {error}") from None
@@ -334,7 +334,7 @@ class ExecutorActor(Actor):
             reply = _as_reply(result) if result is not None else None
             parts = StreamParts((batch.tokens[index],), (reply,), (final,))
             try:
-                loop.call_soon_threadsafe(self.router.tell, SCHEDULER_ADDRESS, parts)
+                loop.call_soon_threadsafe(self.router.tell, SCHEDULER, parts)
             except RuntimeError:  # the loop is closed: the executor is going
                 pass
 

@@ -22,13 +22,24 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
 import anyio
 import anyio.abc
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel import execution_env, placement
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
-from inferd.kernel import execution_env, placement
+from inferd.kernel.addresses import (
+    CONTROL,
+    CPU_EXECUTOR_PREFIX,
+    EXECUTORS,
+    INLINE_EXECUTOR,
+    cpu_executor,
+    framework_executor,
+    gpu_executor,
+    isolated_executor,
+)
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
 from inferd.kernel.logs import LogSettings, as_reply, configure_logging, console_descriptor, updated
@@ -60,15 +71,10 @@ from inferd.protocols.messages import (
 
 log = logging.getLogger(__name__)
 
-CONTROL_ADDRESS = "control"
 HELLO_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 10.0
 LOG_SETTINGS_TIMEOUT_SECS = 10.0
 RESTART_BACKOFF_SECS = (0.5, 1.0, 2.0, 5.0, 10.0)
-# A model's own executors (INFERD_EXECUTOR "isolated", or a process per instance) are named
-# this, the model's name and their part's suffix (kernel/placement.py).
-ISOLATED_PREFIX = "executor/model/"
-INLINE = "executor/inline"
 
 
 @dataclass(slots=True)
@@ -87,7 +93,7 @@ class _Executor:
 
 
 class ExecutorPoolActor(Actor):
-    address = "executors"
+    address = EXECUTORS
 
     def __init__(
         self,
@@ -124,10 +130,10 @@ class ExecutorPoolActor(Actor):
         async with anyio.create_task_group() as tasks:
             await tasks.start(super().run)
             if self._settings.executor_inline:
-                inline = ExecutorActor(self.router, INLINE, self._backends, self._options)
+                inline = ExecutorActor(self.router, INLINE_EXECUTOR, self._backends, self._options)
                 await tasks.start(inline.run)
             else:
-                names = [f"executor/cpu{i}" for i in range(max(1, self._settings.cpu_executors))]
+                names = [cpu_executor(i) for i in range(max(1, self._settings.cpu_executors))]
                 with anyio.fail_after(HELLO_TIMEOUT_SECS):
                     for name in names:
                         await self._ensure_started(name, {})
@@ -227,7 +233,7 @@ class ExecutorPoolActor(Actor):
             while executor.name in names:
                 names.remove(executor.name)
         self._load_counts[executor.name] = 0
-        self.router.tell(CONTROL_ADDRESS, ExecutorLost(executor.name, reason))
+        self.router.tell(CONTROL, ExecutorLost(executor.name, reason))
         executor.crashes += 1
         executor.restarts += 1
         backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
@@ -243,7 +249,7 @@ class ExecutorPoolActor(Actor):
         executor's restart count (inferd's ``inferd_executor_*`` metrics)."""
         samples: list[tuple[str, dict[str, str], float]] = []
         if self._settings.executor_inline:
-            running = [(INLINE, os.getpid(), 0)]
+            running = [(INLINE_EXECUTOR, os.getpid(), 0)]
         else:
             running = [(e.name, e.process.pid if e.process is not None
                         and e.process.returncode is None else 0, e.restarts)
@@ -268,7 +274,7 @@ class ExecutorPoolActor(Actor):
         if executor.logs != self._logs:  # settings changed while it was starting
             self.spawn(self._send_log_settings, executor)
         if executor.started_once:
-            self.router.tell(CONTROL_ADDRESS, hello)  # a restart: control reloads its models
+            self.router.tell(CONTROL, hello)  # a restart: control reloads its models
         executor.started_once = True
 
     # ------------------------------------------------------------------ log settings
@@ -323,17 +329,16 @@ class ExecutorPoolActor(Actor):
     def _executor_for(self, load: LoadVersion, part: placement.Part) -> tuple[str, dict[str, str]]:
         """The executor ``part`` goes to, and the environment that executor starts with."""
         if self._settings.executor_inline:
-            return INLINE, {}
+            return INLINE_EXECUTOR, {}
         environment = {} if part.gpu is None else pinned_environment(part.gpu)
-        device = "" if part.gpu is None else f"/gpu{part.gpu}"
         if part.own:
-            return f"{ISOLATED_PREFIX}{load.model}{part.suffix}", environment
+            return isolated_executor(load.model, part.suffix), environment
         spec = self._backends.get(load.backend)
         if spec is not None and spec.isolate:
-            return f"executor/{spec.name}{device}", environment
+            return framework_executor(spec.name, part.gpu), environment
         if part.gpu is not None:
-            return f"executor/gpu{part.gpu}", environment
-        cpu = [n for n in self._executors if n.startswith("executor/cpu")]
+            return gpu_executor(part.gpu), environment
+        cpu = [n for n in self._executors if n.startswith(CPU_EXECUTOR_PREFIX)]
         return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
 
     async def on_load_version(self, load: LoadVersion, envelope: Envelope) -> VersionLoaded:
@@ -389,7 +394,7 @@ class ExecutorPoolActor(Actor):
         name, environment = self._executor_for(load, part)
         if python:  # processes of another interpreter are never shared with ours
             name += "@" + hashlib.sha256(python.encode()).hexdigest()[:8]
-        if name != INLINE:
+        if name != INLINE_EXECUTOR:
             await self._ensure_started(name, environment, isolated=part.own, python=python)
         self._load_counts[name] = self._load_counts.get(name, 0) + 1
         request = replace(load, config=part.config(config), instance_count=part.instance_count)

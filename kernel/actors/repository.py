@@ -14,6 +14,7 @@ from __future__ import annotations
 import anyio
 
 from inferd.kernel.actor import Actor
+from inferd.kernel.addresses import REPOSITORY
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.catalog import CatalogFilter
 from inferd.kernel.catalog_listing import CatalogReader
@@ -37,7 +38,7 @@ from inferd.protocols.messages import (
 
 
 class RepositoryActor(Actor):
-    address = "repository"
+    address = REPOSITORY
 
     def __init__(
         self,

@@ -31,19 +31,20 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
+from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.batcher import DynamicBatcher
 from inferd.kernel.classification import Labels, classify, read_labels
 from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.latency_summary import LatencySummaries
 from inferd.kernel.metrics_config import MetricsConfig
 from inferd.kernel.modelconfig import config_to_json_text
-from inferd.kernel.response_cache import CacheScope, ResponseCache, cache_samples, scope_for
 from inferd.kernel.queue_policy import (
     TIMEOUT_MESSAGE,
     PriorityQueue,
     QueuePolicy,
     queue_full_message,
 )
+from inferd.kernel.response_cache import CacheScope, ResponseCache, cache_samples, scope_for
 from inferd.kernel.response_order import ResponseOrder
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
@@ -71,16 +72,16 @@ from inferd.protocols.messages import (
     InferRequest,
     InferResponse,
     Message,
+    Metrics,
+    MetricsRequest,
     ModelConfigReply,
     ModelConfigRequest,
     ModelKnown,
     ModelMetadata,
     ModelMetadataRequest,
     ModelReadyRequest,
-    RetireVersion,
-    Metrics,
-    MetricsRequest,
     RemoteStreamRequest,
+    RetireVersion,
     ServeVersion,
     Statistics,
     StatisticsRequest,
@@ -229,7 +230,7 @@ def _batcher(config: ModelConfig) -> DynamicBatcher:
 
 
 class SchedulerActor(Actor):
-    address = "scheduler"
+    address = SCHEDULER
     # A frontend's request runs in its own task (Router.call).
     DIRECT = (InferRequest, StreamInferRequest)
 
