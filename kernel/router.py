@@ -36,6 +36,8 @@ from inferd.protocols.errors import (
     InferdError,
     Internal,
     InvalidArgument,
+    as_inferd_error,
+    to_failure,
 )
 from inferd.protocols.messages import Envelope, Failure, Message, ReleaseSegments
 from inferd.protocols.zmqio import LoopSocket
@@ -159,10 +161,9 @@ class Router:
     def _as_error(self, error: BaseException, body: Message) -> InferdError:
         """What an exception from a handler is to its asker: an ``InferdError`` as it is,
         anything else an ``Internal`` error (and a log line: it is a bug)."""
-        if isinstance(error, InferdError):
-            return error
-        log.error("unexpected error handling %s", type(body).__name__, exc_info=error)
-        return Internal(f"{type(error).__name__}: {error}")
+        if not isinstance(error, InferdError):
+            log.error("unexpected error handling %s", type(body).__name__, exc_info=error)
+        return as_inferd_error(error)
 
     def reply(self, request: Envelope, body: Message | None) -> None:
         """Answer ``request`` (a ``None`` body answers nothing: the request was a tell)."""
@@ -172,7 +173,7 @@ class Router:
     def reply_failure(self, request: Envelope, error: BaseException) -> None:
         """The one place an exception becomes a wire error."""
         known = self._as_error(error, request.body)
-        self.tell(request.src, Failure(known.code.value, known.message), reply_to=request.msg_id)
+        self.tell(request.src, to_failure(known), reply_to=request.msg_id)
 
     # ------------------------------------------------------------------ delivery
 
