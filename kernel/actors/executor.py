@@ -33,7 +33,7 @@ from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
 from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
-from inferd.kernel.background import BackgroundWorker
+from inferd.kernel.load_priority import BackgroundWorker
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
