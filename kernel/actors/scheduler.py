@@ -52,7 +52,7 @@ from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import COMPUTE_PHASES, VersionStatistics
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT, Trace
-from inferd.kernel.validation import ModelSignature, check_request
+from inferd.kernel.request_validation import ModelSignature, check_request
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
     DecoupledNotStreamed,
