@@ -6,6 +6,7 @@ the process link: the main process binds a ZeroMQ ROUTER (the hub) and each exec
 connects a DEALER (its uplink) whose routing id is its address, so the same ``ask`` reaches an
 actor whatever process it lives in. Asks carry ids and deadlines; every ask gets its reply or a
 typed error: ``DeadlineExceeded``, or ``ActorGone``/``ExecutorCrashed`` when the peer goes.
+An ask abandoned (its task cancelled, or past its timeout) tells its actor ``Cancel``.
 Two cheaper forms serve the inference path: ``ask_then`` hands the reply to a callback instead
 of a waiting task, and ``call`` runs a local actor's direct handler (``Actor.DIRECT``) in the
 caller's own task, with no envelope at all. This module turns exceptions into errors for an
@@ -39,7 +40,7 @@ from inferd.protocols.errors import (
     as_inferd_error,
     to_failure,
 )
-from inferd.protocols.messages import Envelope, Failure, Message, ReleaseSegments
+from inferd.protocols.messages import Cancel, Envelope, Failure, Message, ReleaseSegments
 from inferd.protocols.zmqio import LoopSocket
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,9 @@ class Router:
         try:
             self.deliver(Envelope(msg_id, self.name, dst, body, None, deadline))
             return await reply
+        except (asyncio.CancelledError, DeadlineExceeded):
+            self._cancel(dst, msg_id)  # nobody waits any more: the handler may stop
+            raise
         finally:
             self._pending.pop(msg_id, None)
             if expiry is not None:
@@ -142,6 +146,19 @@ class Router:
             pending = self._pending.pop(msg_id, None)
             if pending is not None:
                 on_reply(self._as_error(error, body))
+
+    def _cancel(self, dst: str, msg_id: int) -> None:
+        """Tell ``dst`` that ask ``msg_id`` is abandoned (``Cancel``), quietly: an actor that
+        is gone has nothing left to stop."""
+        envelope = Envelope(next(self._ids), self.name, dst, Cancel(msg_id))
+        accept = self._actors.get(dst)
+        try:
+            if accept is not None:
+                accept(envelope)
+            elif self._link is not None:
+                self._link.send(envelope)
+        except Exception:  # noqa: BLE001 - the asker's own error is what it must hear
+            log.debug("could not tell %s to cancel ask %d", dst, msg_id, exc_info=True)
 
     async def call(self, dst: str, body: Message) -> Message:
         """``ask`` for an actor of this process that takes ``body``'s kind directly
