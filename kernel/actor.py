@@ -7,6 +7,11 @@ reply to an ask; what it raises becomes a ``Failure`` reply in exactly one place
 (``Router.reply_failure``). A kind with no handler gets an error reply and a log line. This
 module owns dispatch only; routing and transport belong to ``inferd.kernel.router``.
 
+A request whose asker stops waiting (cancelled, or timed out) is told to stop with a
+``Cancel`` naming its ask; the actor cancels the handler's task when the kind is one it lists
+in ``CANCELLABLE`` (a handler that may stop at any await), and ignores it otherwise. Each such
+task is kept by the ask's id: the request's cancel scope.
+
 Per-message tasks are plain asyncio tasks, tracked by the actor and cancelled when it stops:
 on this path anyio's ``start_soon`` costs several times more than ``create_task``, and the
 kernel runs on asyncio only (pyzmq needs it). anyio's cancel scopes work inside them.
@@ -23,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import anyio.abc
 from inferd.protocols.errors import Unsupported
-from inferd.protocols.messages import Envelope, Message
+from inferd.protocols.messages import Cancel, Envelope, Message
 
 if TYPE_CHECKING:
     from inferd.kernel.router import Router
@@ -45,6 +50,9 @@ class Actor:
 
     address: str = ""
     DIRECT: ClassVar[tuple[type[Message], ...]] = ()
+    CANCELLABLE: ClassVar[tuple[type[Message], ...]] = ()
+    """Kinds whose handler stops (is cancelled) when its asker says ``Cancel``: those whose
+    work, cut at any await, leaves nothing half done."""
 
     def __init__(self, router: Router, address: str | None = None) -> None:
         self.router = router
@@ -52,6 +60,7 @@ class Actor:
             self.address = address
         self._handlers: dict[type[Message], Handler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._cancellable: dict[tuple[str, int], asyncio.Task[Any]] = {}  # by (asker, ask id)
 
     # Lifecycle hooks: run before the first message and after the last one.
     async def on_start(self) -> None:
@@ -87,14 +96,27 @@ class Actor:
                 await self.on_stop()
 
     def accept(self, envelope: Envelope) -> None:
-        """Take a message from the router: its handler runs in a task of its own."""
-        self.spawn(self._handle, envelope)
+        """Take a message from the router: its handler runs in a task of its own, kept by the
+        ask's id when its kind is ``CANCELLABLE``; a ``Cancel`` stops such a task."""
+        body = envelope.body
+        if type(body) is Cancel:
+            running = self._cancellable.get((envelope.src, body.msg_id))
+            if running is not None:
+                running.cancel()
+            return
+        task = self.spawn(self._handle, envelope)
+        if type(body) in self.CANCELLABLE:
+            key = (envelope.src, envelope.msg_id)
+            self._cancellable[key] = task
+            task.add_done_callback(lambda _: self._cancellable.pop(key, None))
 
-    def spawn(self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+    def spawn(self, function: Callable[..., Coroutine[Any, Any, Any]],
+              *args: Any) -> asyncio.Task[Any]:
         """Run work owned by this actor in its own task (cancelled when the actor stops)."""
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(function(*args))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

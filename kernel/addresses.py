@@ -13,7 +13,7 @@ from __future__ import annotations
 REPOSITORY = "repository"  # reads the model repository (actors/repository.py)
 CONTROL = "control"  # model lifecycle: load, unload, index, poll (actors/control.py)
 SCHEDULER = "scheduler"  # queues, batching, routing to instances (actors/scheduler.py)
-EXECUTORS = "executors"  # the executor pool: starts and supervises executors (actors/executors.py)
+EXECUTORS = "executors"  # the pool: starts and supervises executors (actors/executor_pool.py)
 
 EXECUTOR_PREFIX = "executor/"
 CPU_EXECUTOR_PREFIX = "executor/cpu"

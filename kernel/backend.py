@@ -7,18 +7,19 @@ already-validated requests, never concurrently on one instance, always off the e
 
 Plugins register a ``BackendSpec`` naming their backend class by import path, so the hook
 module imports no framework: the class is imported only inside the executor, when a model
-needs it. This module owns the contract and the registry; it does no I/O.
+needs it. This module owns the contract and the backend registry (an
+``inferd.kernel.registry.Registry``); it does no I/O.
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inferd.kernel.registry import Registry, import_entry, load_entry
 from inferd.protocols.errors import InferdError, InvalidArgument, Unsupported
 from inferd.protocols.messages import InferRequest, InferResponse
 
@@ -58,47 +59,27 @@ class BackendSpec:
     completion_runs_model_code: bool = False
 
     def load_class(self) -> type[Backend]:
-        module_name, _, class_name = self.entry.partition(":")
-        backend_class = getattr(importlib.import_module(module_name), class_name)
-        if not (isinstance(backend_class, type) and issubclass(backend_class, Backend)):
-            raise TypeError(f"backend entry {self.entry!r} is not a Backend subclass")
+        backend_class: type[Backend] = load_entry(self.entry, Backend, "backend")
         return backend_class
 
     def load_completion(self) -> Callable[[ModelContext], ModelConfig] | None:
         """The ``completion`` function, or ``None`` when the backend has none."""
         if not self.completion:
             return None
-        module_name, _, function_name = self.completion.partition(":")
-        function: Callable[[ModelContext], ModelConfig] = getattr(
-            importlib.import_module(module_name), function_name)
+        function: Callable[[ModelContext], ModelConfig] = import_entry(self.completion)
         return function
 
 
-class BackendRegistry:
+class BackendRegistry(Registry[BackendSpec]):  # type: ignore[misc]  # see registry.py
     """Filled by ``inferd_register_backends`` hooks: ``registry.add(BackendSpec(...))``."""
 
-    def __init__(self) -> None:
-        self._specs: dict[str, BackendSpec] = {}
-
-    def add(self, spec: BackendSpec) -> None:
-        if spec.name in self._specs and self._specs[spec.name] != spec:
-            raise ValueError(f"backend {spec.name!r} is registered twice")
-        self._specs[spec.name] = spec
-
-    def get(self, name: str) -> BackendSpec | None:
-        return self._specs.get(name)
+    kind = "backend"
 
     def for_platform(self, platform: str) -> BackendSpec | None:
         return next((s for s in self._specs.values() if platform in s.platforms), None)
 
     def for_filename(self, filename: str) -> BackendSpec | None:
         return next((s for s in self._specs.values() if s.default_filename == filename), None)
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._specs))
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self._specs.values())
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from inferd.kernel.catalog import CATALOG_FILENAME, CatalogFilter, ModelCatalog,
 from inferd.kernel.modelconfig import ModelConfig, backend_can_auto_complete
 from inferd.kernel.repository import ModelRepository
 from inferd.kernel.sequence_plan import client_config, execution_config
-from inferd.kernel.validation import ModelSignature
+from inferd.kernel.request_validation import ModelSignature
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import CatalogEntry
 

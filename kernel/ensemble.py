@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.modelconfig_validation import ENSEMBLE_PLATFORM, check_ensemble_graph
+from inferd.kernel.config_validation import ENSEMBLE_PLATFORM, check_ensemble_graph
 from inferd.protocols.errors import InvalidArgument
 
 LATEST_VERSION = -1

@@ -27,10 +27,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.ensemble import Dataflow, EnsemblePlan, EnsembleStep
-from inferd.kernel.modelconfig_validation import ENSEMBLE_PLATFORM
+from inferd.kernel.config_validation import ENSEMBLE_PLATFORM
 from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
-from inferd.kernel.validation import ModelSignature, check_request
+from inferd.kernel.request_validation import ModelSignature, check_request
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
 from inferd.protocols.errors import (

@@ -3,17 +3,19 @@
 A frontend adapts one protocol (KServe HTTP, KServe gRPC, native zmq, ...) to the
 protocol-agnostic ``DataPlane``. It runs in the main process's event loop, binds its socket in
 ``serve`` and reports it with ``task_status.started()``, and stops taking new requests when
-``stop_accepting`` is called, letting the ones in flight finish. Owns no protocol itself.
+``stop_accepting`` is called, letting the ones in flight finish. Owns the contract and the
+frontend registry (an ``inferd.kernel.registry.Registry``), no protocol itself.
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio.abc
+
+from inferd.kernel.registry import Registry, load_entry
 
 if TYPE_CHECKING:
     from inferd.kernel.dataplane import DataPlane
@@ -46,26 +48,12 @@ class FrontendSpec:
     enabled_option: str = ""
 
     def load_class(self) -> type[Frontend]:
-        module_name, _, class_name = self.entry.partition(":")
-        frontend_class = getattr(importlib.import_module(module_name), class_name)
-        if not (isinstance(frontend_class, type) and issubclass(frontend_class, Frontend)):
-            raise TypeError(f"frontend entry {self.entry!r} is not a Frontend subclass")
+        frontend_class: type[Frontend] = load_entry(self.entry, Frontend, "frontend")
         return frontend_class
 
 
-class FrontendRegistry:
-    """Filled by ``inferd_register_frontends`` hooks: ``registry.add(FrontendSpec(...))``."""
+class FrontendRegistry(Registry[FrontendSpec]):  # type: ignore[misc]  # see registry.py
+    """Filled by ``inferd_register_frontends`` hooks: ``registry.add(FrontendSpec(...))``.
+    The server starts frontends in registration order."""
 
-    def __init__(self) -> None:
-        self._specs: dict[str, FrontendSpec] = {}
-
-    def add(self, spec: FrontendSpec) -> None:
-        if spec.name in self._specs and self._specs[spec.name] != spec:
-            raise ValueError(f"frontend {spec.name!r} is registered twice")
-        self._specs[spec.name] = spec
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self._specs.values())
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._specs)
+    kind = "frontend"

@@ -4,7 +4,7 @@ Owns reading a config from protobuf text (``config.pbtxt``) or JSON (a load over
 errors that say ``file:line:col: problem``, filling in Triton's defaults (name, backend and
 platform, default model file, version policy, instance groups, batching defaults), and
 printing the normalized config as Triton's ``GET v2/models/{m}/config`` JSON. The validation
-rules live in ``inferd.kernel.modelconfig_validation`` and are re-exported here. Nothing here
+rules live in ``inferd.kernel.config_validation`` and are re-exported here. Nothing here
 touches the file system: whether a model file exists is asked through a callable.
 """
 
@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.backend import BackendRegistry
-from inferd.kernel.modelconfig_validation import (
+from inferd.kernel.config_validation import (
     ENSEMBLE_PLATFORM,
     PLATFORM_BACKENDS,
     check_ensemble_graph,

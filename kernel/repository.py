@@ -25,7 +25,7 @@ from inferd.kernel.folder_fingerprints import (
     folders_fingerprint,
     version_fingerprints,
 )
-from inferd.kernel.modelconfig_validation import check_gpus
+from inferd.kernel.config_validation import check_gpus
 from inferd.kernel.remote_roots import RemoteRoots
 from inferd.kernel.remote_storage import READ_TIMEOUT_SECS, is_remote_url
 from inferd.kernel.repository_mirror import CachedCopy, ModelFetch, RepositoryMirror

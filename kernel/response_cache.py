@@ -12,7 +12,7 @@ inference counted), or let it run and store a successful answer (a ``cache_miss`
 is the lookup's and the insertion's, added to the request's). A cache that fails (Redis down,
 a broken entry) never fails a request: the lookup is a miss, the failure is logged (at most
 once every ``ERROR_LOG_INTERVAL_SECS``). Decoupled and sequence models are refused at load
-(``inferd.kernel.modelconfig_validation``), as in Triton.
+(``inferd.kernel.config_validation``), as in Triton.
 """
 
 from __future__ import annotations

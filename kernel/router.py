@@ -6,6 +6,7 @@ the process link: the main process binds a ZeroMQ ROUTER (the hub) and each exec
 connects a DEALER (its uplink) whose routing id is its address, so the same ``ask`` reaches an
 actor whatever process it lives in. Asks carry ids and deadlines; every ask gets its reply or a
 typed error: ``DeadlineExceeded``, or ``ActorGone``/``ExecutorCrashed`` when the peer goes.
+An ask abandoned (its task cancelled, or past its timeout) tells its actor ``Cancel``.
 Two cheaper forms serve the inference path: ``ask_then`` hands the reply to a callback instead
 of a waiting task, and ``call`` runs a local actor's direct handler (``Actor.DIRECT``) in the
 caller's own task, with no envelope at all. This module turns exceptions into errors for an
@@ -36,8 +37,10 @@ from inferd.protocols.errors import (
     InferdError,
     Internal,
     InvalidArgument,
+    as_inferd_error,
+    to_failure,
 )
-from inferd.protocols.messages import Envelope, Failure, Message, ReleaseSegments
+from inferd.protocols.messages import Cancel, Envelope, Failure, Message, ReleaseSegments
 from inferd.protocols.zmqio import LoopSocket
 
 log = logging.getLogger(__name__)
@@ -122,6 +125,9 @@ class Router:
         try:
             self.deliver(Envelope(msg_id, self.name, dst, body, None, deadline))
             return await reply
+        except (asyncio.CancelledError, DeadlineExceeded):
+            self._cancel(dst, msg_id)  # nobody waits any more: the handler may stop
+            raise
         finally:
             self._pending.pop(msg_id, None)
             if expiry is not None:
@@ -141,6 +147,19 @@ class Router:
             if pending is not None:
                 on_reply(self._as_error(error, body))
 
+    def _cancel(self, dst: str, msg_id: int) -> None:
+        """Tell ``dst`` that ask ``msg_id`` is abandoned (``Cancel``), quietly: an actor that
+        is gone has nothing left to stop."""
+        envelope = Envelope(next(self._ids), self.name, dst, Cancel(msg_id))
+        accept = self._actors.get(dst)
+        try:
+            if accept is not None:
+                accept(envelope)
+            elif self._link is not None:
+                self._link.send(envelope)
+        except Exception:  # noqa: BLE001 - the asker's own error is what it must hear
+            log.debug("could not tell %s to cancel ask %d", dst, msg_id, exc_info=True)
+
     async def call(self, dst: str, body: Message) -> Message:
         """``ask`` for an actor of this process that takes ``body``'s kind directly
         (``Actor.DIRECT``): its handler runs in the caller's task, with no envelope, task or
@@ -159,10 +178,9 @@ class Router:
     def _as_error(self, error: BaseException, body: Message) -> InferdError:
         """What an exception from a handler is to its asker: an ``InferdError`` as it is,
         anything else an ``Internal`` error (and a log line: it is a bug)."""
-        if isinstance(error, InferdError):
-            return error
-        log.error("unexpected error handling %s", type(body).__name__, exc_info=error)
-        return Internal(f"{type(error).__name__}: {error}")
+        if not isinstance(error, InferdError):
+            log.error("unexpected error handling %s", type(body).__name__, exc_info=error)
+        return as_inferd_error(error)
 
     def reply(self, request: Envelope, body: Message | None) -> None:
         """Answer ``request`` (a ``None`` body answers nothing: the request was a tell)."""
@@ -172,7 +190,7 @@ class Router:
     def reply_failure(self, request: Envelope, error: BaseException) -> None:
         """The one place an exception becomes a wire error."""
         known = self._as_error(error, request.body)
-        self.tell(request.src, Failure(known.code.value, known.message), reply_to=request.msg_id)
+        self.tell(request.src, to_failure(known), reply_to=request.msg_id)
 
     # ------------------------------------------------------------------ delivery
 

@@ -22,7 +22,7 @@ import zmq
 
 from inferd.kernel import link_memory
 from inferd.kernel.actors.control import ControlActor
-from inferd.kernel.actors.executors import ExecutorPoolActor
+from inferd.kernel.actors.executor_pool import ExecutorPoolActor
 from inferd.kernel.actors.repository import RepositoryActor
 from inferd.kernel.actors.scheduler import SchedulerActor
 from inferd.kernel.addresses import CONTROL, EXECUTORS, SCHEDULER

@@ -1,13 +1,21 @@
-"""The one error hierarchy of inferd and its one mapping to HTTP status and gRPC code.
+"""The one error hierarchy of inferd, its one mapping to HTTP status and gRPC code, and the
+one place an exception becomes a wire ``Failure``.
 
 Every failure that crosses an actor, process or network boundary is an ``InferdError`` with an
 ``ErrorCode``; frontends turn the code into a status with ``http_status``/``grpc_status_name``
-and nothing else. Owns no I/O.
+and nothing else. ``to_failure`` turns any exception into the ``Failure`` reply a peer
+receives, ``InferdError.from_code`` turns a received one back. Owns no I/O.
 """
 
 from __future__ import annotations
 
 import enum
+
+from inferd.protocols.messages import Failure
+
+SHUTTING_DOWN = "server is shutting down"
+"""What every frontend and actor answers (``Unavailable``: HTTP 503, gRPC UNAVAILABLE) to a
+new request once the server has begun to stop."""
 
 
 class ErrorCode(str, enum.Enum):
@@ -107,6 +115,20 @@ class ActorGone(Unavailable):
 
 class ExecutorCrashed(ActorGone):
     """An executor process died with this request in flight; the executor is restarted."""
+
+
+def as_inferd_error(error: BaseException) -> InferdError:
+    """An ``InferdError`` as it is; anything else (a bug, or a backend's own exception) an
+    ``Internal`` error naming its type: ``"ValueError: ..."``."""
+    if isinstance(error, InferdError):
+        return error
+    return Internal(f"{type(error).__name__}: {error}")
+
+
+def to_failure(error: BaseException) -> Failure:
+    """The wire reply for ``error``: its code and message (``as_inferd_error``)."""
+    known = as_inferd_error(error)
+    return Failure(known.code.value, known.message)
 
 
 _BY_CODE: dict[ErrorCode, type[InferdError]] = {

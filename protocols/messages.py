@@ -79,6 +79,15 @@ class Failure(Message):
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class Cancel(Message):
+    """Told by an asker that stopped waiting (it was cancelled, or its ask timed out) to the
+    actor it asked: ``msg_id`` names that ask. The actor cancels the handler still running
+    for it, if its kind is one the actor lets stop (``Actor.CANCELLABLE``); never answered."""
+
+    msg_id: int
+
+
 # ------------------------------------------------------------------------------ data plane
 
 

@@ -34,7 +34,7 @@ from inferd.kernel.classification import read_labels
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.control_state import Record, Store
 from inferd.kernel.dependencies import EnsembleDependencies
-from inferd.kernel.modelconfig_validation import executor_isolated, validate
+from inferd.kernel.config_validation import executor_isolated, validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.repository import TWO_ROOTS_PROBLEM
 from inferd.kernel.router import Router

@@ -33,7 +33,7 @@ from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
 from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
-from inferd.kernel.background import BackgroundWorker
+from inferd.kernel.load_priority import BackgroundWorker
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
@@ -44,6 +44,7 @@ from inferd.protocols.errors import (
     Internal,
     NotFound,
     Unavailable,
+    to_failure,
 )
 from inferd.protocols.messages import (
     Ack,
@@ -393,20 +394,18 @@ def _batch_result(
 ) -> BatchResult:
     if isinstance(outcome, BaseException):
         log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=outcome)
-        failure = Failure("INTERNAL", f"{type(outcome).__name__}: {outcome}")
+        failure = to_failure(outcome)
         return BatchResult(tuple(failure for _ in batch.requests))
     results, compute_ns, started_ns = outcome
     slot.observe(sum(compute_ns))
     if len(results) != len(batch.requests):
-        failure = Failure(
-            "INTERNAL",
-            f"backend returned {len(results)} responses for {len(batch.requests)} requests",
-        )
+        failure = to_failure(Internal(
+            f"backend returned {len(results)} responses for {len(batch.requests)} requests"))
         return BatchResult(tuple(failure for _ in batch.requests))
     return BatchResult(tuple(_as_reply(result) for result in results), compute_ns, started_ns)
 
 
 def _as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:
     if isinstance(result, InferdError):
-        return Failure(result.code.value, result.message)
+        return to_failure(result)
     return result

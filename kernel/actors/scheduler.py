@@ -52,8 +52,9 @@ from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import COMPUTE_PHASES, VersionStatistics
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT, Trace
-from inferd.kernel.validation import ModelSignature, check_request
+from inferd.kernel.request_validation import ModelSignature, check_request
 from inferd.protocols.errors import (
+    SHUTTING_DOWN,
     DecoupledNotStreamed,
     InferdError,
     Internal,
@@ -100,7 +101,6 @@ IDLE_POLL_SECS = 0.01
 # instance is busy still join it. Deeper would only make requests wait in the executor. Under a
 # queue policy nothing goes early (QueuePolicy.prefetch), as in Triton.
 BATCHES_IN_FLIGHT_PER_INSTANCE = 2
-SHUTTING_DOWN = "server is shutting down"
 
 
 @dataclass(eq=False, slots=True)

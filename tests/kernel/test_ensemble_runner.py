@@ -16,7 +16,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.ensemble_runner import STEPS_KEY, EnsembleRunner, EnsembleState, statistics_dict
 from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.statistics import VersionStatistics
-from inferd.kernel.validation import ModelSignature
+from inferd.kernel.request_validation import ModelSignature
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 

@@ -20,7 +20,7 @@ from inferd.kernel.modelconfig import (
     validate,
     validate_ensemble,
 )
-from inferd.kernel.modelconfig_validation import MAX_INSTANCES
+from inferd.kernel.config_validation import MAX_INSTANCES
 from inferd.protocols.errors import InvalidArgument
 
 SIMPLE = """
@@ -451,7 +451,7 @@ def test_auto_kind_stays_on_the_cpu_for_a_backend_that_cannot_use_the_gpus() -> 
 
 
 def test_gpu_groups_are_checked_against_the_machines_gpus() -> None:
-    from inferd.kernel.modelconfig_validation import check_gpus
+    from inferd.kernel.config_validation import check_gpus
 
     on_gpu = normalized(SIMPLE + "instance_group [ { kind: KIND_GPU } ]")
     with pytest.raises(InvalidArgument, match=r"^instance group simple_0 of model simple has "

@@ -16,7 +16,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.cache_config import RedisSettings
 from inferd.kernel.cache_key import request_key
 from inferd.kernel.local_cache import LocalCache
-from inferd.kernel.modelconfig_validation import validate
+from inferd.kernel.config_validation import validate
 from inferd.kernel.redis_cache import RedisCache
 from inferd.kernel.response_cache import (
     CacheCounters,

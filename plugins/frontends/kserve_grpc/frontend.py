@@ -54,6 +54,7 @@ from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_MAX_CONNECTION_IDLE_SECS,
 )
 from inferd.protocols.errors import (
+    SHUTTING_DOWN,
     DecoupledNotStreamed,
     InferdError,
     Internal,
@@ -93,7 +94,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SHUTTING_DOWN = "server is shutting down"
 
 # From this size on a ModelInfer message gets the steps that keep the main process near the
 # copies of it that gRPC itself makes; below it they would cost more time than they save.

@@ -50,6 +50,7 @@ from inferd.protocols import kserve_http as codec
 from inferd.protocols import logging_api
 from inferd.protocols import trace_api
 from inferd.protocols.errors import (
+    SHUTTING_DOWN,
     DecoupledNotStreamed,
     ErrorCode,
     InferdError,
@@ -60,6 +61,7 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.names import model_name_problem
 from inferd.protocols.restrictions import Restriction, http_refusal, restrictions
+from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.messages import (
     HealthRequest,
     HealthStatus,
@@ -109,7 +111,6 @@ MAX_CONNECTIONS_CEILING = 16384
 OFFLOAD_BYTES = 1 << 20
 BACKLOG = 2048
 KEEP_ALIVE_BY_SWEEP = 24 * 3600
-SHUTTING_DOWN = "server is shutting down"
 JSON = (("content-type", "application/json"),)
 
 Scope = dict[str, Any]
@@ -577,7 +578,7 @@ class KserveHttpFrontend(Frontend):
     def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
         super().__init__(dataplane, settings)
         options = settings.options
-        max_input_size = int(options.get("http_max_input_size", codec.DEFAULT_MAX_INPUT_SIZE))
+        max_input_size = int(options.get("http_max_input_size", DEFAULT_MAX_INPUT_SIZE))
         try:
             restricted = restrictions(options.get("http_restricted_api", ()),
                                       "--http-restricted-api")

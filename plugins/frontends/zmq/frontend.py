@@ -27,7 +27,17 @@ from inferd.kernel.frontend import Frontend
 from inferd.kernel.request_log import request_failed
 from inferd.kernel.tracing import traced
 from inferd.protocols import wire
-from inferd.protocols.errors import ErrorCode, InferdError, http_status
+from inferd.protocols.errors import (
+    SHUTTING_DOWN,
+    DeadlineExceeded,
+    ErrorCode,
+    InferdError,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+    http_status,
+    to_failure,
+)
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.protocols.zmqio import LoopSocket
 from inferd.protocols.messages import (
@@ -158,10 +168,8 @@ class ZmqFrontend(Frontend):
     async def _answer_unguarded(self, frames: list[zmq.Frame]) -> None:
         routing_id = frames[0].bytes
         if len(frames) < 2 or len(frames[1]) != 0:
-            failure = _failure(
-                ErrorCode.INVALID_ARGUMENT,
-                "a request must be an empty delimiter frame followed by the wire frames",
-            )
+            failure = _failure(InvalidArgument(
+                "a request must be an empty delimiter frame followed by the wire frames"))
             await self._send(routing_id, self._encode_reply(None, failure))
             return
         try:
@@ -169,7 +177,7 @@ class ZmqFrontend(Frontend):
         # decode promises InvalidArgument, but whatever a hostile peer provokes must still
         # be answered as the peer's fault.
         except Exception as error:
-            failure = _failure(ErrorCode.INVALID_ARGUMENT, f"malformed request: {error}")
+            failure = _failure(InvalidArgument(f"malformed request: {error}"))
             await self._send(routing_id, self._encode_reply(None, failure))
             return
         body = await self._reply_body(request)
@@ -180,17 +188,13 @@ class ZmqFrontend(Frontend):
         if context is not None:
             context.endpoint = request.body.kind()
         if not self._accepting:
-            return _failure(ErrorCode.UNAVAILABLE, "server is shutting down")
+            return _failure(Unavailable(SHUTTING_DOWN))
         if type(request.body) not in ACCEPTED_REQUESTS:
-            return _failure(
-                ErrorCode.INVALID_ARGUMENT,
-                f"the zmq frontend does not accept {request.body.kind()} messages",
-            )
+            return _failure(InvalidArgument(
+                f"the zmq frontend does not accept {request.body.kind()} messages"))
         if request.deadline is not None and request.deadline <= time.time():
-            return _failure(
-                ErrorCode.DEADLINE_EXCEEDED,
-                "the request's deadline passed before the server could handle it",
-            )
+            return _failure(DeadlineExceeded(
+                "the request's deadline passed before the server could handle it"))
         body = request.body
         tracer = self.dataplane.tracer
         trace = (tracer.begin(body.model)
@@ -200,10 +204,8 @@ class ZmqFrontend(Frontend):
             reply: Message = await (pending if trace is None else traced(trace, pending))
             if trace is not None:
                 trace.end()
-        except InferdError as error:
-            return _failure(ErrorCode(error.code), error.message)
-        except Exception as error:
-            return _failure(ErrorCode.INTERNAL, f"{type(error).__name__}: {error}", error)
+        except Exception as error:  # noqa: BLE001 - every error is the request's reply
+            return _failure(error)
         return reply
 
     def _encode_reply(
@@ -221,7 +223,7 @@ class ZmqFrontend(Frontend):
             return wire.encode(reply)
         except Exception as error:
             logger.exception("cannot encode a %s reply", body.kind())
-            failure = Failure(ErrorCode.INTERNAL.value, f"the reply could not be encoded: {error}")
+            failure = to_failure(Internal(f"the reply could not be encoded: {error}"))
             return wire.encode(dataclasses.replace(reply, body=failure))
 
     async def _send(self, routing_id: bytes, frames: Sequence[bytes | memoryview]) -> None:
@@ -230,7 +232,11 @@ class ZmqFrontend(Frontend):
             socket.send([routing_id, b"", *frames])
 
 
-def _failure(code: ErrorCode, message: str, error: BaseException | None = None) -> Failure:
-    """A request's error reply, and its one log line."""
-    request_failed(http_status(code), message, wire_status=code.value, exc_info=error)
-    return Failure(code.value, message)
+def _failure(error: BaseException) -> Failure:
+    """A request's error reply, and its one log line (with the traceback of an error that is
+    not an ``InferdError``: a bug)."""
+    failure = to_failure(error)
+    request_failed(http_status(ErrorCode(failure.code)), failure.message,
+                   wire_status=failure.code,
+                   exc_info=None if isinstance(error, InferdError) else error)
+    return failure

@@ -47,6 +47,7 @@ from inferd.kernel.process_metrics import process_usage
 from inferd.kernel.router import ProcessLink, Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
+    SHUTTING_DOWN,
     ExecutorCrashed,
     InferdError,
     InvalidArgument,
@@ -344,7 +345,7 @@ class ExecutorPoolActor(Actor):
     async def on_load_version(self, load: LoadVersion, envelope: Envelope) -> VersionLoaded:
         """Load ``load`` in every executor its parts go to, at once; all or nothing."""
         if self._stopping:
-            raise Unavailable("server is shutting down")
+            raise Unavailable(SHUTTING_DOWN)
         config = ModelConfig()
         config.ParseFromString(load.config)
         parts = self._parts(load, config)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from inferd.kernel.background import BACKGROUND_NICENESS, BackgroundWorker
+from inferd.kernel.load_priority import BACKGROUND_NICENESS, BackgroundWorker
 
 pytestmark = pytest.mark.anyio
 

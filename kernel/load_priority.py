@@ -1,4 +1,5 @@
-"""Low-priority worker threads for background work such as loading models.
+"""Load priorities: the low-priority worker threads that load models (and other background
+work) so that serving keeps the cores.
 
 Loading a model (reading files, optimizing a graph, creating sessions) can take a whole core
 for a while; on a small machine that core is taken from the requests of the models already

@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.validation import ModelSignature, check_request
+from inferd.kernel.request_validation import ModelSignature, check_request
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, Tensor
 

@@ -1,0 +1,69 @@
+"""The one registry type plugins fill (backends, frontends), and how a spec's entry becomes code.
+
+A plugin registers a frozen spec naming its implementation by import path
+(``"package.module:Name"``) so that registering imports nothing heavy; ``import_entry`` imports
+it only when the kernel needs it. ``Registry`` keeps specs by name and refuses two different
+specs under one name; ``inferd.kernel.backend`` and ``inferd.kernel.frontend`` subclass it for
+their spec type. Owns no I/O beyond those lazy imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+
+class Spec(Protocol):
+    """What the registry needs of a spec: its name (specs are frozen dataclasses)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=Spec)
+T = TypeVar("T")
+
+
+def import_entry(entry: str) -> Any:
+    """The object ``entry`` (``"package.module:attribute"``) names, its module imported now."""
+    module_name, _, attribute = entry.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def load_entry(entry: str, base: type[T], kind: str) -> type[T]:
+    """The class ``entry`` names, checked to be a subclass of ``base`` (``kind`` names what
+    it is in the error: ``"backend"``, ``"frontend"``)."""
+    loaded = import_entry(entry)
+    if not (isinstance(loaded, type) and issubclass(loaded, base)):
+        raise TypeError(f"{kind} entry {entry!r} is not a {base.__name__} subclass")
+    return loaded
+
+
+class Registry(Generic[S]):
+    """Specs by name, in registration order. Registering the same spec twice is harmless (a
+    plugin module reached twice); a different spec under a taken name is an error.
+
+    Subclasses (``BackendRegistry``, ``FrontendRegistry``) say ``type: ignore[misc]``: run
+    on these folders, mypy cannot map ``inferd.kernel`` onto ``kernel/``, so this class is
+    ``Any`` where they import it."""
+
+    kind: ClassVar[str] = "plugin"
+
+    def __init__(self) -> None:
+        self._specs: dict[str, S] = {}
+
+    def add(self, spec: S) -> None:
+        if spec.name in self._specs and self._specs[spec.name] != spec:
+            raise ValueError(f"{self.kind} {spec.name!r} is registered twice")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> S | None:
+        return self._specs.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every registered name, sorted (for messages that list them)."""
+        return tuple(sorted(self._specs))
+
+    def __iter__(self) -> Iterator[S]:
+        return iter(self._specs.values())
