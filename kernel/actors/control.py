@@ -27,13 +27,13 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_desired import DesiredStateControl
-from inferd.kernel.actors.control_ensembles import EnsembleControl
+from inferd.kernel.ensembles.control import EnsembleControl
 from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.catalog_listing import tensor_specs
 from inferd.kernel.classification import read_labels
 from inferd.kernel.config_support import check_supported
 from inferd.kernel.control_state import Record, Store
-from inferd.kernel.dependencies import EnsembleDependencies
+from inferd.kernel.ensembles.dependencies import EnsembleDependencies
 from inferd.kernel.modelconfig_validation import executor_isolated, validate
 from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.repository import TWO_ROOTS_PROBLEM

@@ -33,7 +33,7 @@ from inferd.protocols.errors import InferdError, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from inferd.kernel.actors.control import _Model
-    from inferd.kernel.dependencies import EnsembleDependencies
+    from inferd.kernel.ensembles.dependencies import EnsembleDependencies
     from inferd.kernel.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.addresses import REPOSITORY, SCHEDULER
-from inferd.kernel.dependencies import EnsembleDependencies, Requirement
-from inferd.kernel.ensemble import EnsemblePlan
+from inferd.kernel.ensembles.dependencies import EnsembleDependencies, Requirement
+from inferd.kernel.ensembles.planning import EnsemblePlan
 from inferd.kernel.modelconfig_validation import validate_ensemble
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import ListModels, ModelList, ResolvedModel, ServeVersion
