@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Any, Generic, TypeVar
 
-from inferd.kernel.ensembles.served import V, ensemble_state
+from inferd.kernel.ensembles.served import ServedVersion, ensemble_state
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
+
+V = TypeVar("V", bound=ServedVersion)
 
 Resolve = Callable[[str, str], V]
 """``resolve(model, version)``: the served version a request would go to (raising Triton's

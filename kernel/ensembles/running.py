@@ -22,12 +22,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic
+from typing import Generic, TypeVar
 
 from inferd.kernel.ensembles import pinning
 from inferd.kernel.ensembles.pinning import Pin
 from inferd.kernel.ensembles.planning import Dataflow, EnsemblePlan, EnsembleStep
-from inferd.kernel.ensembles.served import QueuedRequest, V, ensemble_state
+from inferd.kernel.ensembles.served import QueuedRequest, ServedVersion, ensemble_state
 from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
@@ -39,6 +39,8 @@ from inferd.protocols.errors import (
     Unsupported,
 )
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
+
+V = TypeVar("V", bound=ServedVersion)
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ print with the per-step breakdown. No I/O and no request handling.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -116,9 +116,6 @@ class QueuedRequest(Protocol):
     enqueued_ns: int
     started_ns: int
     compute_ns: tuple[int, int, int]
-
-
-V = TypeVar("V", bound=ServedVersion)
 
 
 def statistics_dict(version: ServedVersion) -> dict[str, Any]:
