@@ -1,30 +1,34 @@
 """The control actor: the model lifecycle, the control modes, and the repository API.
 
-It owns the state of every (model, version) — LOADING, READY, UNLOADING, UNAVAILABLE with a
-reason — and decides what is loaded: the start-up set of the mode (NONE: everything;
-EXPLICIT: ``--load-model``), and the load/unload/index calls of the repository API. A load
-resolves the config through the repository actor, loads each selected version on an executor
-through the pool, checks the auto-completed config, and only then tells the scheduler to
-serve it. As in Triton a load is whole or nothing: every selected version is brought up
-before any serves (a READY version the load does not change is kept, instances and all:
-``inferd.kernel.version_reuse``; another brings a new copy up beside the one serving), and
-if one fails the copies go again, so a failing reload or a failing new version leaves what
-served READY. Loads of one model are serialized; loads of different models run side by
-side, and none of this is on the inference path.
+It owns the state of every (model, version) (``inferd.kernel.model_status``) and decides what
+is loaded: the start-up set of the mode (NONE: everything; EXPLICIT: ``--load-model``), and
+the load/unload/index calls of the repository API. As in Triton a load is whole or nothing:
+it resolves the config through the repository actor, brings every selected version up
+(``control_versions``: kept when the load changes nothing it depends on, else a new copy
+beside the one serving), and serves them only once all are up; if one fails the copies go
+again, so what served stays READY. Loads of one model are serialized; loads of different
+models run side by side, none on the inference path. The parts it owns and calls, each given
+what it needs: ``EnsembleLifecycle`` (``inferd.kernel.ensembles.control``), ``DesiredState``
+(``--model-control-state``), ``RepositoryPoller`` (POLL mode) and ``ExecutorRecovery`` (a
+lost executor); ``control_views`` words its state for the index, the catalog and metrics.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import anyio
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_desired import DesiredState
-from inferd.kernel.actors.control_index import index_entries, with_state
+from inferd.kernel.actors.control_views import (
+    index_entries,
+    load_durations,
+    load_failure,
+    with_state,
+)
 from inferd.kernel.actors.control_poll import RepositoryPoller
 from inferd.kernel.actors.control_recovery import ExecutorRecovery
 from inferd.kernel.actors.control_versions import VersionLoader
@@ -36,12 +40,7 @@ from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.kernel.state_log import UNLOADED, ModelStateLog
-from inferd.protocols.errors import (
-    InferdError,
-    InvalidArgument,
-    NotFound,
-    Unavailable,
-)
+from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
     Catalog,
@@ -96,7 +95,8 @@ class ControlActor(Actor):
         self._ensembles = EnsembleLifecycle(
             router, self._models, self._states,
             explicit=settings.model_control_mode == "explicit",
-            load=self._load_composing, unload=self._unload_no_longer_required,
+            load=lambda name, cause: self._load(name, cause=cause),
+            unload=self._unload_no_longer_required,
         )
         self._versions = VersionLoader(router, settings, self._states,
                                        refresh_dependents=self._ensembles.refresh_dependents)
@@ -161,7 +161,7 @@ class ControlActor(Actor):
             try:
                 await self._load(request.model, request.config, request.files)
             except InferdError as error:
-                raise _failed_to_load(request.model, error) from None
+                raise load_failure(request.model, error) from None
             self._ensembles.mark_requested(request.model)
             self._required.add(request.model)
             await self._desired.record_load(request.model, request.config, request.files)
@@ -172,23 +172,18 @@ class ControlActor(Actor):
             raise Unavailable(NOT_EXPLICIT)
         self._required.discard(request.model)
         async with self._desired.recording(request.model):
-            unloaded = await self._ensembles.unload_with_dependents(request.model,
-                                                          request.unload_dependents)
+            unloaded = await self._ensembles.unload_with_dependents(
+                request.model, request.unload_dependents)
             await self._desired.record_unload(request.model, unloaded)
         return Ack()
 
     async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:
         listing = await self.router.ask(REPOSITORY, ListModels())
         assert isinstance(listing, ModelList)
-        entries = index_entries(listing, self._models)
-        if request.ready_only:
-            entries = [e for e in entries if e.state == State.READY]
         catalogs = await self.router.ask(REPOSITORY, ReadCatalogs())
         assert isinstance(catalogs, Catalogs)
-        metadata = catalogs.metadata
-        entries = [replace(e, catalog=metadata[e.name]) if e.name in metadata else e
-                   for e in entries]
-        return Index(tuple(entries))
+        return Index(index_entries(listing, self._models, catalogs.metadata,
+                                   ready_only=request.ready_only))
 
     async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
         """The repository's descriptions, with each model's state; a READY model's inputs and
@@ -234,18 +229,7 @@ class ControlActor(Actor):
             del self._models[name]  # gone from the repository: gone from the index
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
-        return Metrics(
-            tuple(
-                (
-                    "nv_model_load_duration_secs",
-                    {"model": name, "version": str(number)},
-                    round(version.load_secs, 6),
-                )
-                for name, model in sorted(self._models.items())
-                for number, version in sorted(model.versions.items())
-                if version.state == State.READY
-            )
-        )
+        return Metrics(load_durations(self._models))
 
     # ------------------------------------------------------------------ executors
 
@@ -260,9 +244,6 @@ class ControlActor(Actor):
         await self._load(name, cause="its executor restarted", cached_ok=True)
 
     # ------------------------------------------------------------------ for the ensembles
-
-    async def _load_composing(self, name: str, cause: str) -> None:
-        await self._load(name, cause=cause)
 
     async def _unload_no_longer_required(self, name: str, cause: str) -> None:
         self._required.discard(name)
@@ -425,14 +406,3 @@ class ControlActor(Actor):
                 tasks.start_soon(functools.partial(self._unload, name, cause="shutting down"))
         return Ack()
 
-
-# Triton's openings of a failed load's answer, which clients and scripts match on.
-_LOAD_FAILED_OPENINGS = ("failed to load '", "load failed for model '")
-
-
-def _failed_to_load(model: str, error: InferdError) -> InferdError:
-    """``error`` as a load request's answer: Triton's ``failed to load '<m>': `` before
-    inferd's real cause (unless it already opens with Triton's words), with its status."""
-    if error.message.startswith(_LOAD_FAILED_OPENINGS):
-        return error
-    return InferdError.from_code(error.code, f"failed to load '{model}': {error.message}")
