@@ -25,6 +25,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.actors import control_poll
 from inferd.kernel.actors.control import ControlActor
 from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER, cpu_executor
+from inferd.kernel.control_state import Entry, LocalStore, Store
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
@@ -233,12 +234,14 @@ class Harness:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, models: tuple[str, ...] = (),
+async def running(tmp_path: Path, models: tuple[str, ...] = (), *, record: Store | None = None,
                   **settings: Any) -> AsyncIterator[Harness]:
-    """Control and its stand-ins on one router; ``models`` are in the repository."""
+    """Control and its stand-ins on one router; ``models`` are in the repository; ``record``
+    the ``--model-control-state`` store, if any."""
     router = Router("main")
     options: dict[str, Any] = {"model_control_mode": "explicit", **settings}
-    control = ControlActor(router, Settings(**options), tmp_path / "overrides")
+    state = (record, record.read()) if record is not None else None
+    control = ControlActor(router, Settings(**options), tmp_path / "overrides", state)
     (tmp_path / "models").mkdir(exist_ok=True)
     harness = Harness(router, control, FakeRepository(router, tmp_path / "models"),
                       FakeScheduler(router), FakeExecutors(router))
@@ -431,3 +434,24 @@ async def test_an_executor_nobody_lived_in_changes_nothing(tmp_path: Path) -> No
         await anyio.sleep(0.05)  # what a loss would have started (a retire, a reload) has run
         assert await harness.entry("a") == ("1", "READY", "")
         assert harness.scheduler.retired == [] and len(harness.executors.loads) == 1
+
+
+# ---------------------------------------------------------------------------- the record
+
+
+async def test_a_load_is_written_to_the_record_and_a_removal_there_is_followed(
+    tmp_path: Path,
+) -> None:
+    record = LocalStore(str(tmp_path / "desired.json"))
+    async with running(tmp_path, ("a", "b"), record=record,
+                       model_control_state_poll_secs=0.02) as harness:
+        assert await harness.router.ask(CONTROL, LoadStartupModels()) == StartupReport({})
+        await load(harness, "a")
+        written, _ = record.read()
+        assert set(written.models) == {"a"}
+        # Another replica loads b and unloads a: this one follows.
+        other = LocalStore(str(tmp_path / "desired.json"))
+        other.update(lambda current: {"b": Entry()}, {})
+        assert await harness.until_entry("b", "READY") == ("1", "READY", "")
+        assert await harness.until_entry("a", "UNAVAILABLE") == ("1", "UNAVAILABLE", "unloaded")
+        assert [load.model for load in harness.executors.loads] == ["a", "b"]
