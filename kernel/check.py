@@ -5,7 +5,7 @@ the server itself runs: ``ModelRepository.resolve`` (parse, normalize, validate,
 version policy), the backend's ``BackendSpec.completion`` in place of the executor's load
 (auto-complete and the model-file checks; a backend without one "needs the server"),
 ``sequence_plan``, ``classification.read_labels`` and ``warmup.warmup_samples`` as control
-and the executor apply them, and the ensemble checks of ``control_ensembles``
+and the executor apply them, and the ensemble checks of ``inferd.kernel.ensembles.control``
 (``validate_ensemble``, ``EnsembleDependencies`` for cycles), plus what only a repository-wide
 view can tell before any load: that each selected version holds its model file, and that the
 tensors passed between ensemble steps agree in datatype and shape. It also reads each model's
@@ -29,7 +29,7 @@ from inferd.kernel.catalog import CATALOG_FILENAME, ModelCatalog, read_catalog
 from inferd.kernel.classification import read_labels
 from inferd.kernel.config_completion import shapes_agree
 from inferd.kernel.config_support import check_supported
-from inferd.kernel.dependencies import EnsembleDependencies, Requirement
+from inferd.kernel.ensembles.dependencies import EnsembleDependencies, Requirement
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
     ModelConfig,

@@ -1,5 +1,5 @@
-"""Control's part in ``--model-control-state`` (an inferd extension), mixed into
-``ControlActor``: replicas in EXPLICIT mode that agree on what is loaded.
+"""Control's part in ``--model-control-state`` (an inferd extension), an object the control
+actor owns and calls: replicas in EXPLICIT mode that agree on what is loaded.
 
 Owns what the desired-state record (``inferd.kernel.control_state``) means to a replica:
 every successful load and unload of the repository API is written to it (a load that matches
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -31,47 +31,45 @@ import anyio.to_thread
 from inferd.kernel.control_state import Entry, Record, RecordError, Store
 from inferd.protocols.errors import InferdError, NotFound, Unavailable
 
-if TYPE_CHECKING:
-    from inferd.kernel.actors.control import _Model
-    from inferd.kernel.dependencies import EnsembleDependencies
-    from inferd.kernel.settings import Settings
-
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+LoadModel = Callable[[str, str, dict[str, bytes], str], Awaitable[None]]
+"""``load(name, config, files, cause)``: load one model as a load request would (raising its
+error); once loaded it is one the server must serve."""
+UnloadModel = Callable[[str], Awaitable[None]]
+"""``unload(name)``: unload it and the composing models only it brought in, and forget it if
+it never loaded here."""
+NoteFailure = Callable[[str, str], None]
+"""``note_failure(name, why)``: what the index says of a model that could not be loaded."""
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 
-class DesiredStateControl:
-    """The desired-state hooks of ``ControlActor`` (it provides what is declared below)."""
 
-    if TYPE_CHECKING:
-        _settings: Settings
-        _models: dict[str, _Model]
-        _required: set[str]
-        _dependencies: EnsembleDependencies
+class DesiredState:
+    """The desired-state record as one replica's control actor uses it. ``store`` is None
+    without ``--model-control-state`` (then every method does nothing); ``start`` is the
+    record as read at start-up (before anything loads) and its token; ``poll_secs`` how
+    often the record is re-read (0: never). What it needs of the actor is passed in: how to
+    load, unload and mark a model failed, and where to run its follower."""
 
-        def _model(self, name: str) -> _Model: ...
-
-        async def _load(
-            self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
-            *, cause: str = "load requested",
-        ) -> None: ...
-
-        async def _unload_with_dependents(self, name: str,
-                                          unload_dependents: bool) -> list[str]: ...
-
-        def spawn(self, function: Callable[..., Any], *args: Any) -> None: ...
-
-    def _init_desired(self, store: Store | None, start: tuple[Record, str | None]) -> None:
-        """``start``: the record as read at start-up (before anything loads), its token."""
+    def __init__(
+        self, store: Store | None, start: tuple[Record, str | None], *, poll_secs: float,
+        load: LoadModel, unload: UnloadModel, note_failure: NoteFailure, spawn: Spawn,
+    ) -> None:
         self._store = store
         self._start_record, self._token = start
+        self._poll_secs = poll_secs
+        self._load = load
+        self._unload = unload
+        self._note_failure = note_failure
+        self._spawn = spawn
         self._applied: dict[str, tuple[Entry | None, int]] = {}
         self._generation = 0  # the newest generation seen
         self._model_locks: defaultdict[str, anyio.Lock] = defaultdict(anyio.Lock)
         self._problem = ""  # the last read's error, logged once
         self._following = True
 
-    def _stop_following(self) -> None:
+    def stop_following(self) -> None:
         """Shutting down: the follower acts no more (what it does now finishes)."""
         self._following = False
 
@@ -80,18 +78,18 @@ class DesiredStateControl:
 
     # ------------------------------------------------------------------ the API's writes
 
-    def _recording(self, name: str) -> AbstractAsyncContextManager[Any]:
+    def recording(self, name: str) -> AbstractAsyncContextManager[Any]:
         """Held by an API load or unload of ``name`` from its start to its write."""
         return self._model_locks[name] if self._store is not None else nullcontext()
 
-    async def _record_load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+    async def record_load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
         """A successful API load: its entry in the record (nothing written if it is there)."""
         if self._store is not None:
             entry, blobs = Entry.of_load(config, files)
             await self._write(name, entry, lambda record: record.with_model(name, entry),
                               blobs, f"'{name}' is loaded")
 
-    async def _record_unload(self, name: str, unloaded: list[str]) -> None:
+    async def record_unload(self, name: str, unloaded: list[str]) -> None:
         """A successful API unload of ``name`` (``unloaded``: it and the dependents that went
         with it): their removal from the record."""
         if self._store is not None:
@@ -115,7 +113,7 @@ class DesiredStateControl:
 
     # ------------------------------------------------------------------ start-up, following
 
-    async def _apply_start_record(self, loaded: set[str]) -> None:
+    async def apply_start_record(self, loaded: set[str]) -> None:
         """After ``--load-model``: load what the record names (a plain entry already loaded
         by ``--load-model`` is left as it is), then follow the record."""
         if self._store is None:
@@ -128,13 +126,13 @@ class DesiredStateControl:
                     self._applied[name] = (entry, record.generation)
                 else:
                     tasks.start_soon(self._follow_model, name, record, "start-up")
-        if self._settings.model_control_state_poll_secs > 0:
-            self.spawn(self._follow_forever)
+        if self._poll_secs > 0:
+            self._spawn(self._follow_forever)
 
     async def _follow_forever(self) -> None:
         assert self._store is not None
         while True:
-            await anyio.sleep(self._settings.model_control_state_poll_secs)
+            await anyio.sleep(self._poll_secs)
             if not self._following:
                 return
             try:
@@ -187,24 +185,16 @@ class DesiredStateControl:
             if entry is None:
                 # With the composing models only it brought in: what a replica started on the
                 # record would serve (whether the writer cascaded or not).
-                self._required.discard(name)
-                await self._unload_with_dependents(name, True)
-                model = self._models.get(name)
-                if (model is not None and not model.versions and not model.lock.locked()
-                        and model.lock.statistics().tasks_waiting == 0):
-                    del self._models[name]  # it never loaded here: its error goes too
+                await self._unload(name)
                 return
             cause = f"the desired-state record ({why}, generation {record.generation})"
             try:
                 assert self._store is not None
                 files = {path: await self._in_thread(self._store.blob, sha)
                          for path, sha in entry.files.items()}
-                await self._load(name, entry.config, files, cause=cause)
+                await self._load(name, entry.config, files, cause)
             except (InferdError, RecordError) as error:
                 message = error.message if isinstance(error, InferdError) else str(error)
                 if isinstance(error, (NotFound, RecordError)):
-                    self._model(name).error = f"{cause}: {message}"  # the index says why
+                    self._note_failure(name, f"{cause}: {message}")  # the index says why
                 log.error("%s: loading '%s' failed: %s", cause, name, message)
-                return
-            self._dependencies.mark_requested(name)
-            self._required.add(name)

@@ -34,7 +34,8 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.batcher import DynamicBatcher
 from inferd.kernel.classification import Labels, classify, read_labels
-from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statistics_dict
+from inferd.kernel.ensembles.running import EnsembleRunner
+from inferd.kernel.ensembles.served import EnsembleState, statistics_dict
 from inferd.kernel.latency_summary import LatencySummaries
 from inferd.kernel.metrics_config import MetricsConfig
 from inferd.kernel.modelconfig import config_to_json_text

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.ensemble import Dataflow, EnsemblePlan, EnsembleStep
+from inferd.kernel.ensembles.planning import Dataflow, EnsemblePlan, EnsembleStep
 from inferd.protocols.errors import InvalidArgument
 
 # IN -> pre -> (left, right in parallel) -> post -> OUT; right also writes SIDE.

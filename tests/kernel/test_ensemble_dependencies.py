@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.kernel.dependencies import EnsembleDependencies, Requirement
+from inferd.kernel.ensembles.dependencies import EnsembleDependencies, Requirement
 from inferd.protocols.errors import InvalidArgument
 
 

@@ -13,7 +13,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.ensemble_runner import STEPS_KEY, EnsembleRunner, EnsembleState, statistics_dict
+from inferd.kernel.ensembles.running import EnsembleRunner
+from inferd.kernel.ensembles.served import STEPS_KEY, EnsembleState, statistics_dict
 from inferd.kernel.response_cache import CacheScope
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.request_validation import ModelSignature

@@ -1,4 +1,4 @@
-"""Control's part in ensembles (SPEC 4.2), mixed into ``ControlActor``.
+"""Control's part in ensembles (SPEC 4.2): an object the control actor owns and calls.
 
 Owns what loading, serving and unloading mean for an ensemble: its graph is checked against
 the models known (in the repository or loaded) and cycles through nested ensembles are
@@ -7,56 +7,65 @@ refused; in EXPLICIT mode its composing models are loaded first (recursively), a
 (Triton's cascading removal); an ensemble version is served by the scheduler without any
 executor; its state follows its composing models (READY only while each has a READY
 version, else UNAVAILABLE with a reason naming the one missing), refreshed whenever a
-model's versions change. The bookkeeping itself is
-``inferd.kernel.dependencies`` (pure); ``ControlActor`` calls the hooks below from its load
-and unload paths and owns everything else.
+model's versions change. The bookkeeping itself is ``inferd.kernel.ensembles.dependencies``
+(pure). What it needs of the control actor is passed in: the models' status (read, and the
+ensembles' own versions written), the state log, and how to load and unload one model.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.addresses import REPOSITORY, SCHEDULER
-from inferd.kernel.dependencies import EnsembleDependencies, Requirement
-from inferd.kernel.ensemble import EnsemblePlan
 from inferd.kernel.config_validation import validate_ensemble
+from inferd.kernel.ensembles.dependencies import EnsembleDependencies, Requirement
+from inferd.kernel.ensembles.planning import EnsemblePlan
+from inferd.kernel.model_status import ModelStatus, State, VersionStatus
+from inferd.kernel.router import Router
+from inferd.kernel.state_log import ModelStateLog
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import ListModels, ModelList, ResolvedModel, ServeVersion
 
-if TYPE_CHECKING:
-    from inferd.kernel.actors.control import _Model
-    from inferd.kernel.router import Router
-    from inferd.kernel.settings import Settings
-    from inferd.kernel.state_log import ModelStateLog
+LoadModel = Callable[[str, str], Awaitable[None]]
+"""``load(name, cause)``: load one model as a load request would (raising its error)."""
+UnloadModel = Callable[[str, str], Awaitable[None]]
+"""``unload(name, cause)``: unload one model; it is no longer one the server must serve."""
 
 
+class EnsembleLifecycle:
+    """The ensemble side of loading and unloading, for one control actor. ``models`` is the
+    actor's own map of model status (this object writes the versions of ensembles only);
+    ``explicit``: whether the control mode is EXPLICIT (only then are composing models
+    loaded on an ensemble's behalf)."""
 
-class EnsembleControl:
-    """The ensemble hooks of ``ControlActor`` (it provides what is declared below)."""
+    def __init__(
+        self, router: Router, models: Mapping[str, ModelStatus], states: ModelStateLog,
+        *, explicit: bool, load: LoadModel, unload: UnloadModel,
+    ) -> None:
+        self._router = router
+        self._models = models
+        self._states = states
+        self._explicit = explicit
+        self._load = load
+        self._unload = unload
+        self._dependencies = EnsembleDependencies()
 
-    if TYPE_CHECKING:
-        router: Router
-        _settings: Settings
-        _models: dict[str, _Model]
-        _required: set[str]
+    def mark_requested(self, *names: str) -> None:
+        """``names`` were loaded on request (not only as some ensemble's composing model)."""
+        self._dependencies.mark_requested(*names)
 
-        async def _load(
-            self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
-            *, cause: str = "load requested",
-        ) -> None: ...
+    def is_served(self, name: str, number: int) -> bool:
+        """Whether the scheduler serves ``name`` version ``number`` as an ensemble."""
+        served: bool = self._dependencies.is_served(name, number)
+        return served
 
-        async def _unload(self, name: str, *, cause: str = "unload requested") -> None: ...
+    # ------------------------------------------------------------------ loading
 
-    _dependencies: EnsembleDependencies
-    _states: ModelStateLog
-
-    # ------------------------------------------------------------------ hooks of _load
-
-    async def _prepare_if_ensemble(
-        self, name: str, model: _Model, resolved: ResolvedModel
+    async def prepare(
+        self, name: str, model: ModelStatus, resolved: ResolvedModel
     ) -> None:
         """Before an ensemble's versions load: check its graph, refuse a cycle, and make its
         composing models READY (EXPLICIT mode loads them; the other modes load every model
@@ -72,7 +81,7 @@ class EnsembleControl:
             previous = self._dependencies.begin_load(name, needed)
             try:
                 await self._make_composing_ready(name, plan.composing_models())
-                if self._settings.model_control_mode == "explicit":
+                if self._explicit:
                     self._check_composing_ready(name)
             except BaseException:
                 self._dependencies.abandon_load(name, previous)
@@ -82,7 +91,7 @@ class EnsembleControl:
             raise
 
     async def _known_models(self) -> set[str]:
-        listing = await self.router.ask(REPOSITORY, ListModels())
+        listing = await self._router.ask(REPOSITORY, ListModels())
         assert isinstance(listing, ModelList)
         return set(listing.names) | {name for name, m in self._models.items() if m.versions}
 
@@ -112,9 +121,9 @@ class EnsembleControl:
         model = self._models.get(name)
         if model is not None and model.ready():
             return
-        if self._settings.model_control_mode != "explicit":
+        if not self._explicit:
             return  # it loads (or failed) on its own; the ensemble follows its state
-        await self._load(name, cause=f"a composing model of ensemble '{ensemble}'")
+        await self._load(name, f"a composing model of ensemble '{ensemble}'")
 
     def _check_composing_ready(self, ensemble: str) -> None:
         """After EXPLICIT mode loaded the composing models: a step naming a version that is
@@ -123,39 +132,35 @@ class EnsembleControl:
         if reason:
             raise InvalidArgument(f"ensemble '{ensemble}': {reason}")
 
-    async def _serve_ensemble_version(
-        self, name: str, model: _Model, number: int, resolved: ResolvedModel
+    async def serve_version(
+        self, name: str, model: ModelStatus, number: int, resolved: ResolvedModel
     ) -> None:
         """An ensemble version has nothing to load: the scheduler serves it as soon as it
         knows its config (a reload swaps the config while the old one keeps serving)."""
-        from inferd.kernel.actors.control import State, _Version  # (a cycle at import time)
-
         previous = model.versions.get(number)
         if previous is None or previous.state != State.READY:
-            model.versions[number] = _Version(State.LOADING)
+            model.versions[number] = VersionStatus(State.LOADING)
             self._states.changed(name, number, State.LOADING, model.cause)
         try:
-            await self.router.ask(SCHEDULER, ServeVersion(name, number, resolved.config, (),
+            await self._router.ask(SCHEDULER, ServeVersion(name, number, resolved.config, (),
                                                           resolved.path))
         except InferdError as error:
-            model.versions[number] = previous or _Version(State.UNAVAILABLE, error.message)
+            model.versions[number] = previous or VersionStatus(State.UNAVAILABLE, error.message)
             self._states.changed(name, number, model.versions[number].state, error.message,
                                  failed=True)
             self._dependencies.abandon_load(name, None)
             raise
         self._dependencies.serve(name, number)
         state, reason = self._ensemble_state(name)
-        model.versions[number] = _Version(state, reason)
+        model.versions[number] = VersionStatus(state, reason)
         self._states.changed(name, number, state, reason)
-        self._refresh_dependents(name)
+        self.refresh_dependents(name)
 
     # ------------------------------------------------------------------ states
 
     def _ensemble_state(self, ensemble: str) -> tuple[str, str]:
         """(state, reason) of a served ensemble version: READY while every composing model
         has a READY version (the step's version, when it names one)."""
-        from inferd.kernel.actors.control import State  # (a cycle at import time)
-
         missing = self._dependencies.blocker(ensemble, self._is_ready)
         if missing is None:
             return State.READY, ""
@@ -165,8 +170,6 @@ class EnsembleControl:
         return State.UNAVAILABLE, f"{which} is not ready: {self._why_not_ready(missing)}"
 
     def _is_ready(self, name: str, version: int) -> bool:
-        from inferd.kernel.actors.control import State  # (a cycle at import time)
-
         model = self._models.get(name)
         if model is None:
             return False
@@ -188,11 +191,9 @@ class EnsembleControl:
             return chosen[0].reason or chosen[0].state.lower()
         return model.error or "not loaded"
 
-    def _refresh_dependents(self, *names: str) -> None:
+    def refresh_dependents(self, *names: str) -> None:
         """``names`` changed state: bring the state of every ensemble using them (nested
         ones first) in line. Versions being loaded or unloaded are left alone."""
-        from inferd.kernel.actors.control import State  # (a cycle at import time)
-
         for ensemble in self._dependencies.dependents(*names):
             model = self._models.get(ensemble)
             if model is None:
@@ -205,22 +206,21 @@ class EnsembleControl:
                         self._states.changed(ensemble, number, state, reason)
                     version.state, version.reason = state, reason
 
-    def _version_unloaded(self, name: str, number: int) -> None:
+    def version_unloaded(self, name: str, number: int) -> None:
         """Hook: a version of ``name`` was unloaded (the scheduler no longer serves it)."""
         self._dependencies.retire(name, number)
-        self._refresh_dependents(name)
+        self.refresh_dependents(name)
 
     # ------------------------------------------------------------------ unload API
 
-    async def _unload_with_dependents(self, name: str, unload_dependents: bool) -> list[str]:
+    async def unload_with_dependents(self, name: str, unload_dependents: bool) -> list[str]:
         """Unload ``name``; with ``unload_dependents``, then also the composing models its
         load brought in that no other loaded ensemble uses (nested ensembles first). The
         names unloaded, ``name`` first."""
         candidates = self._dependencies.unload_candidates(name) if unload_dependents else []
         self._dependencies.forget_model(name)
-        await self._unload(name)
+        await self._unload(name, "unload requested")
         for composing in candidates:
-            self._required.discard(composing)
             self._dependencies.forget_model(composing)
-            await self._unload(composing, cause=f"unload_dependents of ensemble '{name}'")
+            await self._unload(composing, f"unload_dependents of ensemble '{name}'")
         return [name, *candidates]

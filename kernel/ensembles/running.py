@@ -2,18 +2,18 @@
 
 Owns running an ``InferRequest`` addressed to an ensemble version (SPEC 4.1, 4.3): it is
 checked against the ensemble's inputs; the version of every step it needs is fixed when it
-starts (pinned: a version being retired waits until the requests that chose it are done with
-it); each step becomes an ``InferRequest`` that goes through the composing model's own queue
-(the scheduler's request path, so it batches with other traffic) as soon as the tensors it
-reads exist; intermediate tensors are handed on as the same numpy arrays; the answer holds the
-requested ensemble outputs. An ensemble whose last step is a decoupled model is answered as a
-stream: the other steps run once, then every response of the decoupled step becomes an
-ensemble response. An ensemble with the response cache is cached at the top level, as in
-Triton: a hit runs no step (unless a step is a decoupled or sequence model: then it is not
-cached). It also owns the ensemble's statistics with their per-step breakdown. It
-never talks to executors or control: the scheduler gives it the way to resolve a model to a
-served version, to run a request on one and to open a stream on one; the plan comes from
-``inferd.kernel.ensemble``.
+starts (``inferd.kernel.ensembles.pinning``); each step becomes an ``InferRequest`` that goes
+through the composing model's own queue (the scheduler's request path, so it batches with
+other traffic) as soon as the tensors it reads exist; intermediate tensors are handed on as
+the same numpy arrays; the answer holds the requested ensemble outputs. An ensemble whose last
+step is a decoupled model is answered as a stream: the other steps run once, then every
+response of the decoupled step becomes an ensemble response. An ensemble with the response
+cache is cached at the top level, as in Triton: a hit runs no step (unless a step is a
+decoupled or sequence model: then it is not cached). It records the ensemble's statistics
+with their per-step breakdown (kept in ``inferd.kernel.ensembles.served``). It never talks to
+executors or control: the scheduler gives it the way to resolve a model to a served version,
+to run a request on one and to open a stream on one; the plan comes from
+``inferd.kernel.ensembles.planning``.
 """
 
 from __future__ import annotations
@@ -21,145 +21,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-from inferd.kernel.ensemble import Dataflow, EnsemblePlan, EnsembleStep
-from inferd.kernel.config_validation import ENSEMBLE_PLATFORM
+from inferd.kernel.ensembles import pinning
+from inferd.kernel.ensembles.pinning import Pin
+from inferd.kernel.ensembles.planning import Dataflow, EnsemblePlan, EnsembleStep
+from inferd.kernel.ensembles.served import QueuedRequest, ServedVersion, ensemble_state
+from inferd.kernel.request_validation import check_request
 from inferd.kernel.response_cache import CacheScope
-from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
-from inferd.kernel.request_validation import ModelSignature, check_request
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     InferdError,
     Internal,
-    InvalidArgument,
-    NotFound,
-    Unavailable,
     Unsupported,
 )
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 
-STEPS_KEY = "ensemble_steps"
-"""The key of the per-step breakdown in an ensemble's statistics (an inferd extension:
-tritonclient's gRPC conversion drops it, JSON readers ignore it)."""
-
-
-@dataclass(slots=True)
-class StepStatistics:
-    """One step's requests on one version of its model, as the ensemble saw them: ``success``
-    and ``fail`` hold the step's whole time (queue, compute and transfers); ``queue`` and
-    ``compute_*`` what the composing model reported for it."""
-
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    queue: Duration = field(default_factory=Duration)
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-
-    def record(
-        self, ok: bool, total_ns: int, queue_ns: int, compute_ns: tuple[int, int, int]
-    ) -> None:
-        if not ok:
-            self.fail.add(total_ns)
-            return
-        self.success.add(total_ns)
-        self.queue.add(queue_ns)
-        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
-            getattr(self, phase).add(ns)
-
-
-@dataclass(eq=False, slots=True)
-class EnsembleState:
-    """What the scheduler keeps for a served ensemble version: its plan, and statistics per
-    (step index, composing model, version); a reload gets a new state sharing the counters,
-    while requests in flight finish with the plan they started with."""
-
-    plan: EnsemblePlan
-    steps: dict[tuple[int, str, int], StepStatistics] = field(default_factory=dict)
-
-    @classmethod
-    def for_config(
-        cls, config: ModelConfig, previous: EnsembleState | None
-    ) -> EnsembleState | None:
-        """The state of a served version with ``config`` (None unless it is an ensemble),
-        counting on from ``previous``. ``InvalidArgument`` for a graph that cannot run."""
-        if config.platform != ENSEMBLE_PLATFORM:
-            return None
-        return cls(EnsemblePlan.from_config(config), previous.steps if previous else {})
-
-    def step_statistics(self, step: EnsembleStep, version: int) -> StepStatistics:
-        key = (step.index, step.model, version)
-        found = self.steps.get(key)
-        if found is None:
-            found = self.steps[key] = StepStatistics()
-        return found
-
-    def as_dicts(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "step": index,
-                "model": model,
-                "version": str(version),
-                "success": stats.success.as_dict(),
-                "fail": stats.fail.as_dict(),
-                "queue": stats.queue.as_dict(),
-                **{phase: getattr(stats, phase).as_dict() for phase in COMPUTE_PHASES},
-            }
-            for (index, model, version), stats in sorted(self.steps.items())
-        ]
-
-
-class ServedVersion(Protocol):
-    """What the runner needs of the scheduler's record of a served version."""
-
-    model: str
-    version: int
-    pinned: int  # requests that fixed this version and still need it
-    signature: ModelSignature
-    statistics: VersionStatistics
-    ensemble: EnsembleState | None
-    decoupled: bool
-    cache: CacheScope | None  # its response cache, when its responses are cached
-
-    @property
-    def sequences(self) -> object:  # a sequence model's batcher, else None
-        ...
-
-
-class QueuedRequest(Protocol):
-    """What the scheduler's request path returns for a request it answered."""
-
-    result: InferResponse | InferdError | None
-    enqueued_ns: int
-    started_ns: int
-    compute_ns: tuple[int, int, int]
-
-
 V = TypeVar("V", bound=ServedVersion)
-
-
-def statistics_dict(version: ServedVersion) -> dict[str, Any]:
-    """A version's statistics as Triton prints them, plus the per-step breakdown of an
-    ensemble under ``STEPS_KEY``."""
-    printed = version.statistics.as_dict(version.model, str(version.version))
-    if version.ensemble is not None:
-        printed[STEPS_KEY] = version.ensemble.as_dicts()
-    return printed
-
-
-@dataclass(eq=False, slots=True)
-class _Pin(Generic[V]):
-    """A version fixed for one request; for an ensemble, also the versions of its steps."""
-
-    version: V
-    steps: dict[int, _Pin[V]] = field(default_factory=dict)
-    released: bool = False
 
 
 @dataclass(slots=True)
@@ -205,27 +86,27 @@ class EnsembleRunner(Generic[V]):
 
     async def _infer_ensemble(self, version: V, request: InferRequest, arrived_ns: int
                               ) -> InferResponse:
-        state = _state(version)
+        state = ensemble_state(version)
         batch_size = check_request(request, version.signature)
         wanted = request.outputs or state.plan.outputs
         try:
-            pin = self._pin_for(version, wanted)
+            pin = pinning.pin_for(version, wanted, self._resolve)
         except InferdError:
             version.statistics.record_request(False, time.perf_counter_ns() - arrived_ns, 0)
             raise
         try:
-            decoupled = _decoupled_steps(pin)
+            decoupled = pinning.decoupled_steps(pin)
             if decoupled:
                 raise DecoupledNotStreamed(version.model)
-            if version.cache is not None and _cacheable(pin):
+            if version.cache is not None and pinning.cacheable(pin):
                 return await self._infer_cached(version.cache, pin, request, batch_size,
                                                 arrived_ns)
             outcome = await self._execute(pin, request, batch_size, arrived_ns)
         finally:
-            self._release(pin)
+            pinning.release(pin)
         return outcome.response
 
-    async def _infer_cached(self, cache: CacheScope, pin: _Pin[V], request: InferRequest,
+    async def _infer_cached(self, cache: CacheScope, pin: Pin[V], request: InferRequest,
                             batch_size: int, arrived_ns: int) -> InferResponse:
         """An ensemble request through the ensemble's own response cache (Triton caches
         ensembles at the top level): a hit runs no step."""
@@ -242,13 +123,13 @@ class EnsembleRunner(Generic[V]):
                      ) -> ResponseStream:
         """Answer ``request`` to the ensemble ``version`` as a stream: one response, or, when
         its last step is a decoupled model, one per response of that step."""
-        state = _state(version)
+        state = ensemble_state(version)
         batch_size = check_request(request, version.signature)
         wanted = request.outputs or state.plan.outputs
-        pin = self._pin_for(version, wanted)
-        decoupled = _decoupled_steps(pin)
+        pin = pinning.pin_for(version, wanted, self._resolve)
+        decoupled = pinning.decoupled_steps(pin)
         if not decoupled or self._stream is None:
-            self._release(pin)
+            pinning.release(pin)
             return ResponseStream(single=self.infer(version, request, arrived_ns))
         try:
             deferred = _Deferred(_streamable(state.plan, decoupled))
@@ -258,7 +139,7 @@ class EnsembleRunner(Generic[V]):
             target = pin.steps[deferred.index].version
             step_stream = await self._stream(target, deferred.request)
         except BaseException:
-            self._release(pin)
+            pinning.release(pin)
             raise
         ensemble_stream = ResponseStream()
         relay = asyncio.get_running_loop().create_task(self._relay(
@@ -267,12 +148,12 @@ class EnsembleRunner(Generic[V]):
         relay.add_done_callback(self._relays.discard)
         return ensemble_stream
 
-    async def _relay(self, pin: _Pin[V], step: EnsembleStep, step_stream: ResponseStream,
+    async def _relay(self, pin: Pin[V], step: EnsembleStep, step_stream: ResponseStream,
                      ensemble_stream: ResponseStream, outcome: _Outcome,
                      wanted: Iterable[str], request_id: str) -> None:
         """Each response of the decoupled step, with the other steps' tensors, as an
         ensemble response."""
-        version, plan = pin.version, _state(pin.version).plan
+        version, plan = pin.version, ensemble_state(pin.version).plan
         tensors = {tensor.name: tensor for tensor in outcome.response.outputs}
         try:
             async for result, final in step_stream:
@@ -295,70 +176,25 @@ class EnsembleRunner(Generic[V]):
                     answer = None
                 ensemble_stream.put(answer, final)
         finally:
-            self._release(pin)
+            pinning.release(pin)
 
     def check_ready(self, version: V) -> None:
         """Raise the error a request to ``version`` would get because a composing model has
         no READY version (for model readiness)."""
-        self._release(self._pin(version, _state(version).plan.outputs, frozenset({version.model})))
-
-    # ------------------------------------------------------------------ versions
-
-    def _pin_for(self, version: V, wanted: Iterable[str]) -> _Pin[V]:
-        """``_pin`` for a request to the ensemble ``version``: a step with no version to
-        serve is the ensemble's own unavailability, and the answer names the ensemble (as
-        Triton's does), keeping the cause of one that is reloading."""
-        try:
-            return self._pin(version, wanted, frozenset({version.model}))
-        except NotFound:
-            raise NotFound(f"Request for unknown model: '{version.model}' has no available "
-                           "versions") from None
-        except Unavailable as error:
-            raise Unavailable(f"model '{version.model}' is not available: {error.message}"
-                              ) from None
-
-    def _pin(self, version: V, wanted: Iterable[str], visiting: frozenset[str]) -> _Pin[V]:
-        plan = _state(version).plan
-        pin: _Pin[V] = _Pin(version)
-        version.pinned += 1
-        try:
-            for index in sorted(plan.steps_for(wanted)):
-                step = plan.steps[index]
-                if step.model in visiting:
-                    raise InvalidArgument(
-                        f"in ensemble '{plan.name}', {step.label} uses an ensemble that contains it"
-                    )
-                target = self._resolve(step.model, "" if step.version < 0 else str(step.version))
-                if target.ensemble is not None:
-                    nested_wanted = [name for name, _ in step.outputs]
-                    pin.steps[index] = self._pin(target, nested_wanted, visiting | {step.model})
-                else:
-                    target.pinned += 1
-                    pin.steps[index] = _Pin(target)
-        except BaseException:
-            self._release(pin)
-            raise
-        return pin
-
-    def _release(self, pin: _Pin[V]) -> None:
-        if pin.released:
-            return
-        pin.released = True
-        pin.version.pinned -= 1
-        for step_pin in pin.steps.values():
-            self._release(step_pin)
+        pinning.release(pinning.pin(version, ensemble_state(version).plan.outputs,
+                                    frozenset({version.model}), self._resolve))
 
     # ------------------------------------------------------------------ the dataflow
 
     async def _execute(
-        self, pin: _Pin[V], request: InferRequest, batch_size: int, arrived_ns: int,
+        self, pin: Pin[V], request: InferRequest, batch_size: int, arrived_ns: int,
         deferred: _Deferred | None = None,
     ) -> _Outcome:
         """Run the steps of the pinned ensemble for ``request`` (already checked) and record
         the ensemble's statistics. A ``deferred`` step is not sent: its request is kept
         there, and the outcome holds every tensor the other steps made."""
         version = pin.version
-        plan = _state(version).plan
+        plan = ensemble_state(version).plan
         wanted = request.outputs or plan.outputs
         flow = Dataflow(plan, wanted, [tensor.name for tensor in request.inputs])
         tensors = {tensor.name: tensor for tensor in request.inputs}
@@ -371,7 +207,7 @@ class EnsembleRunner(Generic[V]):
             step: EnsembleStep, outcome: _Outcome | None, error: BaseException | None
         ) -> None:
             nonlocal queue_ns
-            self._release(pin.steps[step.index])
+            pinning.release(pin.steps[step.index])
             if error is not None:
                 failures.append(_step_failed(plan, step, error))
                 return
@@ -419,7 +255,7 @@ class EnsembleRunner(Generic[V]):
 
     async def _run_step(
         self,
-        pin: _Pin[V],
+        pin: Pin[V],
         step: EnsembleStep,
         request: InferRequest,
         tensors: dict[str, Tensor],
@@ -447,7 +283,7 @@ class EnsembleRunner(Generic[V]):
             deferred.request = step_request
             empty = InferResponse(step.model, str(target.version.version), ())
             return _Outcome(empty, 0, (0, 0, 0))
-        statistics = _state(pin.version).step_statistics(step, target.version.version)
+        statistics = ensemble_state(pin.version).step_statistics(step, target.version.version)
         started_ns = time.perf_counter_ns()
         try:
             outcome = await self._send(target, step_request, started_ns)
@@ -464,7 +300,7 @@ class EnsembleRunner(Generic[V]):
         )
         return outcome
 
-    async def _send(self, target: _Pin[V], request: InferRequest, started_ns: int) -> _Outcome:
+    async def _send(self, target: Pin[V], request: InferRequest, started_ns: int) -> _Outcome:
         parent = CURRENT.get()
         if parent is None:
             return await self._send_step(target, request, started_ns)
@@ -483,7 +319,7 @@ class EnsembleRunner(Generic[V]):
             CURRENT.reset(token)
             trace.end()
 
-    async def _send_step(self, target: _Pin[V], request: InferRequest, started_ns: int
+    async def _send_step(self, target: Pin[V], request: InferRequest, started_ns: int
                          ) -> _Outcome:
         if target.version.ensemble is not None:  # a nested ensemble runs right here
             batch_size = check_request(request, target.version.signature)
@@ -493,26 +329,6 @@ class EnsembleRunner(Generic[V]):
         if not isinstance(result, InferResponse):
             raise result if isinstance(result, InferdError) else Internal("step got no answer")
         return _Outcome(result, queued.started_ns - queued.enqueued_ns, queued.compute_ns)
-
-
-def _cacheable(pin: _Pin[Any]) -> bool:
-    """Whether every model a pinned ensemble runs (nested ones included) could be cached:
-    as in Triton, a decoupled or sequence model in it keeps the ensemble uncached."""
-    for step_pin in pin.steps.values():
-        target = step_pin.version
-        if target.ensemble is not None:
-            if not _cacheable(step_pin):
-                return False
-        elif target.decoupled or target.sequences is not None:
-            return False
-    return True
-
-
-def _decoupled_steps(pin: _Pin[Any]) -> list[int]:
-    """The steps of a pinned ensemble (not of nested ones) that run a decoupled model."""
-    return [index for index, step_pin in pin.steps.items()
-            if step_pin.version.ensemble is None and step_pin.version.decoupled]
-
 
 def _streamable(plan: EnsemblePlan, decoupled: list[int]) -> int:
     """The one decoupled step an ensemble can be streamed through: its outputs feed no other
@@ -526,12 +342,6 @@ def _streamable(plan: EnsemblePlan, decoupled: list[int]) -> int:
             f"in ensemble '{plan.name}', step '{step.model}' is decoupled: inferd streams an "
             "ensemble through one decoupled step whose outputs are the ensemble's own")
     return decoupled[0]
-
-
-def _state(version: ServedVersion) -> EnsembleState:
-    if version.ensemble is None:
-        raise Internal(f"model '{version.model}' is not an ensemble")
-    return version.ensemble
 
 
 def _renamed(tensor: Tensor, name: str) -> Tensor:
