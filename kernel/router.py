@@ -28,6 +28,7 @@ import anyio
 import zmq
 
 from inferd.kernel import link_memory
+from inferd.kernel.loop_socket import LoopSocket
 from inferd.protocols import wire
 from inferd.protocols.errors import (
     ActorGone,
@@ -38,7 +39,6 @@ from inferd.protocols.errors import (
     InvalidArgument,
 )
 from inferd.protocols.messages import Envelope, Failure, Message, ReleaseSegments
-from inferd.protocols.zmqio import LoopSocket
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,11 @@ Both speak the kernel wire format to the zmq frontend over a DEALER socket: a re
 the mapping from friendly calls (numpy inputs, plain return values) to message kinds and
 back, and turns a ``Failure`` reply into the typed ``InferdError`` the server raised. It
 knows nothing of how the server works and imports nothing from the kernel or the plugins.
+
+The one exception to "``inferd.protocols`` opens no sockets": a client is useless without its
+transport, and users install and import it alone, so each client keeps its own small one
+here, on pyzmq's public socket API (blocking, or ``zmq.asyncio``). The server's event-loop
+socket (``inferd.kernel.loop_socket``) is kernel machinery and is not shared with it.
 """
 
 from __future__ import annotations

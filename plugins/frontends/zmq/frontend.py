@@ -29,7 +29,7 @@ from inferd.kernel.tracing import traced
 from inferd.protocols import wire
 from inferd.protocols.errors import ErrorCode, InferdError, http_status
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
-from inferd.protocols.zmqio import LoopSocket
+from inferd.kernel.loop_socket import LoopSocket
 from inferd.protocols.messages import (
     Envelope,
     Failure,
