@@ -25,6 +25,7 @@ with atheris.instrument_imports():
     from inferd.protocols import kserve_grpc as grpc_convert
     from inferd.protocols import kserve_grpc_wire as grpc_wire
     from inferd.protocols import kserve_http as http_codec
+    from inferd.protocols import kserve_http_admin as admin
     from inferd.protocols import wire
     from inferd.protocols.errors import InvalidArgument, Unsupported
 
@@ -62,8 +63,8 @@ def one_input(data: bytes) -> None:
                                                   LIMIT)
         else:
             body = provider.ConsumeBytes(provider.remaining_bytes())
-            http_codec.decode_index_request(body)
-            http_codec.decode_load_request("m", body)
+            admin.decode_index_request(body)
+            admin.decode_load_request("m", body)
     except (InvalidArgument, Unsupported):
         pass
 

@@ -46,7 +46,9 @@ from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT, Trace, traced
 from inferd.protocols import content_coding
 from inferd.protocols import generate as generate_codec
+from inferd.protocols import json_bodies
 from inferd.protocols import kserve_http as codec
+from inferd.protocols import kserve_http_admin as admin
 from inferd.protocols import logging_api
 from inferd.protocols import trace_api
 from inferd.protocols.errors import (
@@ -149,7 +151,7 @@ def json_response(body: bytes, status: int = 200) -> HttpResponse:
 
 
 def error_response(status: int, message: str) -> HttpResponse:
-    return HttpResponse(status, (codec.encode_error(message),), JSON)
+    return HttpResponse(status, (json_bodies.encode_error(message),), JSON)
 
 
 def _failed(status: int, message: str, error: BaseException | None = None) -> HttpResponse:
@@ -324,12 +326,12 @@ class KserveHttpApp:
 
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:
         reply = _expect(await self.ask(ServerMetadataRequest()), ServerMetadata)
-        return json_response(codec.encode_server_metadata(reply))
+        return json_response(admin.encode_server_metadata(reply))
 
     async def model_metadata(self, request: HttpRequest) -> HttpResponse:
         model, version = _model_arguments(request)
         reply = _expect(await self.ask(ModelMetadataRequest(model, version)), ModelMetadata)
-        return json_response(codec.encode_model_metadata(reply))
+        return json_response(admin.encode_model_metadata(reply))
 
     async def model_ready(self, request: HttpRequest) -> HttpResponse:
         model, version = _model_arguments(request)
@@ -344,7 +346,7 @@ class KserveHttpApp:
     async def model_statistics(self, request: HttpRequest) -> HttpResponse:
         model, version = _model_arguments(request) if request.path_arguments else ("", "")
         reply = _expect(await self.ask(StatisticsRequest(model, version)), Statistics)
-        return json_response(codec.encode_statistics(reply))
+        return json_response(admin.encode_statistics(reply))
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
         model, version = _model_arguments(request)
@@ -395,22 +397,22 @@ class KserveHttpApp:
         return json_response(trace_api.encode_http_reply(reply))
 
     async def index(self, request: HttpRequest) -> HttpResponse:
-        reply = _expect(await self.ask(codec.decode_index_request(request.body)), Index)
-        return json_response(codec.encode_index(reply))
+        reply = _expect(await self.ask(admin.decode_index_request(request.body)), Index)
+        return json_response(admin.encode_index(reply))
 
     async def catalog(self, request: HttpRequest) -> HttpResponse:
         """``GET v2/catalog[?label=K=V&task=T]`` (inferd extension): the model catalog."""
-        reply = _expect(await self.ask(codec.decode_catalog_request(request.query)), Catalog)
-        return json_response(codec.encode_catalog(reply))
+        reply = _expect(await self.ask(admin.decode_catalog_request(request.query)), Catalog)
+        return json_response(admin.encode_catalog(reply))
 
     async def load(self, request: HttpRequest) -> HttpResponse:
         model = unquote(request.path_arguments[0])
-        await self.ask(codec.decode_load_request(model, request.body))
+        await self.ask(admin.decode_load_request(model, request.body))
         return HttpResponse(200)
 
     async def unload(self, request: HttpRequest) -> HttpResponse:
         model = unquote(request.path_arguments[0])
-        await self.ask(codec.decode_unload_request(model, request.body))
+        await self.ask(admin.decode_unload_request(model, request.body))
         return HttpResponse(200)
 
     async def poll(self, request: HttpRequest) -> HttpResponse:
@@ -423,11 +425,11 @@ class KserveHttpApp:
     async def shared_memory_status(self, request: HttpRequest) -> HttpResponse:
         memory, name = _shared_memory_arguments(request)
         reply = await self.ask(SharedMemoryStatusRequest(name, memory))
-        return json_response(codec.encode_shared_memory_status(_expect(reply, SharedMemoryStatus)))
+        return json_response(admin.encode_shared_memory_status(_expect(reply, SharedMemoryStatus)))
 
     async def shared_memory_register(self, request: HttpRequest) -> HttpResponse:
         memory, name = _shared_memory_arguments(request)
-        await self.ask(codec.decode_shared_memory_register(name, request.body, memory))
+        await self.ask(admin.decode_shared_memory_register(name, request.body, memory))
         return HttpResponse(200)
 
     async def shared_memory_unregister(self, request: HttpRequest) -> HttpResponse:
