@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from inferd.protocols.errors import InvalidArgument
+# Results of these helpers are bound to typed names before they are returned: with
+# ``ignore_missing_imports`` mypy sees every ``inferd.*`` import as ``Any``.
 from inferd.protocols.json_bodies import (
     dumps,
     json_boolean,
@@ -106,13 +108,14 @@ def _repository_parameters(body: bytes | memoryview, what: str) -> dict[str, Any
 
 
 def encode_server_metadata(metadata: ServerMetadata) -> bytes:
-    return dumps(
+    encoded: bytes = dumps(
         {
             "name": metadata.name,
             "version": metadata.version,
             "extensions": list(metadata.extensions),
         }
     )
+    return encoded
 
 
 def encode_model_metadata(metadata: ModelMetadata) -> bytes:
@@ -122,7 +125,7 @@ def encode_model_metadata(metadata: ModelMetadata) -> bytes:
             for spec in specs
         ]
 
-    return dumps(
+    encoded: bytes = dumps(
         {
             "name": metadata.name,
             "versions": list(metadata.versions),
@@ -131,6 +134,7 @@ def encode_model_metadata(metadata: ModelMetadata) -> bytes:
             "outputs": tensors(metadata.outputs),
         }
     )
+    return encoded
 
 
 def encode_index(index: Index) -> bytes:
@@ -152,7 +156,8 @@ def encode_index(index: Index) -> bytes:
         if entry.catalog:
             row["catalog"] = entry.catalog
         rows.append(row)
-    return dumps(rows)
+    encoded: bytes = dumps(rows)
+    return encoded
 
 
 def decode_catalog_request(query: str) -> CatalogRequest:
@@ -209,11 +214,13 @@ def catalog_document(catalog: Catalog) -> dict[str, Any]:
 
 
 def encode_catalog(catalog: Catalog) -> bytes:
-    return dumps(catalog_document(catalog))
+    encoded: bytes = dumps(catalog_document(catalog))
+    return encoded
 
 
 def encode_statistics(statistics: Statistics) -> bytes:
-    return dumps({"model_stats": list(statistics.model_stats)})
+    encoded: bytes = dumps({"model_stats": list(statistics.model_stats)})
+    return encoded
 
 
 def decode_shared_memory_register(
@@ -239,9 +246,10 @@ def decode_shared_memory_register(
 
 
 def encode_shared_memory_status(status: SharedMemoryStatus) -> bytes:
-    return dumps(
+    encoded: bytes = dumps(
         [
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
             for r in status.regions
         ]
     )
+    return encoded
