@@ -1,7 +1,7 @@
 """Property tests that fuzz the request decoders with hostile input (issue 13, point 6): the
 kernel wire codec (protocols/wire.py), the KServe HTTP JSON and binary-tensor codec and the
-other HTTP bodies (protocols/kserve_http.py, generate.py, logging_api.py, trace_api.py), and
-the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py).
+other HTTP bodies (protocols/kserve_http.py, kserve_http_admin.py, generate.py, logging_api.py,
+trace_api.py), and the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py).
 
 Each decoder gets structured near-valid input (right shapes of documents with wrong types,
 wrong sizes, huge or negative dimensions, unknown names, truncated or padded tensor bytes) as
