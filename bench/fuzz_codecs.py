@@ -1,6 +1,7 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the request decoders: the kernel wire codec
-(``protocols/wire.py``), the KServe HTTP JSON/binary codec (``protocols/kserve_http.py``) and
-the gRPC framing and conversion (``protocols/kserve_grpc_wire.py``, ``kserve_grpc.py``).
+(``protocols/wire.py``), the KServe HTTP JSON/binary codec (``protocols/kserve_http.py``,
+``kserve_http_admin.py``) and the gRPC framing and conversion (``protocols/kserve_grpc_wire.py``,
+``kserve_grpc.py``).
 
 Each input's first byte picks the decoder; the rest becomes its frames, or its body and the
 header length, or its message bytes. Anything but ``InvalidArgument`` (``Unsupported`` for a
@@ -25,6 +26,7 @@ with atheris.instrument_imports():
     from inferd.protocols import kserve_grpc as grpc_convert
     from inferd.protocols import kserve_grpc_wire as grpc_wire
     from inferd.protocols import kserve_http as http_codec
+    from inferd.protocols import kserve_http_admin as admin
     from inferd.protocols import wire
     from inferd.protocols.errors import InvalidArgument, Unsupported
 
@@ -62,8 +64,8 @@ def one_input(data: bytes) -> None:
                                                   LIMIT)
         else:
             body = provider.ConsumeBytes(provider.remaining_bytes())
-            http_codec.decode_index_request(body)
-            http_codec.decode_load_request("m", body)
+            admin.decode_index_request(body)
+            admin.decode_load_request("m", body)
     except (InvalidArgument, Unsupported):
         pass
 

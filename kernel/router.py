@@ -29,6 +29,7 @@ import anyio
 import zmq
 
 from inferd.kernel import link_memory
+from inferd.kernel.loop_socket import LoopSocket
 from inferd.protocols import wire
 from inferd.protocols.errors import (
     ActorGone,
@@ -41,7 +42,6 @@ from inferd.protocols.errors import (
     to_failure,
 )
 from inferd.protocols.messages import Cancel, Envelope, Failure, Message, ReleaseSegments
-from inferd.protocols.zmqio import LoopSocket
 
 log = logging.getLogger(__name__)
 

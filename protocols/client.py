@@ -1,10 +1,16 @@
 """The native inferd client, blocking (``Client``) and asyncio (``AsyncClient``).
 
 Both speak the kernel wire format to the zmq frontend over a DEALER socket: a request is
-``[b"", *wire.encode(envelope)]`` and its reply is matched by ``reply_to``. This module owns
-the mapping from friendly calls (numpy inputs, plain return values) to message kinds and
-back, and turns a ``Failure`` reply into the typed ``InferdError`` the server raised. It
-knows nothing of how the server works and imports nothing from the kernel or the plugins.
+``[b"", *wire.encode(envelope)]`` and its reply is matched by ``reply_to``. What each call
+sends and how its reply is read (numpy inputs in, plain values out, a ``Failure`` reply
+raised as the typed ``InferdError`` the server raised) is one table that both clients use,
+``inferd.protocols.client_calls``; this module holds only the two transports. It knows
+nothing of how the server works and imports nothing from the kernel or the plugins.
+
+The one exception to "``inferd.protocols`` opens no sockets": a client is useless without its
+transport, and users install and import it alone, so each client keeps its own small one
+here, on pyzmq's public socket API (blocking, or ``zmq.asyncio``). The server's event-loop
+socket (``inferd.kernel.loop_socket``) is kernel machinery and is not shared with it.
 """
 
 from __future__ import annotations
@@ -12,166 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
-import os
-import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import numpy as np
 import zmq
 import zmq.asyncio
 
+from inferd.protocols import client_calls as calls
 from inferd.protocols import wire
-from inferd.protocols.errors import ActorGone, DeadlineExceeded, InferdError, Internal, NotFound
+from inferd.protocols.client_calls import Call, InferResult, Inputs, client_id, reply_of
+from inferd.protocols.errors import ActorGone, DeadlineExceeded, InferdError
 from inferd.protocols.messages import (
-    Ack,
-    Catalog,
     CatalogEntry,
-    CatalogRequest,
     Envelope,
-    Failure,
-    HealthRequest,
-    HealthStatus,
-    Index,
     IndexEntry,
-    IndexRequest,
-    InferRequest,
-    InferResponse,
-    LoadRequest,
     Message,
-    ModelConfigReply,
-    ModelConfigRequest,
     ModelMetadata,
-    ModelMetadataRequest,
-    ModelReadyRequest,
     ServerMetadata,
-    PollRequest,
-    ServerMetadataRequest,
-    Statistics,
-    StatisticsRequest,
-    Tensor,
-    UnloadRequest,
 )
-from inferd.protocols.tensors import from_numpy
+
+__all__ = ["DEFAULT_URL", "AsyncClient", "Client", "InferResult"]
 
 DEFAULT_URL = "tcp://127.0.0.1:8003"
 SERVER = "frontend"
 
-Inputs = Mapping[str, Any] | Sequence[Tensor]
-ReplyT = TypeVar("ReplyT", bound=Message)
-
-
-class InferResult:
-    """One inference response: ``outputs`` maps each output name to its ``Tensor``."""
-
-    __slots__ = ("outputs", "response")
-
-    def __init__(self, response: InferResponse) -> None:
-        self.response = response
-        self.outputs: dict[str, Tensor] = {tensor.name: tensor for tensor in response.outputs}
-
-    @property
-    def model(self) -> str:
-        return self.response.model
-
-    @property
-    def version(self) -> str:
-        return self.response.version
-
-    @property
-    def id(self) -> str:
-        return self.response.id
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self.response.parameters
-
-    def as_numpy(self, name: str) -> np.ndarray:
-        try:
-            return self.outputs[name].data
-        except KeyError:
-            raise KeyError(
-                f"no output {name!r} in the response; outputs: {sorted(self.outputs)}"
-            ) from None
-
-    def __repr__(self) -> str:
-        outputs = list(self.outputs)
-        return f"InferResult(model={self.model!r}, version={self.version!r}, outputs={outputs})"
-
-
-def _infer_request(
-    model: str,
-    inputs: Inputs,
-    *,
-    outputs: Sequence[str],
-    version: str,
-    request_id: str,
-    parameters: Mapping[str, Any] | None,
-    priority: int,
-    timeout_us: int,
-    classification: Mapping[str, int] | None,
-) -> InferRequest:
-    if isinstance(inputs, Mapping):
-        tensors = tuple(from_numpy(name, value) for name, value in inputs.items())
-    else:
-        tensors = tuple(inputs)
-    return InferRequest(
-        model=model,
-        inputs=tensors,
-        version=version,
-        id=request_id,
-        outputs=tuple(outputs),
-        parameters=dict(parameters or {}),
-        priority=priority,
-        timeout_us=timeout_us,
-        classification=dict(classification or {}),
-    )
-
-
-def _load_request(
-    model: str, config: str | Mapping[str, Any] | None, files: Mapping[str, bytes] | None
-) -> LoadRequest:
-    if config is None:
-        config_json = ""
-    elif isinstance(config, str):
-        config_json = config
-    else:
-        config_json = json.dumps(config)
-    return LoadRequest(model=model, config=config_json, files=dict(files or {}))
-
-
-def _expect(reply: Message, kind: type[ReplyT]) -> ReplyT:
-    if isinstance(reply, kind):
-        return reply
-    if isinstance(reply, Failure):
-        try:
-            error = InferdError.from_code(reply.code, reply.message)
-        except ValueError:  # a code from a newer server
-            error = Internal(f"{reply.code}: {reply.message}")
-        raise error
-    raise Internal(f"expected a {kind.kind()} reply, got {reply.kind()}")
-
-
-def _reply(frames: list[zmq.Frame]) -> tuple[int, Message] | None:
-    """The ``(reply_to, body)`` of a received frame list, or ``None`` when it is not a reply
-    (a stray or malformed message must not break a client that is waiting for others)."""
-    if len(frames) < 2 or len(frames[0]) != 0:
-        return None
-    try:
-        envelope = wire.decode(frames[1:])
-    except Exception:  # one unreadable message must not end the receive loop
-        return None
-    if envelope.reply_to is None:
-        return None
-    return envelope.reply_to, envelope.body
-
-
-def _client_id() -> str:
-    return f"client/{os.getpid()}/{secrets.token_hex(6)}"
+ResultT = TypeVar("ResultT")
 
 
 def _configure(socket: zmq.Socket[Any], url: str) -> None:
@@ -189,7 +63,7 @@ class AsyncClient:
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 60.0) -> None:
         self.url = url
         self.timeout = timeout
-        self.id = _client_id()
+        self.id = client_id()
         self._message_ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._socket: zmq.asyncio.Socket | None = None
@@ -235,63 +109,47 @@ class AsyncClient:
         timeout_us: int = 0,
         classification: Mapping[str, int] | None = None,
     ) -> InferResult:
-        request = _infer_request(
-            model,
-            inputs,
-            outputs=outputs,
-            version=version,
-            request_id=request_id,
-            parameters=parameters,
-            priority=priority,
-            timeout_us=timeout_us,
+        return await self._call(calls.infer(
+            model, inputs, outputs=outputs, version=version, request_id=request_id,
+            parameters=parameters, priority=priority, timeout_us=timeout_us,
             classification=classification,
-        )
-        return InferResult(_expect(await self._ask(request), InferResponse))
+        ))
 
     async def is_live(self) -> bool:
-        return _expect(await self._ask(HealthRequest("live")), HealthStatus).ok
+        return await self._call(calls.is_live())
 
     async def is_ready(self) -> bool:
-        return _expect(await self._ask(HealthRequest("ready")), HealthStatus).ok
+        return await self._call(calls.is_ready())
 
     async def is_model_ready(self, model: str, version: str = "") -> bool:
         """False for a model the server does not know, as for one that is not READY."""
-        try:
-            reply = await self._ask(ModelReadyRequest(model, version))
-            return _expect(reply, HealthStatus).ok
-        except NotFound:
-            return False
+        return await self._call(calls.is_model_ready(model, version))
 
     async def server_metadata(self) -> ServerMetadata:
-        return _expect(await self._ask(ServerMetadataRequest()), ServerMetadata)
+        return await self._call(calls.server_metadata())
 
     async def model_metadata(self, model: str, version: str = "") -> ModelMetadata:
-        reply = await self._ask(ModelMetadataRequest(model, version))
-        return _expect(reply, ModelMetadata)
+        return await self._call(calls.model_metadata(model, version))
 
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
-        reply = _expect(await self._ask(ModelConfigRequest(model, version)), ModelConfigReply)
-        config: dict[str, Any] = json.loads(reply.config_json)
-        return config
+        return await self._call(calls.model_config(model, version))
 
     async def statistics(self, model: str = "", version: str = "") -> list[dict[str, Any]]:
-        reply = _expect(await self._ask(StatisticsRequest(model, version)), Statistics)
-        return list(reply.model_stats)
+        return await self._call(calls.statistics(model, version))
 
     async def poll(self) -> None:
         """POLL mode: make the server look at its repository now."""
-        _expect(await self._ask(PollRequest()), Ack)
+        await self._call(calls.poll())
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        return list(_expect(await self._ask(IndexRequest(ready_only)), Index).entries)
+        return await self._call(calls.index(ready_only))
 
     async def catalog(
         self, labels: Mapping[str, str] | None = None, task: str = ""
     ) -> list[CatalogEntry]:
         """The model catalog (inferd extension), kept to models with every label of
         ``labels`` and, when given, ``task``."""
-        request = _catalog_request(labels, task)
-        return list(_expect(await self._ask(request), Catalog).entries)
+        return await self._call(calls.catalog(labels, task))
 
     async def load(
         self,
@@ -300,10 +158,16 @@ class AsyncClient:
         config: str | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes] | None = None,
     ) -> None:
-        _expect(await self._ask(_load_request(model, config, files)), Ack)
+        await self._call(calls.load(model, config, files))
 
     async def unload(self, model: str, *, unload_dependents: bool = False) -> None:
-        _expect(await self._ask(UnloadRequest(model, unload_dependents)), Ack)
+        await self._call(calls.unload(model, unload_dependents))
+
+    # ------------------------------------------------------------------ transport
+
+    async def _call(self, call: Call[ResultT]) -> ResultT:
+        result: ResultT = call.answer(await self._ask(call.request))
+        return result  # bound to a typed name: mypy sees inferd's imports as Any
 
     def _open(self) -> zmq.asyncio.Socket:
         if self._closed:
@@ -341,7 +205,7 @@ class AsyncClient:
     async def _receive_replies(self, socket: zmq.asyncio.Socket) -> None:
         try:
             while True:
-                reply = _reply(await socket.recv_multipart(copy=False))
+                reply = reply_of(await socket.recv_multipart(copy=False))
                 if reply is None:
                     continue
                 reply_to, body = reply
@@ -364,7 +228,7 @@ class Client:
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 60.0) -> None:
         self.url = url
         self.timeout = timeout
-        self.id = _client_id()
+        self.id = client_id()
         self._message_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._socket: zmq.Socket[Any] | None = zmq.Context.instance().socket(zmq.DEALER)
@@ -400,59 +264,47 @@ class Client:
         timeout_us: int = 0,
         classification: Mapping[str, int] | None = None,
     ) -> InferResult:
-        request = _infer_request(
-            model,
-            inputs,
-            outputs=outputs,
-            version=version,
-            request_id=request_id,
-            parameters=parameters,
-            priority=priority,
-            timeout_us=timeout_us,
+        return self._call(calls.infer(
+            model, inputs, outputs=outputs, version=version, request_id=request_id,
+            parameters=parameters, priority=priority, timeout_us=timeout_us,
             classification=classification,
-        )
-        return InferResult(_expect(self._ask(request), InferResponse))
+        ))
 
     def is_live(self) -> bool:
-        return _expect(self._ask(HealthRequest("live")), HealthStatus).ok
+        return self._call(calls.is_live())
 
     def is_ready(self) -> bool:
-        return _expect(self._ask(HealthRequest("ready")), HealthStatus).ok
+        return self._call(calls.is_ready())
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
         """False for a model the server does not know, as for one that is not READY."""
-        try:
-            return _expect(self._ask(ModelReadyRequest(model, version)), HealthStatus).ok
-        except NotFound:
-            return False
+        return self._call(calls.is_model_ready(model, version))
 
     def server_metadata(self) -> ServerMetadata:
-        return _expect(self._ask(ServerMetadataRequest()), ServerMetadata)
+        return self._call(calls.server_metadata())
 
     def model_metadata(self, model: str, version: str = "") -> ModelMetadata:
-        return _expect(self._ask(ModelMetadataRequest(model, version)), ModelMetadata)
+        return self._call(calls.model_metadata(model, version))
 
     def model_config(self, model: str, version: str = "") -> dict[str, Any]:
-        reply = _expect(self._ask(ModelConfigRequest(model, version)), ModelConfigReply)
-        config: dict[str, Any] = json.loads(reply.config_json)
-        return config
+        return self._call(calls.model_config(model, version))
 
     def statistics(self, model: str = "", version: str = "") -> list[dict[str, Any]]:
-        return list(_expect(self._ask(StatisticsRequest(model, version)), Statistics).model_stats)
+        return self._call(calls.statistics(model, version))
 
     def poll(self) -> None:
         """POLL mode: make the server look at its repository now."""
-        _expect(self._ask(PollRequest()), Ack)
+        self._call(calls.poll())
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        return list(_expect(self._ask(IndexRequest(ready_only)), Index).entries)
+        return self._call(calls.index(ready_only))
 
     def catalog(
         self, labels: Mapping[str, str] | None = None, task: str = ""
     ) -> list[CatalogEntry]:
         """The model catalog (inferd extension), kept to models with every label of
         ``labels`` and, when given, ``task``."""
-        return list(_expect(self._ask(_catalog_request(labels, task)), Catalog).entries)
+        return self._call(calls.catalog(labels, task))
 
     def load(
         self,
@@ -461,10 +313,16 @@ class Client:
         config: str | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes] | None = None,
     ) -> None:
-        _expect(self._ask(_load_request(model, config, files)), Ack)
+        self._call(calls.load(model, config, files))
 
     def unload(self, model: str, *, unload_dependents: bool = False) -> None:
-        _expect(self._ask(UnloadRequest(model, unload_dependents)), Ack)
+        self._call(calls.unload(model, unload_dependents))
+
+    # ------------------------------------------------------------------ transport
+
+    def _call(self, call: Call[ResultT]) -> ResultT:  # type: ignore[type-var]
+        result: ResultT = call.answer(self._ask(call.request))
+        return result  # bound to a typed name: mypy sees inferd's imports as Any
 
     def _ask(self, body: Message) -> Message:
         with self._lock:
@@ -480,13 +338,9 @@ class Client:
             while (remaining := deadline - time.time()) > 0:
                 if not self._socket.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
                     continue
-                reply = _reply(self._socket.recv_multipart(copy=False))
+                reply = reply_of(self._socket.recv_multipart(copy=False))
                 if reply is not None and reply[0] == msg_id:
                     return reply[1]
             raise DeadlineExceeded(
                 f"no reply from {self.url} within {self.timeout} s to a {body.kind()}"
             )
-
-
-def _catalog_request(labels: Mapping[str, str] | None, task: str) -> CatalogRequest:
-    return CatalogRequest(tuple((str(k), str(v)) for k, v in (labels or {}).items()), task)

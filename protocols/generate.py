@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.kserve_http import json_values, tensor_from_json, dumps, parse_json
+from inferd.protocols.json_bodies import dumps, parse_json
+from inferd.protocols.json_tensors import json_values, tensor_from_json
 from inferd.protocols.messages import InferRequest, InferResponse, ModelMetadata, Tensor, TensorSpec
 
 PARAMETERS = "parameters"

@@ -17,7 +17,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.kserve_http import dumps, parse_json
+from inferd.protocols.json_bodies import dumps, parse_json
 from inferd.protocols.messages import LogSettingsReply, LogSettingsRequest
 
 # Triton knows the first two; json (one object per line) is inferd's.

@@ -13,7 +13,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from inferd.kernel.tracing import disabled_tracer
-from inferd.plugins.frontends.kserve_http import frontend
+from inferd.plugins.frontends.kserve_http import app as asgi
 from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
@@ -42,7 +42,7 @@ class FakeDataPlane:
         return answer  # type: ignore[no-any-return]
 
 
-def call(app: frontend.KserveHttpApp, method: str, path: str, body: bytes = b"",
+def call(app: asgi.KserveHttpApp, method: str, path: str, body: bytes = b"",
          headers: dict[str, str] | None = None, chunk: int = 1 << 20) -> tuple[int, dict[str, str], bytes]:
     scope = {
         "type": "http", "method": method, "path": path, "raw_path": path.encode(),
@@ -69,9 +69,9 @@ def call(app: frontend.KserveHttpApp, method: str, path: str, body: bytes = b"",
     return start["status"], response_headers, content
 
 
-def make_app(limit: int = 1 << 20, **answers: Any) -> tuple[frontend.KserveHttpApp, FakeDataPlane]:
+def make_app(limit: int = 1 << 20, **answers: Any) -> tuple[asgi.KserveHttpApp, FakeDataPlane]:
     dataplane = FakeDataPlane(answers)
-    return frontend.KserveHttpApp(dataplane, limit), dataplane  # type: ignore[arg-type]
+    return asgi.KserveHttpApp(dataplane, limit), dataplane  # type: ignore[arg-type]
 
 
 def test_routes_methods_and_shutting_down() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.plugins.frontends.kserve_http import frontend
+from inferd.plugins.frontends.kserve_http import routes
 
-DESCRIPTION = Path(frontend.__file__).resolve().parents[3] / "protocols" / "openapi.json"
+DESCRIPTION = Path(routes.__file__).resolve().parents[3] / "protocols" / "openapi.json"
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 # The value a concrete path gets for each capture group or bare segment of a route pattern.
 SAMPLES = {"([^/]+)": "m1", "([0-9]+)": "7", "(live|ready)": None, "(system|cuda)": None,
@@ -66,14 +66,14 @@ def concrete(template: str) -> str:
 
 def route_of(path: str) -> int | None:
     """The index in the route table of the route ``path`` reaches (first match wins)."""
-    for index, (pattern, _, _) in enumerate(frontend._ROUTE_TABLE):
+    for index, (pattern, _, _) in enumerate(routes.ROUTE_TABLE):
         if re.fullmatch(pattern, path):
             return index
     return None
 
 
 def methods(index: int) -> frozenset[str]:
-    return frozenset(frontend._ROUTE_TABLE[index][2])
+    return frozenset(routes.ROUTE_TABLE[index][2])
 
 
 def test_the_description_is_openapi_3_with_an_error_schema() -> None:
@@ -88,7 +88,7 @@ def test_the_description_is_openapi_3_with_an_error_schema() -> None:
 def test_every_form_of_every_route_is_documented_with_its_methods() -> None:
     paths = documented()
     forms = 0
-    for index, (pattern, _, handlers) in enumerate(frontend._ROUTE_TABLE):
+    for index, (pattern, _, handlers) in enumerate(routes.ROUTE_TABLE):
         for path in expansions(pattern):
             if route_of(path) != index:
                 continue  # an earlier route takes this form (``/v2/models/stats``)
@@ -100,7 +100,7 @@ def test_every_form_of_every_route_is_documented_with_its_methods() -> None:
                 assert paths[template] == frozenset(handlers), (
                     f"{template}: documented {sorted(paths[template])}, "
                     f"served {sorted(handlers)}")
-    assert forms >= len(frontend._ROUTE_TABLE)
+    assert forms >= len(routes.ROUTE_TABLE)
 
 
 @pytest.mark.parametrize("template", sorted(documented()))

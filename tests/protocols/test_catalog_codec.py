@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from inferd.protocols import kserve_http as codec
+from inferd.protocols import kserve_http_admin as admin
 from inferd.protocols import wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
@@ -35,7 +35,7 @@ ENTRY = CatalogEntry(
     ("label=caf%C3%A9=%C3%A9t%C3%A9", CatalogRequest((("café", "été"),))),
 ])
 def test_filters_decode(query: str, request_: CatalogRequest) -> None:
-    assert codec.decode_catalog_request(query) == request_
+    assert admin.decode_catalog_request(query) == request_
 
 
 @pytest.mark.parametrize(("query", "message"), [
@@ -48,19 +48,19 @@ def test_filters_decode(query: str, request_: CatalogRequest) -> None:
 ])
 def test_bad_filters_are_refused(query: str, message: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
-        codec.decode_catalog_request(query)
+        admin.decode_catalog_request(query)
     assert caught.value.message == message
 
 
 def test_catalog_and_index_encode() -> None:
-    assert json.loads(codec.encode_catalog(Catalog((ENTRY,)))) == {"models": [{
+    assert json.loads(admin.encode_catalog(Catalog((ENTRY,)))) == {"models": [{
         "name": "ocr", "platform": "ensemble", "backend": "", "versions": ["1", "2"],
         "loadable_versions": ["2"], "state": "READY", "reason": "",
         "inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [-1, 1]}],
         "outputs": [{"name": "OUTPUT", "datatype": "BYTES", "shape": [-1, 2]}],
         "metadata": {"task": "ocr", "labels": {"stage": "prod"}}, "error": ""}]}
     index = Index((IndexEntry("plain"), IndexEntry("ocr", "1", "READY", catalog={"task": "ocr"})))
-    assert json.loads(codec.encode_index(index)) == [
+    assert json.loads(admin.encode_index(index)) == [
         {"name": "plain"}, {"name": "ocr", "version": "1", "state": "READY",
                             "catalog": {"task": "ocr"}}]
 

@@ -1,7 +1,7 @@
 """Property tests that fuzz the request decoders with hostile input (issue 13, point 6): the
 kernel wire codec (protocols/wire.py), the KServe HTTP JSON and binary-tensor codec and the
-other HTTP bodies (protocols/kserve_http.py, generate.py, logging_api.py, trace_api.py), and
-the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py).
+other HTTP bodies (protocols/kserve_http.py, kserve_http_admin.py, generate.py, logging_api.py,
+trace_api.py), and the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py).
 
 Each decoder gets structured near-valid input (right shapes of documents with wrong types,
 wrong sizes, huge or negative dimensions, unknown names, truncated or padded tensor bytes) as
@@ -29,6 +29,7 @@ from inferd.protocols import generate, logging_api, trace_api
 from inferd.protocols import kserve_grpc as grpc_convert
 from inferd.protocols import kserve_grpc_wire as grpc_wire
 from inferd.protocols import kserve_http as http_codec
+from inferd.protocols import kserve_http_admin as admin
 from inferd.protocols.errors import InvalidArgument, Unsupported
 from inferd.protocols.messages import (
     InferRequest,
@@ -230,13 +231,13 @@ def test_other_http_bodies_raise_only_client_errors(document: Any, decoder: str)
     body = json.dumps(document, allow_nan=True).encode()
     try:
         if decoder == "index":
-            http_codec.decode_index_request(body)
+            admin.decode_index_request(body)
         elif decoder == "load":
-            http_codec.decode_load_request("m", json.dumps({"parameters": document}).encode())
+            admin.decode_load_request("m", json.dumps({"parameters": document}).encode())
         elif decoder == "unload":
-            http_codec.decode_unload_request("m", json.dumps({"parameters": document}).encode())
+            admin.decode_unload_request("m", json.dumps({"parameters": document}).encode())
         elif decoder == "register":
-            http_codec.decode_shared_memory_register("r", body)
+            admin.decode_shared_memory_register("r", body)
         elif decoder == "logging":
             logging_api.decode_http_request(body)
         elif decoder == "trace":
@@ -250,10 +251,10 @@ def test_other_http_bodies_raise_only_client_errors(document: Any, decoder: str)
 @FUZZ
 @given(st.binary(max_size=200))
 def test_http_bodies_of_any_bytes_raise_only_client_errors(body: bytes) -> None:
-    for decode_body in (http_codec.decode_index_request,
-                        lambda b: http_codec.decode_load_request("m", b),
-                        lambda b: http_codec.decode_unload_request("m", b),
-                        lambda b: http_codec.decode_shared_memory_register("r", b),
+    for decode_body in (admin.decode_index_request,
+                        lambda b: admin.decode_load_request("m", b),
+                        lambda b: admin.decode_unload_request("m", b),
+                        lambda b: admin.decode_shared_memory_register("r", b),
                         logging_api.decode_http_request,
                         lambda b: trace_api.decode_http_update("m", b),
                         lambda b: generate.decode_generate_request("m", "", b,

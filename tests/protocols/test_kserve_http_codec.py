@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from inferd.protocols import json_bodies
 from inferd.protocols import kserve_http as codec
+from inferd.protocols import kserve_http_admin as admin
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
     Index,
@@ -228,7 +230,7 @@ def test_sizes_past_the_limit_are_refused_before_allocation() -> None:
 def test_nesting_is_bounded() -> None:
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(InvalidArgument, match="nesting deeper than 64 levels"):
-        codec.parse_json(('{"inputs": ' + deep + "}").encode(), "inference request")
+        json_bodies.parse_json(('{"inputs": ' + deep + "}").encode(), "inference request")
     nested: Any = ["a"]
     for _ in range(70):
         nested = [nested]
@@ -254,32 +256,32 @@ def test_non_utf8_bytes_cannot_be_json() -> None:
 
 
 def test_repository_bodies() -> None:
-    assert codec.decode_index_request(b"").ready_only is False
-    assert codec.decode_index_request(b'{"ready": true}').ready_only is True
+    assert admin.decode_index_request(b"").ready_only is False
+    assert admin.decode_index_request(b'{"ready": true}').ready_only is True
     with pytest.raises(InvalidArgument, match="unknown field 'x'"):
-        codec.decode_index_request(b'{"x": 1}')
-    assert codec.decode_load_request("m", b"") == LoadRequest("m")
+        admin.decode_index_request(b'{"x": 1}')
+    assert admin.decode_load_request("m", b"") == LoadRequest("m")
     payload = base64.b64encode(b"\0weights").decode()
-    load = codec.decode_load_request("m", json.dumps(
+    load = admin.decode_load_request("m", json.dumps(
         {"parameters": {"config": '{"name": "m"}', "file:1/model.onnx": payload}}).encode())
     assert load == LoadRequest("m", '{"name": "m"}', {"1/model.onnx": b"\0weights"})
     with pytest.raises(InvalidArgument, match="is not valid base64"):
-        codec.decode_load_request("m", b'{"parameters": {"file:1/a": "abc"}}')
+        admin.decode_load_request("m", b'{"parameters": {"file:1/a": "abc"}}')
     with pytest.raises(InvalidArgument, match="names no file"):
-        codec.decode_load_request("m", b'{"parameters": {"file:": ""}}')
-    assert codec.decode_unload_request("m", b"") == UnloadRequest("m")
-    assert codec.decode_unload_request(
+        admin.decode_load_request("m", b'{"parameters": {"file:": ""}}')
+    assert admin.decode_unload_request("m", b"") == UnloadRequest("m")
+    assert admin.decode_unload_request(
         "m", b'{"parameters": {"unload_dependents": true}}') == UnloadRequest("m", True)
     with pytest.raises(InvalidArgument, match="unknown unload parameter 'force'"):
-        codec.decode_unload_request("m", b'{"parameters": {"force": true}}')
+        admin.decode_unload_request("m", b'{"parameters": {"force": true}}')
 
 
 def test_reply_documents() -> None:
-    assert json.loads(codec.encode_server_metadata(ServerMetadata("inferd", "1", ("a", "b")))) == {
+    assert json.loads(admin.encode_server_metadata(ServerMetadata("inferd", "1", ("a", "b")))) == {
         "name": "inferd", "version": "1", "extensions": ["a", "b"]}
     metadata = ModelMetadata("m", ("1", "2"), "onnxruntime_onnx",
                              (TensorSpec("x", "FP32", (-1, 3)),), (TensorSpec("y", "FP32", (3,)),))
-    assert json.loads(codec.encode_model_metadata(metadata)) == {
+    assert json.loads(admin.encode_model_metadata(metadata)) == {
         "name": "m", "versions": ["1", "2"], "platform": "onnxruntime_onnx",
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}],
         "outputs": [{"name": "y", "datatype": "FP32", "shape": [3]}]}
@@ -287,7 +289,7 @@ def test_reply_documents() -> None:
                    IndexEntry("gone", "2", "UNAVAILABLE", "unloaded"),
                    IndexEntry("broken", "", "UNAVAILABLE", "bad config"),
                    IndexEntry("warned", "1", "READY", "", ("x is ignored",))))
-    assert json.loads(codec.encode_index(index)) == [
+    assert json.loads(admin.encode_index(index)) == [
         {"name": "never"},
         {"name": "ready", "version": "1", "state": "READY"},
         {"name": "gone", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
@@ -295,6 +297,6 @@ def test_reply_documents() -> None:
         {"name": "warned", "version": "1", "state": "READY", "warnings": ["x is ignored"]},
     ]
     stats = Statistics(({"name": "m", "version": "1", "inference_count": 3},))
-    assert json.loads(codec.encode_statistics(stats)) == {"model_stats": [
+    assert json.loads(admin.encode_statistics(stats)) == {"model_stats": [
         {"name": "m", "version": "1", "inference_count": 3}]}
-    assert json.loads(codec.encode_error('bad "x"')) == {"error": 'bad "x"'}
+    assert json.loads(json_bodies.encode_error('bad "x"')) == {"error": 'bad "x"'}

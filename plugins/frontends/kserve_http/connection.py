@@ -23,7 +23,7 @@ from inferd.plugins.frontends.kserve_http import (
     DEFAULT_HEADER_TIMEOUT_SECS,
     DEFAULT_KEEP_ALIVE_TIMEOUT_SECS,
 )
-from inferd.protocols import kserve_http as codec
+from inferd.protocols import json_bodies
 
 # The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
 MAX_HEAD_BYTES = 64 << 10
@@ -54,7 +54,7 @@ class HttpLimits:
 
 
 def _close_response(status: int, message: str) -> bytes:
-    body = codec.encode_error(message)
+    body = json_bodies.encode_error(message)
     return (
         STATUS_LINE[status] + b"content-type: application/json\r\n"
         + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("ascii") + body

@@ -39,7 +39,7 @@ from inferd.protocols.errors import (
     to_failure,
 )
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
-from inferd.protocols.zmqio import LoopSocket
+from inferd.kernel.loop_socket import LoopSocket
 from inferd.protocols.messages import (
     Envelope,
     Failure,

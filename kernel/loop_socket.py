@@ -11,7 +11,8 @@ block: sockets here have no high-water mark. Frames go through pyzmq's compiled 
 layer per frame and enum arithmetic per call, which on this path cost more than the socket
 work itself. Small frames are copied into the message (cheaper than a zero-copy ``Frame``
 with its release callback); large ones are sent without a copy. Owns socket I/O only, no
-message format.
+message format. It lives in the kernel, beside the router (the process link) and the zmq
+frontend that read through it: ``inferd.protocols`` stays pure, formats with no sockets.
 """
 
 from __future__ import annotations
