@@ -358,8 +358,7 @@ class SchedulerActor(Actor):
 
     def _pump(self, version: Version) -> None:
         """Start what ``version`` can start now, and set the timer it asks for."""
-        wake_ns = version.pump(partial(self._start_batch, version),
-                               partial(self._start_sequence_batch, version))
+        wake_ns = version.pump(self._start_batch, self._start_sequence_batch)
         if version.plan_wake(wake_ns):
             assert wake_ns is not None
             self.spawn(self._wake, version, wake_ns)

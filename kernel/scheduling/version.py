@@ -50,8 +50,9 @@ from inferd.protocols.messages import BatchResult, Failure, InferRequest, InferR
 # queue policy nothing goes early (QueuePolicy.prefetch), as in Triton.
 BATCHES_IN_FLIGHT_PER_INSTANCE = 2
 
-StartBatch = Callable[[Slot, list[Queued]], None]
-StartSequenceBatch = Callable[[Slot, SequenceBatch[Queued], list[Queued]], None]
+# The caller's I/O: send a batch (this version, the instance, its requests).
+StartBatch = Callable[["Version", Slot, list[Queued]], None]
+StartSequenceBatch = Callable[["Version", Slot, SequenceBatch[Queued], list[Queued]], None]
 Clock = Callable[[], int]
 Result: TypeAlias = InferResponse | InferdError | None
 
@@ -207,7 +208,7 @@ class Version:
                 if self.plan.preserve_ordering:
                     for queued in batch:
                         self.order.take(queued)
-                start(slot, batch)
+                start(self, slot, batch)
         finally:
             self.pumping = False
         deadline = queue.next_deadline()
@@ -231,7 +232,7 @@ class Version:
                     if batch is not None:
                         real = [entry.item for entry in batch.real if entry.item is not None]
                         self.batch_started(slot, real)
-                        start(slot, batch, real)
+                        start(self, slot, batch, real)
                         started = True
         finally:
             self.pumping = False
