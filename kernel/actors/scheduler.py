@@ -1,23 +1,20 @@
 """The scheduler actor: the inference path from a validated request to an instance and back.
 
 It owns the routing table (``RoutingTable``: per model, the versions served, each a
-``Version`` with its request queue, the instances it may use (executor address and instance
-id, as control reported them), its dynamic batching policy and its statistics) and does the
-I/O for them: it sends the batches a version's ``pump`` forms to their executors, hands the
-replies back, and keeps the timers a queue asks for. The queue logic itself is sans-IO, in
-``inferd.kernel.scheduling``. A request is resolved to a version (highest served one when
-none is given), checked against the version's signature, queued, and sent in a batch to a
-free instance; the batch's results are handed back per request. Control tells it which
-versions to serve (``ServeVersion``, which also swaps instances on reload) and which to
-retire (``RetireVersion``, answered once in-flight work is done). A request to an ensemble is
-handed to the ``EnsembleRunner``, which runs each step as a request through the composing
-model's own queue here, so ensemble steps batch with other traffic. A sequence model's
-requests go through its ``SequenceBatcher`` instead of the queue (one batch per instance at a
-time, each sequence bound to a slot of one instance). A decoupled model's requests are
-answered through a ``ResponseStream``: its instance sends each response as ``StreamParts``
-under the request's token (``DecoupledRequests``). A version whose config enables the
-response cache (on a server with one) is answered from it before any queue on a hit
-(``inferd.kernel.response_cache``). It never loads models and never touches the repository.
+``Version`` with its request queue, its instances as control reported them (executor address
+and instance id), its batching and its statistics) and does their I/O: it sends the batches a
+version's ``pump`` forms to the executors, hands the replies back and keeps the timers a queue
+asks for; the queue logic itself is sans-IO (``inferd.kernel.scheduling``). A request is
+resolved to a version (the highest served one when none is given), checked, queued and sent
+in a batch to a free instance. Control tells it which versions to serve (``ServeVersion``,
+which also swaps instances on reload) and which to retire (``RetireVersion``, answered once
+in-flight work is done). An ensemble's request goes to the ``EnsembleRunner``, which runs
+each step through the composing model's own queue here (steps batch with other traffic). A
+sequence model's requests go through its ``SequenceBatcher`` (one batch per instance at a
+time); a decoupled model's are answered through a ``ResponseStream``, its instance sending
+each response as ``StreamParts`` under the request's token (``DecoupledRequests``). A hit of
+the response cache is answered before any queue. It never loads models and never touches the
+repository.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ from inferd.kernel.ensemble_runner import EnsembleRunner, EnsembleState, statist
 from inferd.kernel.latency_summary import LatencySummaries
 from inferd.kernel.metrics_config import MetricsConfig
 from inferd.kernel.modelconfig import config_to_json_text
-from inferd.kernel.queue_policy import QueuePolicy
 from inferd.kernel.response_cache import CacheScope, ResponseCache, scope_for
 from inferd.kernel.router import Router
 from inferd.kernel.scheduling.decoupled import DecoupledRequests
@@ -44,16 +40,11 @@ from inferd.kernel.scheduling.progress import Progress
 from inferd.kernel.scheduling.requests import Queued, Slot, failure_reason
 from inferd.kernel.scheduling.routing import RoutingTable
 from inferd.kernel.scheduling.samples import version_samples
-from inferd.kernel.scheduling.version import Version, batcher_of, sequences_of
+from inferd.kernel.scheduling.version import Version, sequences_of
 from inferd.kernel.sequence_batcher import SequenceBatch
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
-from inferd.kernel.validation import ModelSignature
-from inferd.protocols.errors import (
-    DecoupledNotStreamed,
-    InferdError,
-    Unavailable,
-)
+from inferd.protocols.errors import DecoupledNotStreamed, InferdError, Unavailable
 from inferd.protocols.messages import (
     Ack,
     Drain,
@@ -120,9 +111,8 @@ class SchedulerActor(Actor):
         if current is not None and not current.retired:
             replaced = current.reconfigure(config, slots)
         else:
-            versions[message.version] = current = Version(
-                message.model, message.version, config, ModelSignature.from_config(config),
-                batcher_of(config), QueuePolicy.of(config), slots, progress=self._progress)
+            versions[message.version] = current = Version.of(
+                message.model, message.version, config, slots, self._progress)
             if self._metrics.summary_latencies:
                 current.statistics.summaries = LatencySummaries(self._metrics.summary_quantiles)
         current.ensemble = ensemble

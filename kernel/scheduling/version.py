@@ -108,6 +108,13 @@ class Version:
     def __post_init__(self) -> None:
         self.queue = PriorityQueue(self.plan)
 
+    @classmethod
+    def of(cls, model: str, version: int, config: ModelConfig, slots: list[Slot],
+           progress: Progress) -> Version:
+        """A version newly served on ``slots`` under ``config``."""
+        return cls(model, version, config, ModelSignature.from_config(config),
+                   batcher_of(config), QueuePolicy.of(config), slots, progress=progress)
+
     @property
     def pinned(self) -> int:
         return self._pinned
