@@ -94,6 +94,7 @@ class SchedulerActor(Actor):
         # Woken whenever a version's queue, batches or pins change: what waits for work to
         # finish (reload, retire, drain) waits on it, never in a sleep loop.
         self._progress = Progress()
+        self._send, self._send_sequence = self._start_batch, self._start_sequence_batch
 
     # ------------------------------------------------------------------ routing table
 
@@ -348,9 +349,8 @@ class SchedulerActor(Actor):
 
     def _pump(self, version: Version) -> None:
         """Start what ``version`` can start now, and set the timer it asks for."""
-        wake_ns = version.pump(self._start_batch, self._start_sequence_batch)
-        if version.plan_wake(wake_ns):
-            assert wake_ns is not None
+        wake_ns = version.pump(self._send, self._send_sequence)
+        if wake_ns is not None and version.plan_wake(wake_ns):
             self.spawn(self._wake, version, wake_ns)
 
     async def _wake(self, version: Version, wake_ns: int) -> None:

@@ -20,10 +20,13 @@ RECHECK_SECS = 1.0
 class Progress:
     def __init__(self) -> None:
         self._event: asyncio.Event | None = None  # created only while someone waits
+        # Whether anyone waits: the hot path tests this attribute rather than call notify.
+        self.waiting = False
 
     def notify(self) -> None:
         """Wake every waiter (each re-checks its condition)."""
         event, self._event = self._event, None
+        self.waiting = False
         if event is not None:
             event.set()
 
@@ -33,5 +36,6 @@ class Progress:
             if self._event is None:
                 self._event = asyncio.Event()
             event = self._event
+            self.waiting = True
             with anyio.move_on_after(RECHECK_SECS):
                 await event.wait()

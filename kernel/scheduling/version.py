@@ -191,7 +191,8 @@ class Version:
                 return self._pump_sequences(self.sequences, start_sequence)
             return self._pump_queue(start)
         finally:
-            self.progress.notify()
+            if self.progress.waiting:
+                self.progress.notify()
 
     def _pump_queue(self, start: StartBatch) -> int | None:
         self.pumping = True
@@ -284,7 +285,8 @@ class Version:
         slot.in_flight -= 1
         self.running -= 1
         self.in_service -= count
-        self.progress.notify()
+        if self.progress.waiting:
+            self.progress.notify()
 
     def deliver(self, queued: Queued, result: Result, final: bool) -> None:
         """Hand a response of a request sent to an instance to its waiter or stream, in

@@ -313,13 +313,17 @@ def test_busy_counts_queued_running_and_pinned_work() -> None:
 
 
 class Counting(Progress):
+    """A progress with a waiter that never stops waiting: counts the wakeups."""
+
     def __init__(self) -> None:
         super().__init__()
         self.notified = 0
+        self.waiting = True
 
     def notify(self) -> None:
         self.notified += 1
         super().notify()
+        self.waiting = True
 
 
 def test_what_changes_busy_notifies_progress() -> None:
