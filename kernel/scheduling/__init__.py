@@ -1,0 +1,13 @@
+"""The scheduler's sans-IO parts: what it keeps per request, instance and served version, and
+the queue logic over them (admission, batch formation, hand-off to instances, in-flight
+accounting, results back to requests). Nothing here sends a message or starts a task: the
+scheduler actor (``kernel/actors/scheduler.py``) supplies the I/O as callbacks and timers, so
+unit tests drive these objects directly, without sockets or an event loop.
+
+- ``requests``: a queued request (``Queued``) and an instance the scheduler may use (``Slot``);
+- ``progress``: one wakeup for whoever waits for queues to empty (retire, reload, drain);
+- ``version``: one served version: its queue, its batching and its instances (``Version``);
+- ``decoupled``: the open streams of decoupled models' requests, by token;
+- ``routing``: which version a request goes to (``RoutingTable``);
+- ``samples``: a version's Prometheus samples.
+"""

@@ -1,0 +1,62 @@
+"""What the scheduler keeps of one request on its way through a version's queue (``Queued``)
+and of one instance it may send batches to (``Slot``), and how a request gets its answer."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from inferd.kernel.streams import ResponseStream
+from inferd.kernel.tracing import Trace
+from inferd.protocols.errors import InferdError
+from inferd.protocols.messages import InferRequest, InferResponse
+
+
+@dataclass(eq=False, slots=True)
+class Slot:
+    """An instance of a version: its executor's address and its id there."""
+
+    executor: str
+    instance: int
+    in_flight: int = 0  # batches sent to the instance and not answered yet
+
+
+@dataclass(eq=False, slots=True)
+class Queued:
+    request: InferRequest
+    batch_size: int
+    shape_key: tuple[tuple[int, ...], ...]
+    enqueued_ns: int
+    # asyncio's own event: anyio's looks up the running backend on every construction, and
+    # the kernel runs on asyncio only.
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    result: InferResponse | InferdError | None = None
+    started_ns: int = 0
+    compute_ns: tuple[int, int, int] = (0, 0, 0)
+    compute_started_ns: int = 0  # when its instance began its batch (the executor's clock)
+    level: int = 0  # priority level: lower goes first
+    stream: ResponseStream | None = None  # a decoupled model's request: its responses go here
+    failed: bool = False  # a decoupled request answered with an error on the way
+    executor: str = ""  # where a decoupled request runs (its stream ends if that one restarts)
+    trace: Trace | None = None  # a traced decoupled request (its stream ends the request)
+    reason: str = ""  # why it failed, when the scheduler knows better than failure_reason()
+
+
+def failure_reason(queued: Queued) -> str:
+    """Triton's ``reason`` label of a failed request: a request an instance had (its backend
+    failed, or its executor died) is BACKEND; REJECTED (queue full, queue timeout) and
+    CANCELED are set where they happen; anything else (unload, shutdown) is OTHER."""
+    return queued.reason or ("BACKEND" if queued.started_ns else "OTHER")
+
+
+def load_of(slot: Slot) -> int:
+    return slot.in_flight
+
+
+def hand(queued: Queued, result: InferResponse | InferdError | None, final: bool) -> None:
+    """Give ``queued`` its answer: to its stream (a decoupled request) or its waiting task."""
+    if queued.stream is not None:
+        queued.stream.put(result, final)
+        return
+    queued.result = result
+    queued.done.set()

@@ -1,0 +1,278 @@
+"""The scheduler actor driven through its messages, in one process: a router, the scheduler and
+a stand-in executor actor (an instance the test holds busy or lets answer), no sockets.
+Serving and resolving versions, requests batched while the instance is busy, a retire and a
+reload that wait for in-flight batches (woken by the batch's reply, not by a poll), drain at
+shutdown, and metrics of what is pending."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.kernel.actor import Actor
+from inferd.kernel.actors.scheduler import SHUTTING_DOWN, SchedulerActor
+from inferd.kernel.addresses import SCHEDULER, cpu_executor
+from inferd.kernel.router import Router
+from inferd.kernel.scheduling import progress
+from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
+from inferd.protocols.messages import (
+    Ack,
+    BatchResult,
+    Drain,
+    Envelope,
+    InferBatch,
+    InferRequest,
+    InferResponse,
+    Metrics,
+    MetricsRequest,
+    ModelMetadata,
+    ModelMetadataRequest,
+    RetireVersion,
+    ServeVersion,
+    Tensor,
+)
+
+pytestmark = pytest.mark.anyio
+
+WAIT_SECS = 10.0  # bound of every wait here; a pass takes milliseconds
+EXECUTOR = cpu_executor(0)
+
+CONFIG = """
+name: "m"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
+dynamic_batching { }
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def no_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The waits' safety re-check would hide a missing wakeup: put it out of reach.
+    monkeypatch.setattr(progress, "RECHECK_SECS", 3600.0)
+
+
+class Instance(Actor):
+    """A stand-in executor: answers each batch with its inputs echoed, once ``gate`` is open
+    (it starts open); records each batch's size."""
+
+    def __init__(self, router: Router) -> None:
+        super().__init__(router, EXECUTOR)
+        self.batches: list[int] = []
+        self.gate = anyio.Event()
+        self.gate.set()
+        self.started = anyio.Event()
+
+    def hold(self) -> None:
+        self.gate, self.started = anyio.Event(), anyio.Event()
+
+    async def on_infer_batch(self, message: InferBatch, envelope: Envelope) -> BatchResult:
+        self.batches.append(len(message.requests))
+        self.started.set()
+        await self.gate.wait()
+        return BatchResult(tuple(
+            InferResponse(message.model, str(message.version), r.inputs, id=r.id)
+            for r in message.requests))
+
+
+@dataclass
+class Harness:
+    router: Router
+    scheduler: SchedulerActor
+    instance: Instance
+
+    async def serve(self, version: int = 1, config: str = CONFIG,
+                    instances: tuple[tuple[str, int], ...] = ((EXECUTOR, 0),)) -> None:
+        parsed = text_format.Parse(config, ModelConfig())
+        reply = await self.router.ask(SCHEDULER, ServeVersion(
+            "m", version, parsed.SerializeToString(), instances))
+        assert isinstance(reply, Ack)
+
+    async def infer(self, value: int = 0, version: str = "") -> InferResponse:
+        data = np.full((1, 2), value, dtype=np.int32)
+        reply = await self.router.call(SCHEDULER, InferRequest(
+            "m", (Tensor("IN", "INT32", data.shape, data),), version=version, id=str(value)))
+        assert isinstance(reply, InferResponse)
+        return reply
+
+
+@asynccontextmanager
+async def running() -> AsyncIterator[Harness]:
+    """A router with the scheduler and the stand-in executor; every wait inside bounded."""
+    router = Router("main")
+    async with anyio.create_task_group() as tasks:
+        scheduler = SchedulerActor(router)
+        instance = Instance(router)
+        await tasks.start(scheduler.run)
+        await tasks.start(instance.run)
+        with anyio.fail_after(WAIT_SECS):
+            yield Harness(router, scheduler, instance)
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_request_reaches_the_instance_of_the_version_it_resolves_to() -> None:
+    async with running() as harness:
+        await harness.serve(1)
+        await harness.serve(2)
+        reply = await harness.infer(7)
+        assert reply.version == "2" and reply.id == "7"  # the highest served version
+        assert (await harness.infer(3, version="1")).version == "1"
+        metadata = await harness.router.ask(SCHEDULER, ModelMetadataRequest("m"))
+        assert isinstance(metadata, ModelMetadata) and metadata.versions == ("1", "2")
+
+
+async def test_unknown_models_and_versions_get_triton_s_refusals() -> None:
+    async with running() as harness:
+        await harness.serve(1)
+        data = np.zeros((1, 2), dtype=np.int32)
+        inputs = (Tensor("IN", "INT32", data.shape, data),)
+        with pytest.raises(NotFound, match="Request for unknown model: 'x' is not found"):
+            await harness.router.call(SCHEDULER, InferRequest("x", inputs))
+        with pytest.raises(NotFound, match="'m' version 9 is not found"):
+            await harness.router.call(SCHEDULER, InferRequest("m", inputs, version="9"))
+        with pytest.raises(InvalidArgument, match="failed to parse version 'one'"):
+            await harness.router.call(SCHEDULER, InferRequest("m", inputs, version="one"))
+
+
+async def test_requests_arriving_while_the_instance_is_busy_run_as_one_batch() -> None:
+    async with running() as harness:
+        await harness.serve()
+        harness.instance.hold()
+        replies: list[InferResponse] = []
+
+        async def infer(value: int) -> None:
+            replies.append(await harness.infer(value))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(infer, 0)
+            await harness.instance.started.wait()
+            for value in (1, 2, 3):
+                tasks.start_soon(infer, value)
+            while harness.scheduler._table.resolve("m", "").pending() < 4:
+                await anyio.sleep(0.001)  # the three are queued (bounded by the fixture)
+            harness.instance.gate.set()
+        assert harness.instance.batches == [1, 3]
+        assert sorted(int(r.outputs[0].data[0, 0]) for r in replies) == [0, 1, 2, 3]
+
+
+async def test_retire_answers_once_the_batch_in_flight_is_answered() -> None:
+    async with running() as harness:
+        await harness.serve()
+        harness.instance.hold()
+        retired = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(harness.infer, 1)
+            await harness.instance.started.wait()
+
+            async def retire() -> None:
+                assert isinstance(await harness.router.ask(SCHEDULER, RetireVersion("m", 1)), Ack)
+                retired.set()
+
+            tasks.start_soon(retire)
+            with anyio.move_on_after(0.2):
+                await retired.wait()
+            assert not retired.is_set()  # the batch is still at its instance
+            harness.instance.gate.set()
+            await retired.wait()  # woken by the reply (the re-check is an hour away)
+        with pytest.raises(NotFound, match="has no available versions"):
+            await harness.infer(2)
+
+
+async def test_a_reload_answers_once_the_replaced_instance_s_batch_is_answered() -> None:
+    async with running() as harness:
+        await harness.serve()
+        harness.instance.hold()
+        served = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(harness.infer, 1)
+            await harness.instance.started.wait()
+
+            async def reload() -> None:
+                await harness.serve(instances=((EXECUTOR, 1),))
+                served.set()
+
+            tasks.start_soon(reload)
+            with anyio.move_on_after(0.2):
+                await served.wait()
+            assert not served.is_set()
+            harness.instance.gate.set()
+            await served.wait()
+        assert (await harness.infer(2)).id == "2"
+
+
+async def test_drain_waits_for_work_in_flight_then_refuses_new_requests() -> None:
+    async with running() as harness:
+        await harness.serve()
+        harness.instance.hold()
+        answers: list[InferResponse] = []
+        drained = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+
+            async def infer() -> None:
+                answers.append(await harness.infer(1))
+
+            tasks.start_soon(infer)
+            await harness.instance.started.wait()
+
+            async def drain() -> None:
+                assert isinstance(await harness.router.ask(SCHEDULER, Drain(WAIT_SECS)), Ack)
+                drained.set()
+
+            tasks.start_soon(drain)
+            with anyio.move_on_after(0.2):
+                await drained.wait()
+            assert not drained.is_set()
+            harness.instance.gate.set()
+            await drained.wait()
+        assert len(answers) == 1
+        with pytest.raises(Unavailable, match=SHUTTING_DOWN):
+            await harness.infer(2)
+
+
+async def test_drain_past_its_timeout_answers_what_is_still_queued() -> None:
+    async with running() as harness:
+        await harness.serve()
+        harness.instance.hold()
+        errors: list[Exception] = []
+        async with anyio.create_task_group() as tasks:
+
+            async def infer(value: int) -> None:
+                try:
+                    await harness.infer(value)
+                except Unavailable as error:
+                    errors.append(error)
+
+            tasks.start_soon(infer, 0)
+            await harness.instance.started.wait()
+            tasks.start_soon(infer, 1)  # queued behind the running batch
+            while harness.scheduler._table.resolve("m", "").pending() < 2:
+                await anyio.sleep(0.001)
+            assert isinstance(await harness.router.ask(SCHEDULER, Drain(0.05)), Ack)
+            harness.instance.gate.set()
+        assert [error.message for error in errors] == [SHUTTING_DOWN]
+        assert harness.instance.batches == [1]
+
+
+async def test_metrics_count_pending_and_answered_requests() -> None:
+    async with running() as harness:
+        await harness.serve()
+        await harness.infer(1)
+        reply = await harness.router.ask(SCHEDULER, MetricsRequest())
+        assert isinstance(reply, Metrics)
+        values = {name: value for name, labels, value in reply.samples
+                  if labels == {"model": "m", "version": "1"}}
+        assert values["nv_inference_request_success"] == 1
+        assert values["nv_inference_exec_count"] == 1
+        assert values["nv_inference_pending_request_count"] == 0
