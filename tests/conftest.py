@@ -37,6 +37,17 @@ def _free_port() -> int:
         return port
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s, waiting (bounded) for the process to go."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
 def answers(port: int, request: bytes, reply: bytes, timeout: float = 1.0) -> bool:
     """Whether a server on loopback ``port`` answers ``request`` with ``reply``'s start."""
     try:
@@ -59,13 +70,7 @@ class RedisServer:
     log_path: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
 
     def flush(self) -> None:
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as connection:
@@ -177,13 +182,7 @@ class S3Server:
             client.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
 
 
 @pytest.fixture(scope="module")
