@@ -134,25 +134,24 @@ def fetched(server: Any) -> tuple[float, float]:
     return values[0], values[1]
 
 
-def simple_sums_http(server: Any) -> list[int]:
+def simple_sums(client_module: Any, url: str) -> list[int]:
+    """``simple``'s sums of one row 0..15 with itself, through tritonclient's ``client_module``
+    (``tritonclient.http`` or ``tritonclient.grpc``)."""
     row = np.arange(16, dtype=np.int32).reshape(1, 16)
-    client = httpclient.InferenceServerClient(server.http_url)
-    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(row)
-    result = client.infer("simple", inputs)
-    output: list[int] = result.as_numpy("OUTPUT0")[0].tolist()
-    return output
-
-
-def simple_sums_grpc(server: Any) -> list[int]:
-    row = np.arange(16, dtype=np.int32).reshape(1, 16)
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    client = client_module.InferenceServerClient(url)
+    inputs = [client_module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
     for tensor in inputs:
         tensor.set_data_from_numpy(row)
     output: list[int] = client.infer("simple", inputs).as_numpy("OUTPUT0")[0].tolist()
     return output
+
+
+def simple_sums_http(server: Any) -> list[int]:
+    return simple_sums(httpclient, server.http_url)
+
+
+def simple_sums_grpc(server: Any) -> list[int]:
+    return simple_sums(grpcclient, server.grpc_url)
 
 
 EXPECTED_SUMS = [2 * i for i in range(16)]
