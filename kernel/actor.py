@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Any, Envelope], Awaitable[Message | None]]
+Handler = Callable[[Any, Envelope | None], Awaitable[Message | None]]
+"""``handler(body, envelope)``; ``envelope`` is ``None`` when a ``DIRECT`` kind is called in
+the asker's task."""
 
 
 def _snake(name: str) -> str:

@@ -70,7 +70,7 @@ class BackendSpec:
         return function
 
 
-class BackendRegistry(Registry[BackendSpec]):  # type: ignore[misc]  # see registry.py
+class BackendRegistry(Registry[BackendSpec]):
     """Filled by ``inferd_register_backends`` hooks: ``registry.add(BackendSpec(...))``."""
 
     kind = "backend"

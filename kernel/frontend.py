@@ -52,7 +52,7 @@ class FrontendSpec:
         return frontend_class
 
 
-class FrontendRegistry(Registry[FrontendSpec]):  # type: ignore[misc]  # see registry.py
+class FrontendRegistry(Registry[FrontendSpec]):
     """Filled by ``inferd_register_frontends`` hooks: ``registry.add(FrontendSpec(...))``.
     The server starts frontends in registration order."""
 

@@ -27,7 +27,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
-@hookspec  # type: ignore[untyped-decorator]  # pluggy's markers are untyped
+@hookspec
 def inferd_register_backends(registry: BackendRegistry) -> None:
     """Register backends with ``registry.add(BackendSpec(...))``.
 
@@ -36,7 +36,7 @@ def inferd_register_backends(registry: BackendRegistry) -> None:
     """
 
 
-@hookspec  # type: ignore[untyped-decorator]  # pluggy's markers are untyped
+@hookspec
 def inferd_register_frontends(registry: FrontendRegistry) -> None:
     """Register frontends with ``registry.add(FrontendSpec(...))``.
 
@@ -45,7 +45,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
     """
 
 
-@hookspec  # type: ignore[untyped-decorator]  # pluggy's markers are untyped
+@hookspec
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     """Add command-line options to ``inferd serve`` (for instance a frontend's port).
 

@@ -21,7 +21,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from zmq.backend import Socket as _CompiledSocket
@@ -30,7 +30,8 @@ Frames = list[zmq.Frame]
 
 _SEND = _CompiledSocket.send
 _RECV = _CompiledSocket.recv
-_GET = _CompiledSocket.get
+# Only integer options (EVENTS, RCVMORE) are read through it.
+_GET = cast("Callable[[_CompiledSocket, int], int]", _CompiledSocket.get)
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _EVENTS = int(zmq.EVENTS)

@@ -196,14 +196,17 @@ def config_to_json(config: ModelConfig) -> dict[str, Any]:
     """The config as Triton prints it: snake_case names, every scalar, enum names, and the
     64-bit fields of ``_INT64_JSON_PATHS`` as numbers."""
     document: dict[str, Any]
+    # protobuf < 5.26 names the option that prints defaults differently (and its stubs
+    # know only their own name, so the option goes as a keyword mapping).
+    defaults: dict[str, Any] = {"always_print_fields_with_no_presence": True}
     try:
         document = json_format.MessageToDict(
-            config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            config, preserving_proto_field_name=True, **defaults
         )
     except TypeError:
-        # protobuf < 5.26 names the option differently.
-        document = json_format.MessageToDict(  # type: ignore[call-arg]
-            config, preserving_proto_field_name=True, including_default_value_fields=True
+        defaults = {"including_default_value_fields": True}
+        document = json_format.MessageToDict(
+            config, preserving_proto_field_name=True, **defaults
         )
     for path in _INT64_JSON_PATHS:
         _numbers_at(document, path.split("."))

@@ -22,7 +22,6 @@ class Spec(Protocol):
 
 
 S = TypeVar("S", bound=Spec)
-T = TypeVar("T")
 
 
 def import_entry(entry: str) -> Any:
@@ -31,9 +30,10 @@ def import_entry(entry: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def load_entry(entry: str, base: type[T], kind: str) -> type[T]:
+def load_entry(entry: str, base: type[object], kind: str) -> type[Any]:
     """The class ``entry`` names, checked to be a subclass of ``base`` (``kind`` names what
-    it is in the error: ``"backend"``, ``"frontend"``)."""
+    it is in the error: ``"backend"``, ``"frontend"``). ``base`` is typed ``type[object]``
+    because it is abstract; the caller names the class it gets."""
     loaded = import_entry(entry)
     if not (isinstance(loaded, type) and issubclass(loaded, base)):
         raise TypeError(f"{kind} entry {entry!r} is not a {base.__name__} subclass")
@@ -42,11 +42,7 @@ def load_entry(entry: str, base: type[T], kind: str) -> type[T]:
 
 class Registry(Generic[S]):
     """Specs by name, in registration order. Registering the same spec twice is harmless (a
-    plugin module reached twice); a different spec under a taken name is an error.
-
-    Subclasses (``BackendRegistry``, ``FrontendRegistry``) say ``type: ignore[misc]``: run
-    on these folders, mypy cannot map ``inferd.kernel`` onto ``kernel/``, so this class is
-    ``Any`` where they import it."""
+    plugin module reached twice); a different spec under a taken name is an error."""
 
     kind: ClassVar[str] = "plugin"
 

@@ -166,8 +166,7 @@ class AsyncClient:
     # ------------------------------------------------------------------ transport
 
     async def _call(self, call: Call[ResultT]) -> ResultT:
-        result: ResultT = call.answer(await self._ask(call.request))
-        return result  # bound to a typed name: mypy sees inferd's imports as Any
+        return call.answer(await self._ask(call.request))
 
     def _open(self) -> zmq.asyncio.Socket:
         if self._closed:
@@ -320,9 +319,8 @@ class Client:
 
     # ------------------------------------------------------------------ transport
 
-    def _call(self, call: Call[ResultT]) -> ResultT:  # type: ignore[type-var]
-        result: ResultT = call.answer(self._ask(call.request))
-        return result  # bound to a typed name: mypy sees inferd's imports as Any
+    def _call(self, call: Call[ResultT]) -> ResultT:
+        return call.answer(self._ask(call.request))
 
     def _ask(self, body: Message) -> Message:
         with self._lock:

@@ -251,8 +251,7 @@ def _input_parameters(parameters: dict[str, Any], what: str) -> int | None:
     no_unknown_fields(parameters, frozenset({"binary_data_size"}), f"the 'parameters' of {what}")
     if "binary_data_size" not in parameters:
         return None
-    size: int = non_negative_int(parameters["binary_data_size"], f"'binary_data_size' of {what}")
-    return size  # bound to a typed name: mypy sees inferd's imports as Any
+    return non_negative_int(parameters["binary_data_size"], f"'binary_data_size' of {what}")
 
 
 def _shared_memory_location(parameters: dict[str, Any], what: str) -> SharedMemoryRef | None:

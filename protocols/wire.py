@@ -391,7 +391,7 @@ def _flat_batch_result(encoder: _Encoder, result: BatchResult) -> tuple[Any, ...
     describe = encoder.describe
     results = tuple(
         (r.model, r.version, tuple(map(describe, r.outputs)), r.id, r.parameters)
-        if type(r) is InferResponse else (r.code, r.message)  # a Failure: two values
+        if isinstance(r, InferResponse) else (r.code, r.message)  # a Failure: two values
         for r in result.results
     )
     return (results, result.compute_ns, result.started_ns)

@@ -42,7 +42,7 @@ UnloadModel = Callable[[str], Awaitable[None]]
 it never loaded here."""
 NoteFailure = Callable[[str, str], None]
 """``note_failure(name, why)``: what the index says of a model that could not be loaded."""
-Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
 
 class DesiredState:

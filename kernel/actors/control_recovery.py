@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 Reload = Callable[[str], Awaitable[None]]
 """``reload(name)``: load the model again after its executor restarted (raising its error)."""
-Spawn = Callable[..., None]
+Spawn = Callable[..., object]
 """``spawn(function, *args)``: run ``function(*args)`` in a task the actor owns."""
 
 
