@@ -16,7 +16,7 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test bench models clean
+.PHONY: setup serve test lint bench models clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ serve: setup
 # pytest's exit code is kept in .pytest-rc so .ci/run can tell "no tests" (5) from failures.
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-rc; exit $$rc
+
+# ruff, and mypy --strict over kernel/ and protocols/ (also run by the tests: tests/test_typecheck.py).
+lint: setup
+	PYTHON=$(PY) .ci/typecheck
 
 bench: setup
 	$(PY) bench/bench_wire.py
