@@ -64,9 +64,11 @@ RULES: dict[str, Rule] = {
     "optimization.output_pinned_memory": (HONOURED, ""),
     "optimization.priority": (HARMLESS, "inferd does not prioritize models' executions"),
     "dynamic_batching": (HONOURED, ""),
-    "dynamic_batching.default_queue_policy": (HONOURED, ""),  # inferd.kernel.queue_policy
+    # inferd.kernel.scheduling.queue_policy
+    "dynamic_batching.default_queue_policy": (HONOURED, ""),
     "dynamic_batching.priority_queue_policy": (HONOURED, ""),
-    "dynamic_batching.preserve_ordering": (HONOURED, ""),  # inferd.kernel.response_order
+    # inferd.kernel.scheduling.response_order
+    "dynamic_batching.preserve_ordering": (HONOURED, ""),
     "sequence_batching": (HONOURED, ""),  # inferd.kernel.sequence_plan refuses its own
     "ensemble_scheduling": (HONOURED, ""),
     "ensemble_scheduling.step.model_namespace": (REFUSED, f"model namespaces are {NOT_YET}"),

@@ -1,11 +1,13 @@
 """Per-version inference statistics with Triton's fields (SPEC 5.4).
 
-Counters only rise. ``success``/``fail``/``queue``/``compute_*`` are ``{count, ns}`` pairs;
-``inference_count`` counts batch elements, ``execution_count`` batches run;
-``batch_stats`` breaks compute time down by batch size. ``failures`` counts the failed
-requests by Triton's metric reason (REJECTED, CANCELED, BACKEND, OTHER); ``summaries``, when
-the server has latency summaries on, observes each request's latencies. ``as_dict`` prints
-them as Triton's statistics extension does. No I/O.
+Counters only rise. ``RequestDurations`` holds the ``{count, ns}`` pairs of answered requests
+(``success``/``fail``/``queue``/``compute_*``), which an ensemble also keeps per step;
+``VersionStatistics`` adds what a served version counts besides: ``inference_count`` counts
+batch elements, ``execution_count`` batches run; ``batch_stats`` breaks compute time down by
+batch size. ``failures`` counts the failed requests by Triton's metric reason (REJECTED,
+CANCELED, BACKEND, OTHER); ``summaries``, when the server has latency summaries on, observes
+each request's latencies. ``as_dict`` prints them as Triton's statistics extension does. No
+I/O.
 """
 
 from __future__ import annotations
@@ -43,16 +45,43 @@ COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")
 
 
 @dataclass(slots=True)
-class VersionStatistics:
-    last_inference_ms: int = 0
-    inference_count: int = 0
-    execution_count: int = 0
+class RequestDurations:
+    """Answered requests and their time: ``success`` and ``fail`` hold each request's whole
+    time; ``queue`` and ``compute_*`` the successful requests' time in the queue and in each
+    compute phase."""
+
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
     queue: Duration = field(default_factory=Duration)
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+
+    def record_answer(self, ok: bool, total_ns: int, queue_ns: int) -> None:
+        """One request answered after ``total_ns``; only a success counts its queue time."""
+        (self.success if ok else self.fail).add(total_ns)
+        if ok:
+            self.queue.add(queue_ns)
+
+    def record_compute(self, compute_ns: tuple[int, int, int], requests: int = 1) -> None:
+        """``requests`` requests computed together, each charged the whole ``compute_ns``."""
+        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
+            getattr(self, phase).add(ns * requests, requests)
+
+    def durations_as_dict(self) -> dict[str, dict[str, int]]:
+        return {
+            "success": self.success.as_dict(),
+            "fail": self.fail.as_dict(),
+            "queue": self.queue.as_dict(),
+            **{phase: getattr(self, phase).as_dict() for phase in COMPUTE_PHASES},
+        }
+
+
+@dataclass(slots=True)
+class VersionStatistics(RequestDurations):
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchSizeStatistics] = field(default_factory=dict)
@@ -68,9 +97,9 @@ class VersionStatistics:
         ``inference_stats``, while ``batch_stats`` counts the execution once."""
         self.execution_count += 1
         self.inference_count += batch_size
+        self.record_compute(compute_ns, requests)
         by_size = self.batches.setdefault(batch_size, BatchSizeStatistics())
         for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
-            getattr(self, phase).add(ns * requests, requests)
             getattr(by_size, phase).add(ns)
             if self.summaries is not None:
                 self.summaries.observe(phase, ns, time.monotonic(), requests)
@@ -80,15 +109,13 @@ class VersionStatistics:
         """One request answered; a failed one is counted under ``reason`` (one of
         ``FAILURE_REASONS``)."""
         self.last_inference_ms = int(time.time() * 1000)
-        (self.success if ok else self.fail).add(total_ns)
-        if ok:
-            self.queue.add(queue_ns)
-            if self.summaries is not None:
-                now = time.monotonic()
-                self.summaries.observe("request", total_ns, now)
-                self.summaries.observe("queue", queue_ns, now)
-        else:
+        self.record_answer(ok, total_ns, queue_ns)
+        if not ok:
             self.failures[reason if reason in self.failures else "OTHER"] += 1
+        elif self.summaries is not None:
+            now = time.monotonic()
+            self.summaries.observe("request", total_ns, now)
+            self.summaries.observe("queue", queue_ns, now)
 
     def record_cache_hit(self, total_ns: int, queue_ns: int, hit_ns: int) -> None:
         """A request answered from the response cache: as in Triton a success (its whole
@@ -116,12 +143,7 @@ class VersionStatistics:
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
             "inference_stats": {
-                "success": self.success.as_dict(),
-                "fail": self.fail.as_dict(),
-                "queue": self.queue.as_dict(),
-                "compute_input": self.compute_input.as_dict(),
-                "compute_infer": self.compute_infer.as_dict(),
-                "compute_output": self.compute_output.as_dict(),
+                **self.durations_as_dict(),
                 "cache_hit": self.cache_hit.as_dict(),
                 "cache_miss": self.cache_miss.as_dict(),
             },

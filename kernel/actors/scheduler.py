@@ -42,7 +42,7 @@ from inferd.kernel.scheduling.requests import Queued, Slot, failure_reason
 from inferd.kernel.scheduling.routing import RoutingTable
 from inferd.kernel.scheduling.samples import version_samples
 from inferd.kernel.scheduling.version import Version, sequences_of
-from inferd.kernel.sequence_batcher import SequenceBatch
+from inferd.kernel.scheduling.sequence_batcher import SequenceBatch
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
 from inferd.protocols.errors import (

@@ -293,11 +293,10 @@ class EnsembleRunner(Generic[V]):
                     raise Internal(f"model '{step.model}' returned no output '{model_output}'")
                 tensors[tensor] = _renamed(written[model_output], tensor)
         except BaseException:
-            statistics.record(False, time.perf_counter_ns() - started_ns, 0, (0, 0, 0))
+            statistics.record_answer(False, time.perf_counter_ns() - started_ns, 0)
             raise
-        statistics.record(
-            True, time.perf_counter_ns() - started_ns, outcome.queue_ns, outcome.compute_ns
-        )
+        statistics.record_answer(True, time.perf_counter_ns() - started_ns, outcome.queue_ns)
+        statistics.record_compute(outcome.compute_ns)
         return outcome
 
     async def _send(self, target: Pin[V], request: InferRequest, started_ns: int) -> _Outcome:

@@ -17,7 +17,7 @@ from inferd.kernel.config_validation import ENSEMBLE_PLATFORM
 from inferd.kernel.ensembles.planning import EnsemblePlan, EnsembleStep
 from inferd.kernel.request_validation import ModelSignature
 from inferd.kernel.response_cache import CacheScope
-from inferd.kernel.statistics import COMPUTE_PHASES, Duration, VersionStatistics
+from inferd.kernel.statistics import RequestDurations, VersionStatistics
 from inferd.protocols.errors import InferdError, Internal
 from inferd.protocols.messages import InferResponse
 
@@ -26,39 +26,16 @@ STEPS_KEY = "ensemble_steps"
 tritonclient's gRPC conversion drops it, JSON readers ignore it)."""
 
 
-@dataclass(slots=True)
-class StepStatistics:
-    """One step's requests on one version of its model, as the ensemble saw them: ``success``
-    and ``fail`` hold the step's whole time (queue, compute and transfers); ``queue`` and
-    ``compute_*`` what the composing model reported for it."""
-
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    queue: Duration = field(default_factory=Duration)
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-
-    def record(
-        self, ok: bool, total_ns: int, queue_ns: int, compute_ns: tuple[int, int, int]
-    ) -> None:
-        if not ok:
-            self.fail.add(total_ns)
-            return
-        self.success.add(total_ns)
-        self.queue.add(queue_ns)
-        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
-            getattr(self, phase).add(ns)
-
-
 @dataclass(eq=False, slots=True)
 class EnsembleState:
     """What the scheduler keeps for a served ensemble version: its plan, and statistics per
     (step index, composing model, version); a reload gets a new state sharing the counters,
-    while requests in flight finish with the plan they started with."""
+    while requests in flight finish with the plan they started with. A step's ``success``
+    and ``fail`` hold its whole time as the ensemble saw it (queue, compute and transfers);
+    its ``queue`` and ``compute_*`` what the composing model reported for it."""
 
     plan: EnsemblePlan
-    steps: dict[tuple[int, str, int], StepStatistics] = field(default_factory=dict)
+    steps: dict[tuple[int, str, int], RequestDurations] = field(default_factory=dict)
 
     @classmethod
     def for_config(
@@ -70,24 +47,17 @@ class EnsembleState:
             return None
         return cls(EnsemblePlan.from_config(config), previous.steps if previous else {})
 
-    def step_statistics(self, step: EnsembleStep, version: int) -> StepStatistics:
+    def step_statistics(self, step: EnsembleStep, version: int) -> RequestDurations:
         key = (step.index, step.model, version)
         found = self.steps.get(key)
         if found is None:
-            found = self.steps[key] = StepStatistics()
+            found = self.steps[key] = RequestDurations()
         return found
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [
-            {
-                "step": index,
-                "model": model,
-                "version": str(version),
-                "success": stats.success.as_dict(),
-                "fail": stats.fail.as_dict(),
-                "queue": stats.queue.as_dict(),
-                **{phase: getattr(stats, phase).as_dict() for phase in COMPUTE_PHASES},
-            }
+            {"step": index, "model": model, "version": str(version),
+             **stats.durations_as_dict()}
             for (index, model, version), stats in sorted(self.steps.items())
         ]
 

@@ -7,6 +7,15 @@ unit tests drive these objects directly, without sockets or an event loop.
 - ``requests``: a queued request (``Queued``) and an instance the scheduler may use (``Slot``);
 - ``progress``: one wakeup for whoever waits for queues to empty (retire, reload, drain);
 - ``version``: one served version: its queue, its batching and its instances (``Version``);
+- ``queue_policy``: a version's queue under Triton's queue policies (``QueuePolicy``,
+  ``PriorityQueue``): priority levels, timeouts, REJECT and DELAY, size limits;
+- ``batcher``: the dynamic batching policy, which queued requests run together and when
+  (``DynamicBatcher``);
+- ``sequence_batcher``: a stateful model's sequences bound to instance slots, direct or
+  oldest (``SequenceBatcher``), over the ``SequencePlan`` read from its config at load
+  (``inferd.kernel.sequence_plan``, which stays outside: it is config reading, also used by
+  ``check``, the catalog listing and the executor, and reads initial-state files);
+- ``response_order``: ``preserve_ordering``, responses leaving in queue order (``ResponseOrder``);
 - ``decoupled``: the open streams of decoupled models' requests, by token;
 - ``routing``: which version a request goes to (``RoutingTable``);
 - ``samples``: a version's Prometheus samples.

@@ -21,20 +21,20 @@ from typing import TypeAlias
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.batcher import DynamicBatcher
+from inferd.kernel.scheduling.batcher import DynamicBatcher
 from inferd.kernel.classification import Labels, classify
 from inferd.kernel.ensembles.served import EnsembleState
-from inferd.kernel.queue_policy import (
+from inferd.kernel.scheduling.queue_policy import (
     TIMEOUT_MESSAGE,
     PriorityQueue,
     QueuePolicy,
     queue_full_message,
 )
 from inferd.kernel.response_cache import CacheScope
-from inferd.kernel.response_order import ResponseOrder
+from inferd.kernel.scheduling.response_order import ResponseOrder
 from inferd.kernel.scheduling.progress import Progress
 from inferd.kernel.scheduling.requests import Queued, Slot, hand, load_of
-from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
+from inferd.kernel.scheduling.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan
 from inferd.kernel.statistics import VersionStatistics
 from inferd.kernel.streams import ResponseStream

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferd.kernel.batcher import DynamicBatcher
+from inferd.kernel.scheduling.batcher import DynamicBatcher
 
 
 @dataclass

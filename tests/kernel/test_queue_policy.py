@@ -1,6 +1,7 @@
-"""The queue policies (kernel/queue_policy.py), driven with a fake clock: Triton's priority
-levels, per-level policies, REJECT and DELAY, the timeout override rule and the per-level
-size limit; and a property test against a plain reference model of Triton's PolicyQueue."""
+"""The queue policies (kernel/scheduling/queue_policy.py), driven with a fake clock: Triton's
+priority levels, per-level policies, REJECT and DELAY, the timeout override rule and the
+per-level size limit; and a property test against a plain reference model of Triton's
+PolicyQueue."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.batcher import DynamicBatcher
-from inferd.kernel.queue_policy import LevelPolicy, PriorityQueue, QueuePolicy, queue_full_message
+from inferd.kernel.scheduling.batcher import DynamicBatcher
+from inferd.kernel.scheduling.queue_policy import (
+    LevelPolicy,
+    PriorityQueue,
+    QueuePolicy,
+    queue_full_message,
+)
 
 _ids = count()
 US = 1000  # ns

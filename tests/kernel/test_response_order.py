@@ -1,11 +1,11 @@
-"""preserve_ordering's response gate (kernel/response_order.py), driven directly."""
+"""preserve_ordering's response gate (kernel/scheduling/response_order.py), driven directly."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferd.kernel.response_order import ResponseOrder
+from inferd.kernel.scheduling.response_order import ResponseOrder
 
 
 def test_a_later_response_waits_for_every_earlier_request() -> None:

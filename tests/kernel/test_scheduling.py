@@ -11,11 +11,11 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.queue_policy import TIMEOUT_MESSAGE, QueuePolicy
+from inferd.kernel.scheduling.queue_policy import TIMEOUT_MESSAGE, QueuePolicy
 from inferd.kernel.scheduling.progress import Progress
 from inferd.kernel.scheduling.requests import Queued, Slot, failure_reason
 from inferd.kernel.scheduling.version import Version, batcher_of
-from inferd.kernel.sequence_batcher import SequenceBatch
+from inferd.kernel.scheduling.sequence_batcher import SequenceBatch
 from inferd.kernel.request_validation import ModelSignature
 from inferd.protocols.errors import Internal, InvalidArgument, Unavailable
 from inferd.protocols.messages import BatchResult, Failure, InferRequest, InferResponse, Tensor

@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.sequence_batcher import SequenceBatch, SequenceBatcher
+from inferd.kernel.scheduling.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.sequence_plan import SequencePlan, client_config, execution_config
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse

@@ -3,9 +3,9 @@
 A pure object over a queue of ``Pending`` items (batch size, variable-dim key, arrival time):
 ``take(queue, now)`` returns how many of the first items to send as one batch now, or 0 to
 keep waiting, and ``wake_at`` says when waiting ends. It follows Triton's dynamic batcher:
-requests are taken in queue order (kernel/queue_policy.py: by priority level, then arrival,
-DELAYed ones last in their level) up to ``max_batch_size`` batch elements, never mixing
-requests whose non-batch dimensions differ; a batch goes at once when it reaches a preferred
+requests are taken in queue order (``queue_policy``: by priority level, then arrival, DELAYed
+ones last in their level) up to ``max_batch_size`` batch elements, never mixing requests
+whose non-batch dimensions differ; a batch goes at once when it reaches a preferred
 size (or the maximum), otherwise when its oldest request has waited
 ``max_queue_delay_microseconds`` (the oldest of the batch, as in Triton, not the first).
 Without dynamic batching every request runs alone.
