@@ -44,7 +44,8 @@ from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
 from inferd.kernel.logs import LogSettings, as_reply, configure_logging, console_descriptor, updated
 from inferd.kernel.process_metrics import process_usage
-from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.process_link import ProcessLink
+from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
