@@ -59,7 +59,8 @@ from inferd.kernel.addresses import EXECUTORS
 from inferd.kernel.actor import Actor
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.repository import ModelRepository
-from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.process_link import ProcessLink
+from inferd.kernel.router import Router
 from inferd.protocols import wire
 from inferd.protocols.client import AsyncClient, Client
 from inferd.protocols.messages import (

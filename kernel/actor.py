@@ -5,7 +5,8 @@ A subclass defines ``async def on_<kind in snake_case>(self, message, envelope)`
 runs in its own task, so a slow load never delays an inference. What a handler returns is the
 reply to an ask; what it raises becomes a ``Failure`` reply in exactly one place
 (``Router.reply_failure``). A kind with no handler gets an error reply and a log line. This
-module owns dispatch only; routing and transport belong to ``inferd.kernel.router``.
+module owns dispatch only; routing belongs to ``inferd.kernel.router``, transport to
+``inferd.kernel.process_link``.
 
 A request whose asker stops waiting (cancelled, or timed out) is told to stop with a
 ``Cancel`` naming its ask; the actor cancels the handler's task when the kind is one it lists

@@ -5,7 +5,8 @@ The command line itself (``inferd check [REPO ...] [--format text|json] [--show-
 the serve flags that change what a load does) is declared in ``inferd.kernel.cli_app``. This
 module owns the human output (a table of model, versions, state and message, then one
 ``file:line:col: message`` line per problem), the JSON output, and the exit codes: 0 clean
-(warnings allowed), 1 errors, 2 usage. The checking itself is ``inferd.kernel.check``.
+(warnings allowed), 1 errors, 2 usage. The checking itself is ``inferd.kernel.check``, the
+report it prints ``inferd.kernel.check_report``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from inferd.kernel.check import CheckReport, ModelReport, check_repository, config_text
+from inferd.kernel.check import check_repository
+from inferd.kernel.check_report import CheckReport, ModelReport, config_text
 from inferd.kernel.options import backend_setting
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.remote_storage import check_url, is_remote_url

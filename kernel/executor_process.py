@@ -24,7 +24,8 @@ from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.addresses import EXECUTORS
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.plugins import Plugins
-from inferd.kernel.router import LinkMemory, ProcessLink, Router
+from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.router import Router
 from inferd.protocols.messages import ExecutorHello
 
 PARENT_CHECK_SECS = 1.0

@@ -1,11 +1,11 @@
 """Large tensors between the processes of one server, through POSIX shared memory.
 
-On the process link (``inferd.kernel.router.ProcessLink``) a tensor of at least ``threshold``
-bytes does not travel as a ZeroMQ frame. The sender copies its bytes once into a segment of
-its own under ``/dev/shm`` and the message carries only ``(segment name, byte count)``; the
-receiver maps the segment read-only and builds the tensor over the mapping. A frame would be
-copied twice by the kernel and cross the socket in many system calls; a segment is one
-``memcpy`` and, once both sides have mapped it, no system call at all.
+On the process link (``inferd.kernel.process_link.ProcessLink``) a tensor of at least
+``threshold`` bytes does not travel as a ZeroMQ frame. The sender copies its bytes once into a
+segment of its own under ``/dev/shm`` and the message carries only ``(segment name, byte
+count)``; the receiver maps the segment read-only and builds the tensor over the mapping. A
+frame would be copied twice by the kernel and cross the socket in many system calls; a segment
+is one ``memcpy`` and, once both sides have mapped it, no system call at all.
 
 Ownership is simple and strict:
 

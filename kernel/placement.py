@@ -13,7 +13,8 @@ process and a load there. A version's instance groups split as Triton places the
   Triton's stubs) gets one part per instance, so instances of pure-Python code run at once.
 
 Each part carries the version's instance groups narrowed to its own instances (a GPU group
-lists only that part's GPU), so the backend in each process creates exactly those.
+lists only that part's GPU), so the backend in each process creates exactly those; once every
+part has loaded, their answers merge back into the version's one (``merged``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.protocols.messages import VersionLoaded
 
 _GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
 
@@ -91,3 +94,16 @@ def whole(config: ModelConfig) -> Part:
     count = sum(max(1, g.count) * (len(g.gpus) if g.kind == _GPU else 1)
                 for g in config.instance_group)
     return Part(None, False, "", groups, count or 1)
+
+
+def merged(config: ModelConfig, loaded: list[tuple[str, VersionLoaded]]) -> VersionLoaded:
+    """One answer for a load split over executors: the first part's completed config (auto-
+    complete fills the same in every part) with the version's own instance groups again,
+    and every instance, as (executor, instance id)."""
+    completed = ModelConfig()
+    completed.ParseFromString(loaded[0][1].config)
+    del completed.instance_group[:]
+    completed.instance_group.extend(config.instance_group)
+    instances = tuple((name, i) for name, part in loaded for i in part.instance_ids)
+    return VersionLoaded(completed.SerializeToString(), tuple(i for _, i in instances),
+                         loaded[0][0], instances)

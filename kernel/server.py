@@ -32,7 +32,8 @@ from inferd.kernel.frontend import Frontend
 from inferd.kernel.metrics_config import metrics_config_from_options
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.response_cache import CacheUnavailable, ResponseCache, open_cache
-from inferd.kernel.router import LinkMemory, ProcessLink, Router
+from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.router import Router
 from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
 from inferd.kernel.tracing import tracer_from_options

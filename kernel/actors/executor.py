@@ -2,13 +2,14 @@
 
 One executor lives in each executor process (one per GPU, one per CPU pool, one per isolated
 backend), or inline in the main process when configured. It loads a model version through its
-backend (imported lazily here, never in the main process), creates the instances, and runs
-``Instance.execute`` on a worker thread of its own per instance, so an instance is never
-called concurrently while different instances run in parallel. An instance whose batches
-typically take less than a thread hand-off (tens of microseconds on small machines) runs on
-the event loop instead, when its thread has nothing queued: for tiny models the hand-off is
-most of the round trip. It reports the
-auto-completed config back to control. It knows nothing of queues, versions policy or routing.
+backend (imported lazily here, never in the main process), creates the instances, warms them
+up, and reports the auto-completed config back to control. Each instance gets a slot
+(``inferd.kernel.instance_slot``) that runs ``Instance.execute`` on a worker thread of its
+own, so an instance is never called concurrently while different instances run in parallel;
+an instance whose batches typically take less than a thread hand-off runs on the event loop
+instead, when its thread has nothing queued: for tiny models the hand-off is most of the round
+trip. It also carries an instance's own requests to the server (BLS ``infer`` and
+``infer_stream``). It knows nothing of queues, versions policy or routing.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -33,6 +33,14 @@ from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
 from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
+from inferd.kernel.instance_slot import (
+    InstanceSlot,
+    Outcome,
+    as_reply,
+    batch_result,
+    execute_batch,
+    execute_stream_batch,
+)
 from inferd.kernel.load_priority import BackgroundWorker
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.router import Router
@@ -44,7 +52,6 @@ from inferd.protocols.errors import (
     Internal,
     NotFound,
     Unavailable,
-    to_failure,
 )
 from inferd.protocols.messages import (
     Ack,
@@ -66,36 +73,6 @@ from inferd.protocols.messages import (
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-INLINE_BELOW_NS = 150_000
-RECENT_RUNS = 16
-
-
-@dataclass(slots=True)
-class _LoadedInstance:
-    instance: Instance
-    thread: ThreadPoolExecutor  # one worker: batches run one after another, in order
-    load_id: int
-    queued: int = 0  # calls submitted to the thread and not finished
-    # execute's durations of late: the fastest says what the model costs, as a busy machine
-    # only ever makes a run slower (descheduled mid-run, waiting for the GIL)
-    recent_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))
-
-    async def run(self, function: Callable[[], T]) -> T:
-        self.queued += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self.thread, function)
-        finally:
-            self.queued -= 1
-
-    def runs_inline(self) -> bool:
-        return (self.instance.runs_on_event_loop and self.queued == 0
-                and len(self.recent_ns) > 0 and min(self.recent_ns) < INLINE_BELOW_NS)
-
-    def observe(self, duration_ns: int) -> None:
-        self.recent_ns.append(duration_ns)
-
 
 @dataclass(slots=True)
 class _LoadedVersion:
@@ -114,7 +91,7 @@ class ExecutorActor(Actor):
         self._options = options
         self._backends: dict[str, Backend] = {}
         self._loads: dict[int, _LoadedVersion] = {}
-        self._instances: dict[int, _LoadedInstance] = {}
+        self._instances: dict[int, InstanceSlot] = {}
         self._instance_ids = itertools.count(1)
         self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
         self.stopped = anyio.Event()
@@ -218,7 +195,7 @@ class ExecutorActor(Actor):
         ids = tuple(next(self._instance_ids) for _ in instances)
         for instance_id, instance in zip(ids, instances, strict=True):
             thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
-            self._instances[instance_id] = _LoadedInstance(instance, thread, message.load_id)
+            self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
         served = client_config(model.config, config)
         return VersionLoaded(served.SerializeToString(), ids, self.address)
@@ -315,7 +292,8 @@ class ExecutorActor(Actor):
         if type(batch) is InferBatch:
             slot = self._instances.get(batch.instance)
             if slot is not None and slot.runs_inline():
-                self.router.reply(envelope, _batch_result(batch, slot, _execute(slot, batch)))
+                outcome = execute_batch(slot, batch)
+                self.router.reply(envelope, batch_result(batch, slot, outcome))
                 return
         super().accept(envelope)
 
@@ -332,7 +310,7 @@ class ExecutorActor(Actor):
         def emit(index: int, result: InferResponse | InferdError | None, final: bool) -> None:
             if final:
                 finished.add(index)
-            reply = _as_reply(result) if result is not None else None
+            reply = as_reply(result) if result is not None else None
             parts = StreamParts((batch.tokens[index],), (reply,), (final,))
             try:
                 loop.call_soon_threadsafe(self.router.tell, SCHEDULER, parts)
@@ -341,7 +319,7 @@ class ExecutorActor(Actor):
 
         started = time.perf_counter_ns()
         try:
-            await slot.run(lambda: _execute_decoupled(slot, batch, emit))
+            await slot.run(lambda: execute_stream_batch(slot, batch, emit))
         except Exception as error:  # noqa: BLE001 - a backend bug fails the batch's requests
             log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=error)
             failure = Internal(f"{type(error).__name__}: {error}")
@@ -357,55 +335,8 @@ class ExecutorActor(Actor):
         if slot is None:
             raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
         try:
-            outcome: _Outcome | BaseException = await slot.run(lambda: _execute(slot, batch))
-        except Exception as error:  # noqa: BLE001 - _execute catches what execute raises
+            outcome: Outcome | BaseException = await slot.run(
+                lambda: execute_batch(slot, batch))
+        except Exception as error:  # noqa: BLE001 - execute_batch catches what execute raises
             outcome = error
-        return _batch_result(batch, slot, outcome)
-
-
-# The results, the (input, infer, output) nanoseconds and when the batch started (for traces).
-_Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int], int]
-
-
-def _execute(slot: _LoadedInstance, batch: InferBatch) -> _Outcome | BaseException:
-    """Run ``batch`` on its instance: the results with (input, infer, output) nanoseconds, or
-    the exception the backend raised."""
-    started = time.perf_counter_ns()
-    instance = slot.instance
-    instance.phase_ns = None
-    try:
-        with log_context.bound(batch.model, batch.version):  # the model's own lines name it
-            results = instance.execute(batch.requests)
-    except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
-        return error
-    total = time.perf_counter_ns() - started
-    return results, instance.phase_ns or (0, total, 0), started
-
-
-def _execute_decoupled(slot: _LoadedInstance, batch: StreamBatch,
-                       emit: Callable[[int, InferResponse | InferdError | None, bool], None]
-                       ) -> None:
-    with log_context.bound(batch.model, batch.version):
-        slot.instance.execute_decoupled(batch.requests, emit)
-
-
-def _batch_result(
-    batch: InferBatch, slot: _LoadedInstance, outcome: _Outcome | BaseException
-) -> BatchResult:
-    if isinstance(outcome, BaseException):
-        log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=outcome)
-        failure = to_failure(outcome)
-        return BatchResult(tuple(failure for _ in batch.requests))
-    results, compute_ns, started_ns = outcome
-    slot.observe(sum(compute_ns))
-    if len(results) != len(batch.requests):
-        failure = to_failure(Internal(
-            f"backend returned {len(results)} responses for {len(batch.requests)} requests"))
-        return BatchResult(tuple(failure for _ in batch.requests))
-    return BatchResult(tuple(_as_reply(result) for result in results), compute_ns, started_ns)
-
-
-def _as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:
-    if isinstance(result, InferdError):
-        return to_failure(result)
-    return result
+        return batch_result(batch, slot, outcome)

@@ -1,12 +1,13 @@
-"""The executor pool actor: starts, places work on, watches and restarts executor processes.
+"""The executor pool actor: which executors exist, and which load lives on which executor.
 
-It owns which executors exist (CPU pool, one per GPU, one per isolated backend, one per model
+It owns the set of executors (CPU pool, one per GPU, one per isolated backend, one per model
 whose config asks for a process of its own (``INFERD_EXECUTOR: "isolated"``, stopped when the
-model is unloaded), or one inline in the main process) and which load lives on which
-executor. Control loads and unloads through it; the scheduler sends batches straight to the
-executor addresses it reports. When a process dies, every ask waiting on it fails with
-``ExecutorCrashed``, control is told so it can mark and later reload the models that lived
-there, and that process alone is started again with back-off. It also owns the server's
+model is unloaded), or one inline in the main process) and the placement of each load: the
+parts a version's instances split into (``inferd.kernel.placement``), the executor each part
+goes to, a load in all of them at once (all or nothing) and its unload. Control loads and
+unloads through it; the scheduler sends batches straight to the executor addresses it
+reports. Its processes, started, watched, restarted after a crash with back-off and stopped,
+are ``inferd.kernel.executor_processes``'s, which it owns and calls. It also owns the server's
 current log settings (Triton's logging extension): an update is applied in the main process,
 then sent to every running executor process, and every process started later starts with it.
 It never touches a model or a tensor itself.
@@ -15,12 +16,9 @@ It never touches a model or a tensor itself.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import subprocess
-import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -31,7 +29,6 @@ from inferd.kernel import execution_env, placement
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.addresses import (
-    CONTROL,
     CPU_EXECUTOR_PREFIX,
     EXECUTORS,
     INLINE_EXECUTOR,
@@ -42,14 +39,15 @@ from inferd.kernel.addresses import (
 )
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.devices import pinned_environment
-from inferd.kernel.logs import LogSettings, as_reply, configure_logging, console_descriptor, updated
+from inferd.kernel.executor_processes import ExecutorProcesses
+from inferd.kernel.logs import as_reply, configure_logging, updated
+from inferd.kernel.process_link import ProcessLink
 from inferd.kernel.process_metrics import process_usage
-from inferd.kernel.router import ProcessLink, Router
+from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
     ExecutorCrashed,
-    InferdError,
     InvalidArgument,
     Unavailable,
     Unsupported,
@@ -59,7 +57,6 @@ from inferd.protocols.messages import (
     Ack,
     Envelope,
     ExecutorHello,
-    ExecutorLost,
     LoadVersion,
     LogSettingsReply,
     LogSettingsRequest,
@@ -73,24 +70,6 @@ from inferd.protocols.messages import (
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_SECS = 120.0
-STOP_TIMEOUT_SECS = 10.0
-LOG_SETTINGS_TIMEOUT_SECS = 10.0
-RESTART_BACKOFF_SECS = (0.5, 1.0, 2.0, 5.0, 10.0)
-
-
-@dataclass(slots=True)
-class _Executor:
-    name: str
-    environment: dict[str, str]
-    process: anyio.abc.Process | None = None
-    ready: anyio.Event = field(default_factory=anyio.Event)
-    crashes: int = 0
-    restarts: int = 0  # every death that was restarted (crashes resets; a metric never does)
-    started_once: bool = False
-    isolated: bool = False  # one model's own: stopped when that model's last load goes
-    retired: bool = False  # stopped on purpose: not restarted until a load needs it again
-    python: str = ""  # another environment's interpreter (EXECUTION_ENV_PATH); "" is ours
-    logs: LogSettings | None = None  # the log settings it was started with or last sent
 
 
 class ExecutorPoolActor(Actor):
@@ -107,14 +86,9 @@ class ExecutorPoolActor(Actor):
         super().__init__(router)
         self._settings = settings
         self._backends = backends
-        self._hub = hub_endpoint
-        self._link = link
-        self._executors: dict[str, _Executor] = {}
         self._load_counts: dict[str, int] = {}
         self._loads: dict[int, list[str]] = {}  # load id -> the executors of its parts
         self._abandoned: set[int] = set()
-        self._stopping = False
-        self._logs = settings.logs
         self._log_update = anyio.Lock()  # updates reach every process in the order they came
         self._options = {
             "intra_op_threads": settings.intra_op_threads,
@@ -122,6 +96,10 @@ class ExecutorPoolActor(Actor):
             "link_shm_capacity": settings.executor_shm_capacity,
             "backend_config": [list(setting) for setting in settings.backend_config],
         }
+        self._processes = ExecutorProcesses(
+            router, hub_endpoint, self._options, settings.logs, link,
+            spawn=self.spawn, forget_loads=self._forget_loads,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -137,113 +115,26 @@ class ExecutorPoolActor(Actor):
                 names = [cpu_executor(i) for i in range(max(1, self._settings.cpu_executors))]
                 with anyio.fail_after(HELLO_TIMEOUT_SECS):
                     for name in names:
-                        await self._ensure_started(name, {})
+                        await self._processes.ensure_started(name, {})
             task_status.started()
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Stop every executor in order: it unloads its models, then exits."""
-        self._stopping = True
-        async with anyio.create_task_group() as tasks:
-            for executor in self._executors.values():
-                tasks.start_soon(self._stop_process, executor)
+        await self._processes.stop_all()
         return Ack()
 
     async def on_stop(self) -> None:
-        self._stopping = True
-        for executor in self._executors.values():
-            if executor.process is not None and executor.process.returncode is None:
-                executor.process.kill()  # start-up failed or shutdown timed out
+        self._processes.kill_all()  # start-up failed or shutdown timed out
 
-    async def _stop_process(self, executor: _Executor) -> None:
-        process = executor.process
-        if process is None or process.returncode is not None:
-            return
-        with anyio.move_on_after(STOP_TIMEOUT_SECS):
-            try:
-                await self.router.ask(executor.name, Shutdown())
-            except InferdError as error:
-                log.warning("%s did not stop cleanly: %s", executor.name, error.message)
-            await process.wait()
-            return
-        log.warning("%s did not stop in %.0f s; killing it", executor.name, STOP_TIMEOUT_SECS)
-        process.kill()
-        await process.wait()
+    async def on_executor_hello(self, hello: ExecutorHello, envelope: Envelope) -> None:
+        self._processes.hello(hello)
 
-    # ------------------------------------------------------------------ processes
-
-    async def _ensure_started(
-        self, name: str, environment: dict[str, str], *, isolated: bool = False,
-        python: str = "",
-    ) -> None:
-        executor = self._executors.get(name)
-        if executor is None:
-            executor = self._executors[name] = _Executor(
-                name, environment, isolated=isolated, python=python)
-            self._load_counts.setdefault(name, 0)
-            await self._spawn(executor)
-        elif executor.retired:
-            if executor.process is not None:
-                await executor.process.wait()  # still stopping
-            executor.retired = False
-            executor.crashes = 0
-            executor.started_once = False  # a fresh process: nothing of it to reload
-            await self._spawn(executor)
-        await executor.ready.wait()
-
-    async def _retire(self, executor: _Executor) -> None:
-        """Stop an isolated executor whose model has no load left in it."""
-        executor.retired = True
-        log.info("stopping %s: its model is unloaded", executor.name)
-        await self._stop_process(executor)
-
-    async def _spawn(self, executor: _Executor) -> None:
-        start = (execution_env.command(Path(executor.python)) if executor.python
-                 else [sys.executable, "-m", "inferd.kernel.executor_process"])
-        command = [
-            *start,
-            "--name", executor.name, "--hub", self._hub,
-            "--options", json.dumps(self._options),
-            "--parent-pid", str(os.getpid()),
-            *self._logs.as_arguments(),
-        ]
-        if executor.ready.is_set():
-            # A fresh event only once the last one fired: a load waiting on an unset one (its
-            # executor crashed, or is restarting) must wake at this process's hello, not hang
-            # on an event no process will ever set.
-            executor.ready = anyio.Event()
-        executor.logs = self._logs
-        # The console, not a log file: the process opens --log-file itself, so it can follow
-        # a change of file later.
-        executor.process = await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=None, stderr=console_descriptor(),
-            env={**os.environ, **executor.environment}, start_new_session=True,
-        )
-        log.info("started %s (pid %d)", executor.name, executor.process.pid)
-        self.spawn(self._watch, executor, executor.process)
-
-    async def _watch(self, executor: _Executor, process: anyio.abc.Process) -> None:
-        code = await process.wait()
-        if self._stopping or executor.retired:
-            return
-        reason = f"executor process {executor.name} (pid {process.pid}) exited with code {code}"
-        log.error("%s; restarting it", reason)
-        if self._link is not None:
-            self._link.forget(executor.name, reason)
-        self.router.fail_pending_to(executor.name, ExecutorCrashed(reason))
-        for names in self._loads.values():  # what lived there is gone with it
-            while executor.name in names:
-                names.remove(executor.name)
-        self._load_counts[executor.name] = 0
-        self.router.tell(CONTROL, ExecutorLost(executor.name, reason))
-        executor.crashes += 1
-        executor.restarts += 1
-        backoff = RESTART_BACKOFF_SECS[min(executor.crashes, len(RESTART_BACKOFF_SECS)) - 1]
-        await anyio.sleep(backoff)
-        # Its model was unloaded meanwhile, or unloaded and loaded again, which started a
-        # process already: a second one under the same name would take its messages.
-        if executor.retired or self._stopping or executor.process is not process:
-            return
-        await self._spawn(executor)
+    def _forget_loads(self, name: str) -> None:
+        """The process ``name`` died: the parts of loads that lived there are gone with it."""
+        for names in self._loads.values():
+            while name in names:
+                names.remove(name)
+        self._load_counts[name] = 0
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
         """Each running executor process's CPU seconds and resident memory, and each
@@ -254,7 +145,7 @@ class ExecutorPoolActor(Actor):
         else:
             running = [(e.name, e.process.pid if e.process is not None
                         and e.process.returncode is None else 0, e.restarts)
-                       for e in self._executors.values()]
+                       for e in self._processes.by_name.values()]
         for name, pid, restarts in sorted(running):
             labels = {"executor": name}
             usage = process_usage(pid) if pid else None
@@ -263,20 +154,6 @@ class ExecutorPoolActor(Actor):
                             ("inferd_executor_resident_memory_bytes", labels, usage[1])]
             samples.append(("inferd_executor_restarts_total", labels, restarts))
         return Metrics(tuple(samples))
-
-    async def on_executor_hello(self, hello: ExecutorHello, envelope: Envelope) -> None:
-        executor = self._executors.get(hello.name)
-        if executor is None:
-            log.warning("hello from unknown executor %s ignored", hello.name)
-            return
-        log.info("%s ready (pid %d, backends: %s)", hello.name, hello.pid,
-                 ", ".join(hello.backends) or "none")
-        executor.ready.set()
-        if executor.logs != self._logs:  # settings changed while it was starting
-            self.spawn(self._send_log_settings, executor)
-        if executor.started_once:
-            self.router.tell(CONTROL, hello)  # a restart: control reloads its models
-        executor.started_once = True
 
     # ------------------------------------------------------------------ log settings
 
@@ -288,35 +165,21 @@ class ExecutorPoolActor(Actor):
         if request.updates:
             async with self._log_update:
                 await self._update_logs(request.updates)
-        return as_reply(self._logs)
+        return as_reply(self._processes.logs)
 
     async def _update_logs(self, updates: dict[str, bool | int | str]) -> None:
         if "log_file" in updates and not self._settings.log_file_updates:
             raise Unsupported(LOG_FILE_REFUSED)
-        new = updated(self._logs, updates)
-        if new == self._logs:
+        new = updated(self._processes.logs, updates)
+        if new == self._processes.logs:
             return
         try:
             configure_logging(new)  # checks the log file opens before anything changes
         except OSError as error:
             raise InvalidArgument(
                 f"cannot write the log file '{new.file}': {error.strerror}") from None
-        self._logs = new
         log.info("log settings are now %s", new)
-        async with anyio.create_task_group() as tasks:
-            for executor in self._executors.values():
-                running = executor.process is not None and executor.process.returncode is None
-                if running and executor.ready.is_set() and not executor.retired:
-                    tasks.start_soon(self._send_log_settings, executor)
-
-    async def _send_log_settings(self, executor: _Executor) -> None:
-        settings = self._logs
-        try:
-            with anyio.fail_after(LOG_SETTINGS_TIMEOUT_SECS):
-                await self.router.ask(executor.name, settings.as_message())
-            executor.logs = settings
-        except (InferdError, TimeoutError) as error:
-            log.warning("%s did not take the new log settings: %s", executor.name, error)
+        await self._processes.apply_logs(new)
 
     # ------------------------------------------------------------------ placement
 
@@ -339,12 +202,12 @@ class ExecutorPoolActor(Actor):
             return framework_executor(spec.name, part.gpu), environment
         if part.gpu is not None:
             return gpu_executor(part.gpu), environment
-        cpu = [n for n in self._executors if n.startswith(CPU_EXECUTOR_PREFIX)]
+        cpu = [n for n in self._processes.by_name if n.startswith(CPU_EXECUTOR_PREFIX)]
         return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
 
     async def on_load_version(self, load: LoadVersion, envelope: Envelope) -> VersionLoaded:
         """Load ``load`` in every executor its parts go to, at once; all or nothing."""
-        if self._stopping:
+        if self._processes.stopping:
             raise Unavailable(SHUTTING_DOWN)
         config = ModelConfig()
         config.ParseFromString(load.config)
@@ -371,7 +234,7 @@ class ExecutorPoolActor(Actor):
                 await self._unload(load.load_id)
             if failures:
                 raise failures[0]
-        return _merged(config, loaded)
+        return placement.merged(config, loaded)
 
     async def _interpreter(self, load: LoadVersion, config: ModelConfig) -> str:
         """The interpreter of the environment a python model asks for (``EXECUTION_ENV_PATH``,
@@ -396,17 +259,18 @@ class ExecutorPoolActor(Actor):
         if python:  # processes of another interpreter are never shared with ours
             name += "@" + hashlib.sha256(python.encode()).hexdigest()[:8]
         if name != INLINE_EXECUTOR:
-            await self._ensure_started(name, environment, isolated=part.own, python=python)
+            await self._processes.ensure_started(name, environment, isolated=part.own,
+                                                 python=python)
         self._load_counts[name] = self._load_counts.get(name, 0) + 1
         request = replace(load, config=part.config(config), instance_count=part.instance_count)
         try:
             loaded = await self.router.ask(name, request)
         except BaseException:
             self._load_counts[name] -= 1
-            executor = self._executors.get(name)
+            executor = self._processes.by_name.get(name)
             if executor is not None and executor.isolated and not self._load_counts[name]:
                 with anyio.CancelScope(shield=True):
-                    await self._retire(executor)
+                    await self._processes.retire(executor)
             raise
         assert isinstance(loaded, VersionLoaded)
         return name, loaded
@@ -429,20 +293,7 @@ class ExecutorPoolActor(Actor):
             await self.router.ask(name, UnloadVersion(load_id))
         except ExecutorCrashed:
             pass  # the process took the instances with it
-        executor = self._executors.get(name)
+        executor = self._processes.by_name.get(name)
         if (executor is not None and executor.isolated and not self._load_counts[name]
-                and not self._stopping):
-            await self._retire(executor)
-
-
-def _merged(config: ModelConfig, loaded: list[tuple[str, VersionLoaded]]) -> VersionLoaded:
-    """One answer for a load split over executors: the first part's completed config (auto-
-    complete fills the same in every part) with the version's own instance groups again,
-    and every instance, as (executor, instance id)."""
-    completed = ModelConfig()
-    completed.ParseFromString(loaded[0][1].config)
-    del completed.instance_group[:]
-    completed.instance_group.extend(config.instance_group)
-    instances = tuple((name, i) for name, part in loaded for i in part.instance_ids)
-    return VersionLoaded(completed.SerializeToString(), tuple(i for _, i in instances),
-                         loaded[0][0], instances)
+                and not self._processes.stopping):
+            await self._processes.retire(executor)

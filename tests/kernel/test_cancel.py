@@ -14,7 +14,8 @@ import pytest
 import zmq
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.router import LinkMemory, ProcessLink, Router
+from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.router import Router
 from inferd.protocols.errors import DeadlineExceeded
 from inferd.protocols.messages import (
     Cancel,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.check import COMPLETED, NEEDS_SERVER, NOT_NEEDED, CheckReport, check_repository
+from inferd.kernel.check import check_repository
+from inferd.kernel.check_report import COMPLETED, NEEDS_SERVER, NOT_NEEDED, CheckReport
 from inferd.kernel.cli import main
 from inferd.kernel.plugins import Plugins
 

@@ -18,7 +18,8 @@ import zmq
 
 from inferd.kernel import link_memory
 from inferd.kernel.actor import Actor
-from inferd.kernel.router import LinkMemory, ProcessLink, Router
+from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.router import Router
 from inferd.protocols import wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import Envelope, InferRequest, InferResponse, Tensor

@@ -13,7 +13,8 @@ import pytest
 import zmq
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.router import LinkMemory, ProcessLink, Router
+from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.router import Router
 from inferd.protocols.errors import (
     ActorGone,
     DeadlineExceeded,

@@ -1,0 +1,119 @@
+"""One backend instance in an executor, and how a batch runs on it.
+
+Owns an instance's slot (``InstanceSlot``): its worker thread of one, so batches run one after
+another in order and the instance is never called concurrently; the calls queued on it; and
+its recent ``execute`` durations, from which it decides whether a batch may run on the event
+loop instead (only when the instance allows it, nothing is queued and its batches take less
+than a thread hand-off). It runs a batch (or a decoupled model's batch) on the instance, with
+the model named in the log context, and turns the outcome into the ``BatchResult`` the
+scheduler expects: one response or one failure per request, and the input/infer/output
+nanoseconds. It never loads or unloads a model and knows no address or message other than
+the batch it is given (``inferd.kernel.actors.executor`` owns those).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from inferd.kernel import log_context
+from inferd.kernel.backend import Instance
+from inferd.protocols.errors import InferdError, Internal, to_failure
+from inferd.protocols.messages import (
+    BatchResult,
+    Failure,
+    InferBatch,
+    InferResponse,
+    StreamBatch,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+INLINE_BELOW_NS = 150_000
+RECENT_RUNS = 16
+
+
+@dataclass(slots=True)
+class InstanceSlot:
+    """A loaded instance, the thread its batches run on, and what its runs have cost."""
+
+    instance: Instance
+    thread: ThreadPoolExecutor  # one worker: batches run one after another, in order
+    load_id: int
+    queued: int = 0  # calls submitted to the thread and not finished
+    # execute's durations of late: the fastest says what the model costs, as a busy machine
+    # only ever makes a run slower (descheduled mid-run, waiting for the GIL)
+    recent_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))
+
+    async def run(self, function: Callable[[], T]) -> T:
+        self.queued += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.thread, function)
+        finally:
+            self.queued -= 1
+
+    def runs_inline(self) -> bool:
+        return (self.instance.runs_on_event_loop and self.queued == 0
+                and len(self.recent_ns) > 0 and min(self.recent_ns) < INLINE_BELOW_NS)
+
+    def observe(self, duration_ns: int) -> None:
+        self.recent_ns.append(duration_ns)
+
+
+# The results, the (input, infer, output) nanoseconds and when the batch started (for traces).
+Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int], int]
+
+
+def execute_batch(slot: InstanceSlot, batch: InferBatch) -> Outcome | BaseException:
+    """Run ``batch`` on its instance: the results with (input, infer, output) nanoseconds, or
+    the exception the backend raised."""
+    started = time.perf_counter_ns()
+    instance = slot.instance
+    instance.phase_ns = None
+    try:
+        with log_context.bound(batch.model, batch.version):  # the model's own lines name it
+            results = instance.execute(batch.requests)
+    except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
+        return error
+    total = time.perf_counter_ns() - started
+    return results, instance.phase_ns or (0, total, 0), started
+
+
+def execute_stream_batch(slot: InstanceSlot, batch: StreamBatch,
+                         emit: Callable[[int, InferResponse | InferdError | None, bool], None]
+                         ) -> None:
+    """Run a decoupled model's ``batch`` on its instance; ``emit`` sends each response."""
+    with log_context.bound(batch.model, batch.version):
+        slot.instance.execute_decoupled(batch.requests, emit)
+
+
+def batch_result(
+    batch: InferBatch, slot: InstanceSlot, outcome: Outcome | BaseException
+) -> BatchResult:
+    """The scheduler's answer for ``batch``: one reply per request, or the same failure for
+    every request when the backend raised or answered the wrong number of requests."""
+    if isinstance(outcome, BaseException):
+        log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=outcome)
+        failure = to_failure(outcome)
+        return BatchResult(tuple(failure for _ in batch.requests))
+    results, compute_ns, started_ns = outcome
+    slot.observe(sum(compute_ns))
+    if len(results) != len(batch.requests):
+        failure = to_failure(Internal(
+            f"backend returned {len(results)} responses for {len(batch.requests)} requests"))
+        return BatchResult(tuple(failure for _ in batch.requests))
+    return BatchResult(tuple(as_reply(result) for result in results), compute_ns, started_ns)
+
+
+def as_reply(result: InferResponse | InferdError) -> InferResponse | Failure:
+    if isinstance(result, InferdError):
+        return to_failure(result)
+    return result
