@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the request decoders: the kernel wire codec
 (``protocols/wire.py``), the KServe HTTP JSON/binary codec (``protocols/kserve_http.py``,
 ``kserve_http_admin.py``) and the gRPC framing and conversion (``protocols/kserve_grpc_wire.py``,
-``kserve_grpc.py``).
+``kserve_grpc.py``, ``kserve_grpc_inputs.py``).
 
 Each input's first byte picks the decoder; the rest becomes its frames, or its body and the
 header length, or its message bytes. Anything but ``InvalidArgument`` (``Unsupported`` for a

@@ -1,7 +1,8 @@
 """Property tests that fuzz the request decoders with hostile input (issue 13, point 6): the
 kernel wire codec (protocols/wire.py), the KServe HTTP JSON and binary-tensor codec and the
 other HTTP bodies (protocols/kserve_http.py, kserve_http_admin.py, generate.py, logging_api.py,
-trace_api.py), and the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py).
+trace_api.py), and the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py,
+kserve_grpc_inputs.py, kserve_grpc_admin.py).
 
 Each decoder gets structured near-valid input (right shapes of documents with wrong types,
 wrong sizes, huge or negative dimensions, unknown names, truncated or padded tensor bytes) as
@@ -27,6 +28,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.protocols import generate, logging_api, trace_api
 from inferd.protocols import kserve_grpc as grpc_convert
+from inferd.protocols import kserve_grpc_admin as grpc_admin
 from inferd.protocols import kserve_grpc_wire as grpc_wire
 from inferd.protocols import kserve_http as http_codec
 from inferd.protocols import kserve_http_admin as admin
@@ -363,8 +365,8 @@ def test_grpc_repository_requests_raise_only_invalid_argument(
     for key in keys:
         set_grpc_parameter(load.parameters, key, data.draw)
         set_grpc_parameter(unload.parameters, key, data.draw)
-    for convert, message in ((grpc_convert.decode_load_request, load),
-                             (grpc_convert.decode_unload_request, unload)):
+    for convert, message in ((grpc_admin.decode_load_request, load),
+                             (grpc_admin.decode_unload_request, unload)):
         try:
             convert(message)
         except Exception as error:  # noqa: BLE001

@@ -1,6 +1,7 @@
-"""Tests of inferd.protocols.kserve_grpc without a server: requests built as tritonclient
-builds them decode to the right tensors and parameters, responses decode in tritonclient's
-``InferResult``, and every malformed request is refused with a message naming the problem."""
+"""Tests of inferd.protocols.kserve_grpc (with kserve_grpc_inputs and kserve_grpc_admin) without
+a server: requests built as tritonclient builds them decode to the right tensors and
+parameters, responses decode in tritonclient's ``InferResult``, and every malformed request is
+refused with a message naming the problem."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import service_pb2
 
 from inferd.protocols import kserve_grpc as convert
+from inferd.protocols import kserve_grpc_admin as admin
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
@@ -288,34 +290,34 @@ def test_stream_responses() -> None:
 
 
 def test_information_replies() -> None:
-    metadata = convert.encode_server_metadata(ServerMetadata("inferd", "1", ("a", "b")))
+    metadata = admin.encode_server_metadata(ServerMetadata("inferd", "1", ("a", "b")))
     assert list(metadata.extensions) == ["a", "b"]
-    model = convert.encode_model_metadata(ModelMetadata(
+    model = admin.encode_model_metadata(ModelMetadata(
         "m", ("1", "2"), "onnxruntime_onnx", (TensorSpec("I", "FP32", (-1, 3)),),
         (TensorSpec("O", "INT64", (2,)),),
     ))
     assert (model.inputs[0].name, list(model.inputs[0].shape)) == ("I", [-1, 3])
     assert model.outputs[0].datatype == "INT64"
-    config = convert.encode_model_config(ModelConfigReply(json.dumps({
+    config = admin.encode_model_config(ModelConfigReply(json.dumps({
         "name": "m", "max_batch_size": 8, "input": [{"name": "I", "data_type": "TYPE_FP32",
         "dims": [16]}], "inferd_extra": 1,
     }))).config
     assert (config.name, config.max_batch_size, list(config.input[0].dims)) == ("m", 8, [16])
     duration = {"count": 2, "ns": 10}
-    stats = convert.encode_statistics(Statistics(({
+    stats = admin.encode_statistics(Statistics(({
         "name": "m", "version": "1", "last_inference": 5, "inference_count": 4,
         "execution_count": 2, "inference_stats": {"success": duration, "queue": duration},
         "batch_stats": [{"batch_size": 2, "compute_infer": duration}], "steps": {},
     },))).model_stats[0]
     assert (stats.inference_count, stats.inference_stats.success.ns) == (4, 10)
     assert stats.batch_stats[0].compute_infer.count == 2
-    index = convert.encode_index(Index((IndexEntry("a"), IndexEntry("b", "1", "READY", ""))))
+    index = admin.encode_index(Index((IndexEntry("a"), IndexEntry("b", "1", "READY", ""))))
     assert [(e.name, e.version, e.state) for e in index.models] == [("a", "", ""),
                                                                    ("b", "1", "READY")]
     # No field for warnings in the proto: a READY version's reason carries them, unless it
     # has a reason of its own.
-    index = convert.encode_index(Index((IndexEntry("w", "1", "READY", "", ("x", "y")),
-                                        IndexEntry("e", "1", "READY", "failed", ("x",)))))
+    index = admin.encode_index(Index((IndexEntry("w", "1", "READY", "", ("x", "y")),
+                                      IndexEntry("e", "1", "READY", "failed", ("x",)))))
     assert [e.reason for e in index.models] == ["x; y", "failed"]
 
 
@@ -323,12 +325,12 @@ def test_repository_requests() -> None:
     load = service_pb2.RepositoryModelLoadRequest(model_name="m")
     load.parameters["config"].string_param = "{}"
     load.parameters["file:1/model.onnx"].bytes_param = b"\x01"
-    assert convert.decode_load_request(load).files == {"1/model.onnx": b"\x01"}
-    assert convert.decode_load_request(load).config == "{}"
+    assert admin.decode_load_request(load).files == {"1/model.onnx": b"\x01"}
+    assert admin.decode_load_request(load).config == "{}"
     load.parameters["other"].string_param = "x"
     with pytest.raises(InvalidArgument, match="unknown parameter 'other'"):
-        convert.decode_load_request(load)
+        admin.decode_load_request(load)
     unload = service_pb2.RepositoryModelUnloadRequest(model_name="m")
     unload.parameters["unload_dependents"].bool_param = True
-    assert convert.decode_unload_request(unload).unload_dependents is True
-    assert convert.decode_index_request(service_pb2.RepositoryIndexRequest(ready=True)).ready_only
+    assert admin.decode_unload_request(unload).unload_dependents is True
+    assert admin.decode_index_request(service_pb2.RepositoryIndexRequest(ready=True)).ready_only

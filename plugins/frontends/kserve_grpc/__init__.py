@@ -5,8 +5,9 @@ tritonserver's TLS flags ``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc
 ``--grpc-server-key``, ``--grpc-root-cert``), and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no grpc
-import; ``inferd.plugins.frontends.kserve_grpc.frontend`` holds the protocol itself. Its port
-and address are the server's own ``--grpc-port``/``--grpc-address`` settings.
+import; ``inferd.plugins.frontends.kserve_grpc.frontend`` holds the server, ``servicer`` the
+RPCs (with ``streams``, ``rpc`` and ``service``). Its port and address are the server's own
+``--grpc-port``/``--grpc-address`` settings.
 """
 
 from __future__ import annotations

@@ -1,0 +1,217 @@
+"""The data plane's requests and replies: what the frontends and native clients ask (inference,
+health, server and model metadata, model config, the repository index and catalog, load,
+unload and poll, statistics, metrics) and what they are answered. Data shapes only: no I/O,
+no logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.protocols.messages.base import Message, Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest(Message):
+    """One inference request. ``version`` empty means the highest READY version; ``outputs``
+    empty means every output of the model. ``classification`` maps a requested output to
+    the number of its top classes to return instead of its values (the classification
+    extension)."""
+
+    model: str
+    inputs: tuple[Tensor, ...]
+    version: str = ""
+    id: str = ""
+    outputs: tuple[str, ...] = ()
+    parameters: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    classification: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse(Message):
+    model: str
+    version: str
+    outputs: tuple[Tensor, ...]
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRequest(Message):
+    """``what`` is ``live`` or ``ready``."""
+
+    what: str = "live"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthStatus(Message):
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadataRequest(Message):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata(Message):
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec(Message):
+    """An input or output as model metadata shows it (``-1`` for a variable dimension,
+    the batch dimension included when the model batches)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadataRequest(Message):
+    model: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata(Message):
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReadyRequest(Message):
+    model: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigRequest(Message):
+    model: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigReply(Message):
+    """The normalized ModelConfig as Triton's JSON (SPEC 1.4)."""
+
+    config_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRequest(Message):
+    ready_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry(Message):
+    """A repository index row. A model never loaded has only ``name``."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""
+    warnings: tuple[str, ...] = ()  # a READY version's config fields inferd ignores
+    # The model's catalog metadata (an inferd extension; ``inferd.kernel.catalog``).
+    catalog: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Index(Message):
+    entries: tuple[IndexEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogRequest(Message):
+    """The model catalog (an inferd extension): every model of the repository, kept when its
+    metadata has every ``labels`` pair and, when set, ``task``."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    task: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry(Message):
+    """One model as the catalog lists it, known without loading it. ``versions`` are the
+    version folders on disk, ``loadable`` those its version policy loads; ``inputs`` and
+    ``outputs`` come from the served config when a version is READY, else from the config
+    (auto-completed from the model file where the backend can do that offline), and are empty
+    where neither says. ``state`` is the index's (``READY``, ``LOADING``, ``UNLOADING``,
+    ``UNAVAILABLE``) or ``NOT_LOADED``; ``error`` says why its config or metadata cannot be
+    read; ``metadata`` is its ``catalog.toml``."""
+
+    name: str
+    platform: str = ""
+    backend: str = ""
+    versions: tuple[str, ...] = ()
+    loadable: tuple[str, ...] = ()
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    state: str = ""
+    reason: str = ""
+    error: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog(Message):
+    entries: tuple[CatalogEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRequest(Message):
+    """Load or reload ``model``. ``config`` (JSON ModelConfig) and ``files``
+    (``"<version>/<path>" -> content``) override the repository for this load only."""
+
+    model: str
+    config: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadRequest(Message):
+    model: str
+    unload_dependents: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PollRequest(Message):
+    """POLL mode: look at the repository now instead of at the next poll (inferd extension);
+    the reply comes once the changes found have been acted on."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatisticsRequest(Message):
+    """Statistics of one model (all its served versions, or ``version``), or of every model
+    when ``model`` is empty."""
+
+    model: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics(Message):
+    """One dict per model version, with Triton's statistics-extension fields (SPEC 5.4)."""
+
+    model_stats: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsRequest(Message):
+    """Ask an actor for its Prometheus samples."""
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics(Message):
+    """Prometheus samples: (metric name, labels, value) triples."""
+
+    samples: tuple[tuple[str, dict[str, str], float], ...]

@@ -1,0 +1,77 @@
+"""The server's and the models' lifecycle between control, the scheduler and the supervisor:
+serving and retiring versions, the start-up load and its report, a lost executor, draining
+and shutting down. Kernel-internal. Data shapes only: no I/O, no logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferd.protocols.messages.base import Message
+
+
+@dataclass(frozen=True, slots=True)
+class ServeVersion(Message):
+    """Control -> scheduler: route requests for this version to these instances
+    (``(executor address, instance id)`` pairs). Serving a version that is already served
+    swaps its instances; the reply comes once the replaced instances have no batch left.
+    With ``config_only`` a served version keeps its instances and only takes ``config`` (a
+    load kept the version, with a new version policy)."""
+
+    model: str
+    version: int
+    config: bytes
+    instances: tuple[tuple[str, int], ...]
+    path: str = ""  # the model's folder (a sequence model's initial_state/ files are there)
+    config_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelKnown(Message):
+    """Control -> scheduler: ``model`` is in the repository though no version of it serves
+    (its load failed): its requests hear "has no available versions", not "is not found"."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetireVersion(Message):
+    """Control -> scheduler: accept no new requests for this version; reply once the ones in
+    flight have finished. With a ``reloading`` reason (its executor died and it is being
+    loaded again) its requests hear that, retryable, until it serves again."""
+
+    model: str
+    version: int
+    reloading: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStartupModels(Message):
+    """Supervisor -> control: load the start-up set of the control mode."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartupReport(Message):
+    """Control -> supervisor: each start-up model that failed, with why."""
+
+    failures: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorLost(Message):
+    """Executor pool -> control: an executor process died; its instances are gone."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drain(Message):
+    """Ask the scheduler to reply once no request is queued or running (shutdown)."""
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown(Message):
+    """Ask an actor or executor process to finish its work and stop."""
