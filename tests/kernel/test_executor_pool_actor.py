@@ -298,14 +298,14 @@ async def test_loads_go_to_the_cpu_executor_with_the_fewest(tmp_path: Path) -> N
     cpu0, cpu1 = cpu_executor(0), cpu_executor(1)
     async with running(tmp_path, executor_inline=False, cpu_executors=2) as harness:
         assert await harness.running_executors() == {cpu0, cpu1}
-        first, a = await harness.load("a")
-        _, b = await harness.load("b")
+        _, a = await harness.load("a")
+        second, b = await harness.load("b")
         assert (a.executor, b.executor) == (cpu0, cpu1)
         assert await harness.infer(cpu0, a.instance_ids[0], 1) == [1, 1]
         assert await harness.infer(cpu1, b.instance_ids[0], 2) == [2, 2]
-        await harness.unload(first)
+        await harness.unload(second)
         _, c = await harness.load("c")
-        assert c.executor == cpu0  # emptied by the unload
+        assert c.executor == cpu1  # emptied by the unload
         assert harness.control.lost == [] and harness.control.back == []
 
 
