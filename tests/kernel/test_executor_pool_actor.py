@@ -36,7 +36,8 @@ from inferd.kernel.addresses import (
     isolated_executor,
 )
 from inferd.kernel.backend import BackendRegistry
-from inferd.kernel.router import LinkMemory, ProcessLink, Router
+from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.testing import TESTING_BACKEND
