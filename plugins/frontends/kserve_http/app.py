@@ -12,6 +12,7 @@ anything is allocated from them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -21,6 +22,7 @@ import anyio
 
 from inferd.kernel import log_context
 from inferd.kernel.tracing import CURRENT
+from inferd.plugins.frontends.kserve_http.connection import CONNECTION
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,
     HttpRequest,
@@ -41,6 +43,7 @@ from inferd.protocols.restrictions import Restriction, http_refusal
 
 if TYPE_CHECKING:
     from inferd.kernel.dataplane import DataPlane
+    from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
 
 logger = logging.getLogger(__name__)
 # Responses smaller than this are written in one piece; larger ones part by part, so tensor
@@ -73,8 +76,22 @@ class KserveHttpApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        with log_context.request_context("HTTP", scope.get("method", "")):
-            await self._answer(scope, receive, send)
+        # Our connection (absent under another ASGI server) cancels this task if the client
+        # disconnects meanwhile: the request's work stops, nothing is sent.
+        connection: GuardedHttpProtocol | None = scope.get(CONNECTION)
+        task = asyncio.current_task()
+        if connection is not None:
+            connection.answering = task
+        try:
+            with log_context.request_context("HTTP", scope.get("method", "")):
+                await self._answer(scope, receive, send)
+        except asyncio.CancelledError:
+            if connection is None or not connection.client_gone or task is None:
+                raise
+            task.uncancel()  # the client's request was cancelled, not the server
+        finally:
+            if connection is not None:
+                connection.answering = None
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -5,8 +5,11 @@ Owns what one connection may take of the server (``HttpLimits``: the head size, 
 body and keep-alive timeouts, the time a client may leave a response unread, the connection
 cap, and which connection makes room for a new one at the cap) and one
 periodic sweep per server that enforces the deadlines, so no timer is armed per request, and
-the coalescing of a response's writes into one system call. It knows nothing of routes,
-bodies or models: the ASGI app in ``frontend`` does.
+the coalescing of a response's writes into one system call. A client that disconnects while
+its request is answered cancels the task answering it (``answering``, which the app sets
+through the scope's ``CONNECTION`` entry), so a queued inference leaves its queue: no task
+per request watches for it. It knows nothing of routes, bodies or models: the ASGI app in
+``frontend`` does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from inferd.protocols import json_bodies
 
 # The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
 MAX_HEAD_BYTES = 64 << 10
+# The scope entry that gives the app its connection (a ``GuardedHttpProtocol``).
+CONNECTION = "inferd.connection"
 
 
 class _HeadTooLarge(Exception):
@@ -147,6 +152,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # None while serving; a 400 waiting for the responses in flight; b"" once refused.
         self._refusal: bytes | None = None
         self._peer_done = False  # the client half-closed: close once in-flight work is answered
+        # The task answering the request in flight (set by the app), cancelled if the client
+        # disconnects; ``client_gone`` tells that cancellation from any other.
+        self.answering: asyncio.Task[Any] | None = None
+        self.client_gone = False
 
     # ---------------------------------------------------------------- connection
 
@@ -163,6 +172,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         super().connection_made(CoalescedTransport(transport, self.loop))  # type: ignore[arg-type]
         self._idle_since = self.loop.time()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        answering, self.answering = self.answering, None
+        if answering is not None:
+            self.client_gone = True
+            answering.cancel()
 
     def _make_room(self) -> bool:
         """Close the connection that has waited longest without a request in flight (idle or
@@ -216,6 +232,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[CONNECTION] = self
         self._in_head = True
         self._head_bytes = 0
         self._began_in_chunk = True
