@@ -1,5 +1,6 @@
 """Request cancellation end to end, as in Triton: a client that goes away (a gRPC cancel or
-deadline, an HTTP connection that breaks mid-request, a gRPC stream cancelled) takes its queued
+deadline, an HTTP connection that breaks mid-request, a gRPC stream cancelled, a native zmq
+client that stops waiting) takes its queued
 request out of the queue, so it never runs, counted as a CANCELED failure; a request already
 running is told, and a python model sees ``request.is_cancelled()`` (a decoupled one
 ``response_sender.is_cancelled()``) and stops early.
@@ -12,6 +13,7 @@ Every wait is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import re
@@ -29,6 +31,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+
+from inferd.protocols.client import AsyncClient, Client
+from inferd.protocols.errors import DeadlineExceeded
 
 InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
 ServerHandle = Any
@@ -201,3 +206,35 @@ def test_a_cancelled_grpc_stream_ends_a_decoupled_model_s_request(served: Served
         client.stop_stream(cancel_requests=True)
     wait_for(lambda: "41 cancelled" in served.record("ticker"), "is_cancelled()", served)
     wait_for(lambda: served.canceled("ticker") == 1, "the CANCELED count", served)
+
+
+def test_a_native_client_that_stops_waiting_cancels_its_request(served: Served) -> None:
+    canceled_before = served.canceled("waiter")
+
+    async def run() -> None:
+        async with AsyncClient(served.server.url, timeout=WAIT_SECS) as client:
+            held = asyncio.get_running_loop().create_task(
+                client.infer("waiter", {"TAG": np.array([[51]], np.int32)}))
+            while "51 started" not in served.record("waiter"):
+                await asyncio.sleep(0.02)
+            queued = asyncio.get_running_loop().create_task(
+                client.infer("waiter", {"TAG": np.array([[52]], np.int32)}))
+            while served.pending("waiter") != 2:
+                await asyncio.sleep(0.02)
+            queued.cancel()
+            while served.canceled("waiter") != canceled_before + 1:
+                await asyncio.sleep(0.02)
+            held.cancel()
+            for task in (held, queued):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+
+    asyncio.run(asyncio.wait_for(run(), WAIT_SECS))
+    wait_for(lambda: "51 cancelled" in served.record("waiter"), "is_cancelled()", served)
+    assert "52 started" not in served.record("waiter")
+    # The blocking client says so too when its own timeout passes.
+    with Client(served.server.url, timeout=0.5) as client:
+        with pytest.raises(DeadlineExceeded):
+            client.infer("waiter", {"TAG": np.array([[53]], np.int32)})
+    wait_for(lambda: "53 cancelled" in served.record("waiter"), "is_cancelled()", served)
+    assert served.canceled("waiter") == canceled_before + 3
