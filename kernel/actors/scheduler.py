@@ -376,13 +376,18 @@ class SchedulerActor(Actor):
         return False
 
     def _abandon_stream(self, version: Version, queued: Queued) -> None:
-        """The reader of a decoupled request's stream is gone: as ``_cancel``; its stream's
-        final response, if one still comes, records it as CANCELED."""
+        """The reader of a decoupled request's stream is gone: as ``_cancel``. One taken out
+        of the queue is counted here and its stream ends (what relays it, an ensemble's
+        stream, stops); a running one is counted as CANCELED by its final response."""
         queued.reason = "CANCELED"
         queued.failed = True
         if self._cancel(version, queued):  # no task waits for a stream: count it here
             version.statistics.record_request(
                 False, time.perf_counter_ns() - queued.enqueued_ns, 0, "CANCELED")
+            if queued.trace is not None:
+                queued.trace.stamp("REQUEST_END")
+            if queued.stream is not None:
+                queued.stream.put(None, True)
 
     # ------------------------------------------------------------------ batches: the I/O
 

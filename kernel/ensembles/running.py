@@ -146,11 +146,8 @@ class EnsembleRunner(Generic[V]):
             pin, step, step_stream, ensemble_stream, outcome, wanted, request.id))
         self._relays.add(relay)
         relay.add_done_callback(self._relays.discard)
-
-        def abandon() -> None:  # the relay's reading of the step's stream stops it too
-            relay.cancel()
-
-        ensemble_stream.on_abandon = abandon
+        # The client went away: the step's request stops, its stream ends, and so the relay.
+        ensemble_stream.on_abandon = step_stream.abandon
         return ensemble_stream
 
     async def _relay(self, pin: Pin[V], step: EnsembleStep, step_stream: ResponseStream,

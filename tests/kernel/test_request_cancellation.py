@@ -321,6 +321,7 @@ async def test_an_abandoned_decoupled_stream_leaves_the_queue_or_is_named_to_its
                 await stream.__anext__()
         assert await harness.metric("nv_inference_pending_request_count") == 1
         assert await harness.metric("nv_inference_request_failure", reason="CANCELED") == 1
+        assert await streams[1].__anext__() == (None, True)  # what relays it stops too
         assert harness.instance.told == [CancelRequests(harness.instance.asks[0], (0,))]
         harness.instance.gate.set()
         await harness.until_pending(0)
