@@ -22,7 +22,7 @@ import anyio
 
 from inferd.kernel import log_context
 from inferd.kernel.tracing import CURRENT
-from inferd.plugins.frontends.kserve_http.connection import CONNECTION
+from inferd.plugins.frontends.kserve_http.connection import CONNECTION, ClientWatch
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,
     HttpRequest,
@@ -43,7 +43,6 @@ from inferd.protocols.restrictions import Restriction, http_refusal
 
 if TYPE_CHECKING:
     from inferd.kernel.dataplane import DataPlane
-    from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
 
 logger = logging.getLogger(__name__)
 # Responses smaller than this are written in one piece; larger ones part by part, so tensor
@@ -78,28 +77,32 @@ class KserveHttpApp:
             return
         # Our connection (absent under another ASGI server) cancels this task if the client
         # disconnects meanwhile: the request's work stops, nothing is sent.
-        connection: GuardedHttpProtocol | None = scope.get(CONNECTION)
+        watch: ClientWatch | None = scope.get(CONNECTION)
         task = asyncio.current_task()
-        if connection is not None:
-            connection.answering = task
+        if watch is not None:
+            watch.answering = task
         try:
             with log_context.request_context("HTTP", scope.get("method", "")):
-                await self._answer(scope, receive, send)
+                await self._answer(scope, receive, send, watch)
         except asyncio.CancelledError:
-            if connection is None or not connection.client_gone or task is None:
+            if watch is None or not watch.gone or task is None:
                 raise
             task.uncancel()  # the client's request was cancelled, not the server
         finally:
-            if connection is not None:
-                connection.answering = None
+            if watch is not None:
+                watch.answering = None
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send,
+                      watch: ClientWatch | None) -> None:
         try:
             response = await self._respond(scope, receive)
         except _ClientGone:
             return
         except Exception as error:
             response = failed(500, f"{type(error).__name__}: {error}", error)
+        if watch is not None and response.stream is None:
+            # Its work is done: a send to a client gone fails on its own (uvicorn).
+            watch.answering = None
         trace = response.trace
         if trace is not None:
             trace.stamp("HTTP_SEND_START")
