@@ -14,7 +14,7 @@ needs it. This module owns the contract and the backend registry (an
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,9 +110,37 @@ class ModelContext:
         return self.version_dir / (self.config.default_model_filename or default_filename)
 
 
+class CancelledRequests:
+    """The positions, in the batch an instance runs, of the requests whose clients went away
+    (or timed out) meanwhile: the executor adds them from its event loop as the scheduler
+    says, a backend reads them from the instance's thread (``position in cancelled``)."""
+
+    __slots__ = ("_positions",)
+
+    def __init__(self) -> None:
+        self._positions: frozenset[int] = frozenset()
+
+    def add(self, positions: Iterable[int]) -> None:
+        self._positions = self._positions | frozenset(positions)  # one swap: thread-safe
+
+    def __contains__(self, position: object) -> bool:
+        return position in self._positions
+
+    def __bool__(self) -> bool:
+        return bool(self._positions)
+
+
+NONE_CANCELLED = CancelledRequests()  # never added to: what an instance sees outside a batch
+
+
 class Instance(abc.ABC):
     """One execution slot of a model. ``execute`` is never called concurrently on one
     instance, so an instance may keep per-call state (a session, a CUDA stream)."""
+
+    cancelled: CancelledRequests = NONE_CANCELLED
+    """Set by the executor for each batch run off its event loop: which of its requests were
+    cancelled while it runs. A backend whose framework can stop or skip work may read it
+    (the python backend's ``request.is_cancelled()``); the others run the batch whole."""
 
     phase_ns: tuple[int, int, int] | None = None
     """Set by ``execute`` when the backend can tell its phases apart: the nanoseconds the

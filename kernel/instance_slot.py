@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from inferd.kernel import log_context
-from inferd.kernel.backend import Instance
+from inferd.kernel.backend import NONE_CANCELLED, CancelledRequests, Instance
 from inferd.protocols.errors import InferdError, Internal, to_failure
 from inferd.protocols.messages import (
     BatchResult,
@@ -72,27 +72,36 @@ class InstanceSlot:
 Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int], int]
 
 
-def execute_batch(slot: InstanceSlot, batch: InferBatch) -> Outcome | BaseException:
+def execute_batch(slot: InstanceSlot, batch: InferBatch,
+                  cancelled: CancelledRequests) -> Outcome | BaseException:
     """Run ``batch`` on its instance: the results with (input, infer, output) nanoseconds, or
-    the exception the backend raised."""
+    the exception the backend raised. ``cancelled`` names the requests whose clients went
+    away, for the instance to see while it runs (``Instance.cancelled``)."""
     started = time.perf_counter_ns()
     instance = slot.instance
     instance.phase_ns = None
+    instance.cancelled = cancelled
     try:
         with log_context.bound(batch.model, batch.version):  # the model's own lines name it
             results = instance.execute(batch.requests)
     except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
         return error
+    finally:
+        instance.cancelled = NONE_CANCELLED
     total = time.perf_counter_ns() - started
     return results, instance.phase_ns or (0, total, 0), started
 
 
 def execute_stream_batch(slot: InstanceSlot, batch: StreamBatch,
-                         emit: Callable[[int, InferResponse | InferdError | None, bool], None]
-                         ) -> None:
+                         emit: Callable[[int, InferResponse | InferdError | None, bool], None],
+                         cancelled: CancelledRequests) -> None:
     """Run a decoupled model's ``batch`` on its instance; ``emit`` sends each response."""
-    with log_context.bound(batch.model, batch.version):
-        slot.instance.execute_decoupled(batch.requests, emit)
+    slot.instance.cancelled = cancelled  # a decoupled model's senders keep it past the call
+    try:
+        with log_context.bound(batch.model, batch.version):
+            slot.instance.execute_decoupled(batch.requests, emit)
+    finally:
+        slot.instance.cancelled = NONE_CANCELLED
 
 
 def batch_result(

@@ -124,11 +124,12 @@ class Router:
             if expiry is not None:
                 expiry.cancel()
 
-    def ask_then(self, dst: str, body: Message, on_reply: OnReply) -> None:
+    def ask_then(self, dst: str, body: Message, on_reply: OnReply) -> int:
         """Send ``body`` to ``dst`` and call ``on_reply`` with its reply, or with the error it
         replied with or ``ActorGone``/``ExecutorCrashed``, on the event loop: an ask that
         needs no task to wait in. ``on_reply`` may run before this returns (a local actor
-        that answers at once) and must not raise."""
+        that answers at once) and must not raise. Returns the ask's id (what a later message
+        about it names)."""
         msg_id = next(self._ids)
         self._pending[msg_id] = _PendingAsk(dst, None, on_reply)
         try:
@@ -137,6 +138,7 @@ class Router:
             pending = self._pending.pop(msg_id, None)
             if pending is not None:
                 on_reply(self._as_error(error, body))
+        return msg_id
 
     def _cancel(self, dst: str, msg_id: int) -> None:
         """Tell ``dst`` that ask ``msg_id`` is abandoned (``Cancel``), quietly: an actor that

@@ -6,7 +6,9 @@ with its last response or with a final flag alone. ``ResponseStream`` gives a fr
 the same way: ``async for result, final in stream``, each ``result`` an ``InferResponse``,
 an ``InferdError`` (that response failed; a decoupled model may go on), or ``None`` (the
 final flag alone), the last with ``final`` true. It lives in the main process only (the
-scheduler hands it to a frontend's task); nothing here crosses a process.
+scheduler hands it to a frontend's task); nothing here crosses a process. A reader cancelled
+while it waits for the next response (its client went away) abandons the stream: the
+scheduler hears it through ``on_abandon`` and stops the request's work.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class ResponseStream:
         self._parts: asyncio.Queue[tuple[StreamResult, bool]] = asyncio.Queue()
         self._done = False
         self._map: Callable[[InferResponse], InferResponse] | None = None
+        # Called once when the reader gives up before the final response.
+        self.on_abandon: Callable[[], None] | None = None
 
     def map_responses(self, change: Callable[[InferResponse], InferResponse]) -> None:
         """Hand out each response through ``change``; an error it raises becomes that
@@ -51,7 +55,11 @@ class ResponseStream:
                 return self._mapped(await single), True
             except InferdError as error:
                 return error, True
-        result, final = await self._parts.get()
+        try:
+            result, final = await self._parts.get()
+        except asyncio.CancelledError:
+            self.abandon()
+            raise
         self._done = final
         if isinstance(result, InferResponse):
             try:
@@ -59,6 +67,12 @@ class ResponseStream:
             except InferdError as error:
                 result = error
         return result, final
+
+    def abandon(self) -> None:
+        """The reader will read no more: the work still owed it may stop."""
+        on_abandon, self.on_abandon = self.on_abandon, None
+        if on_abandon is not None and not self._done:
+            on_abandon()
 
     def _mapped(self, response: InferResponse) -> InferResponse:
         return response if self._map is None else self._map(response)

@@ -32,6 +32,7 @@ from inferd.protocols import wire
 from inferd.protocols.client_calls import Call, InferResult, Inputs, client_id, reply_of
 from inferd.protocols.errors import ActorGone, DeadlineExceeded, InferdError
 from inferd.protocols.messages import (
+    Cancel,
     CatalogEntry,
     Envelope,
     IndexEntry,
@@ -195,9 +196,13 @@ class AsyncClient:
                 await socket.send_multipart([b"", *frames], copy=False)
             return await asyncio.wait_for(reply, max(0.0, deadline - time.time()))
         except TimeoutError:
+            _send_cancel(socket, self.id, next(self._message_ids), msg_id)
             raise DeadlineExceeded(
                 f"no reply from {self.url} within {self.timeout} s to a {body.kind()}"
             ) from None
+        except asyncio.CancelledError:
+            _send_cancel(socket, self.id, next(self._message_ids), msg_id)
+            raise
         finally:
             self._pending.pop(msg_id, None)
 
@@ -339,6 +344,24 @@ class Client:
                 reply = reply_of(self._socket.recv_multipart(copy=False))
                 if reply is not None and reply[0] == msg_id:
                     return reply[1]
+            _send_cancel(self._socket, self.id, next(self._message_ids), msg_id)
             raise DeadlineExceeded(
                 f"no reply from {self.url} within {self.timeout} s to a {body.kind()}"
             )
+
+
+def _send_cancel(socket: zmq.Socket[Any], source: str, msg_id: int, abandoned: int) -> None:
+    """Tell the server that the request ``abandoned`` is no longer waited for (``Cancel``):
+    it stops its work. Best effort, never blocking: a server that does not hear it answers a
+    request nobody reads."""
+    frames = wire.encode(Envelope(msg_id=msg_id, src=source, dst=SERVER,
+                                  body=Cancel(abandoned)))
+    with contextlib.suppress(zmq.ZMQError):
+        sent = socket.send_multipart([b"", *frames], flags=zmq.NOBLOCK, copy=False)
+        if isinstance(sent, asyncio.Future):  # an asyncio socket's: its error is not ours
+            sent.add_done_callback(_ignore_outcome)
+
+
+def _ignore_outcome(sent: asyncio.Future[Any]) -> None:
+    if not sent.cancelled():
+        sent.exception()

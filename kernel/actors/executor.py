@@ -32,7 +32,15 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
 from inferd.kernel.addresses import SCHEDULER
-from inferd.kernel.backend import Backend, BackendRegistry, Instance, Model, ModelContext
+from inferd.kernel.backend import (
+    NONE_CANCELLED,
+    Backend,
+    BackendRegistry,
+    CancelledRequests,
+    Instance,
+    Model,
+    ModelContext,
+)
 from inferd.kernel.instance_slot import (
     InstanceSlot,
     Outcome,
@@ -57,6 +65,7 @@ from inferd.protocols.messages import (
     Ack,
     ApplyLogSettings,
     BatchResult,
+    CancelRequests,
     Envelope,
     Failure,
     InferBatch,
@@ -100,6 +109,9 @@ class ExecutorActor(Actor):
         # BLS streams waiting for their responses, by token (queues read by instance threads).
         self._bls_streams: dict[
             int, queue.Queue[tuple[InferResponse | InferdError | None, bool]]] = {}
+        # The batches run off the loop, by (sender, ask id): which of their requests the
+        # scheduler said were cancelled (CancelRequests), for their instance to see.
+        self._cancelled: dict[tuple[str, int], CancelledRequests] = {}
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
@@ -287,25 +299,46 @@ class ExecutorActor(Actor):
 
     def accept(self, envelope: Envelope) -> None:
         """A batch for an instance that runs on the loop is run right here, its reply sent
-        before the next message is read: no task, no hand-off. Everything else, as any actor."""
+        before the next message is read: no task, no hand-off. A batch run off the loop gets
+        its cancellation record, which ``CancelRequests`` fills while it runs. Everything
+        else, as any actor."""
         batch = envelope.body
         if type(batch) is InferBatch:
             slot = self._instances.get(batch.instance)
             if slot is not None and slot.runs_inline():
-                outcome = execute_batch(slot, batch)
+                outcome = execute_batch(slot, batch, NONE_CANCELLED)
                 self.router.reply(envelope, batch_result(batch, slot, outcome))
                 return
+            self._cancelled[(envelope.src, envelope.msg_id)] = CancelledRequests()
+        elif type(batch) is StreamBatch:  # known before its task first runs
+            self._cancelled[(envelope.src, envelope.msg_id)] = CancelledRequests()
+        elif type(batch) is CancelRequests:
+            cancelled = self._cancelled.get((envelope.src, batch.batch))
+            if cancelled is not None:
+                cancelled.add(batch.positions)
+            return
         super().accept(envelope)
+
+    def _cancellation(self, key: tuple[str, int]) -> CancelledRequests:
+        """The cancellation record of the batch ``key`` names (``accept`` made it)."""
+        cancelled = self._cancelled.get(key)
+        if cancelled is None:  # a batch handed to the handler directly, as in tests
+            cancelled = self._cancelled[key] = CancelledRequests()
+        return cancelled
 
     async def on_stream_batch(self, batch: StreamBatch, envelope: Envelope) -> BatchResult:
         """A decoupled model's batch: each response goes to the scheduler as it is sent (from
         the instance's thread, or later from any thread), in order; the reply says the
         instance is free."""
+        key = (envelope.src, envelope.msg_id)
+        cancelled = self._cancellation(key)
         slot = self._instances.get(batch.instance)
         if slot is None:
+            self._cancelled.pop(key, None)
             raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
         loop = asyncio.get_running_loop()
         finished: set[int] = set()
+        returned = False
 
         def emit(index: int, result: InferResponse | InferdError | None, final: bool) -> None:
             if final:
@@ -314,29 +347,39 @@ class ExecutorActor(Actor):
             parts = StreamParts((batch.tokens[index],), (reply,), (final,))
             try:
                 loop.call_soon_threadsafe(self.router.tell, SCHEDULER, parts)
+                if returned and len(finished) == len(batch.requests):
+                    loop.call_soon_threadsafe(self._cancelled.pop, key, None)
             except RuntimeError:  # the loop is closed: the executor is going
                 pass
 
         started = time.perf_counter_ns()
         try:
-            await slot.run(lambda: execute_stream_batch(slot, batch, emit))
+            await slot.run(lambda: execute_stream_batch(slot, batch, emit, cancelled))
         except Exception as error:  # noqa: BLE001 - a backend bug fails the batch's requests
             log.error("instance %d of %s failed", batch.instance, batch.model, exc_info=error)
             failure = Internal(f"{type(error).__name__}: {error}")
             for index in range(len(batch.requests)):
                 if index not in finished:
                     emit(index, failure, True)
+        returned = True
+        if len(finished) == len(batch.requests):  # else its senders may still be asked
+            self._cancelled.pop(key, None)
         elapsed = time.perf_counter_ns() - started
         slot.observe(elapsed)
         return BatchResult((), (0, elapsed, 0))
 
     async def on_infer_batch(self, batch: InferBatch, envelope: Envelope) -> BatchResult:
+        key = (envelope.src, envelope.msg_id)
+        cancelled = self._cancellation(key)
         slot = self._instances.get(batch.instance)
         if slot is None:
+            self._cancelled.pop(key, None)
             raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
         try:
             outcome: Outcome | BaseException = await slot.run(
-                lambda: execute_batch(slot, batch))
+                lambda: execute_batch(slot, batch, cancelled))
         except Exception as error:  # noqa: BLE001 - execute_batch catches what execute raises
             outcome = error
+        finally:
+            self._cancelled.pop(key, None)
         return batch_result(batch, slot, outcome)

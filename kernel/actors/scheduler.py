@@ -13,8 +13,11 @@ each step through the composing model's own queue here (steps batch with other t
 sequence model's requests go through its ``SequenceBatcher`` (one batch per instance at a
 time); a decoupled model's are answered through a ``ResponseStream``, its instance sending
 each response as ``StreamParts`` under the request's token (``DecoupledRequests``). A hit of
-the response cache is answered before any queue. It never loads models and never touches the
-repository.
+the response cache is answered before any queue. A request whose asker goes away (its task
+cancelled, or ``Cancel`` for its ask, or the reader of its stream gone) leaves its queue at
+once, counted as a CANCELED failure; one already in a batch is named to its executor
+(``CancelRequests``: the backend may stop it) and its result dropped. It never loads models
+and never touches the repository.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from inferd.kernel.response_cache import CacheScope, ResponseCache, scope_for
 from inferd.kernel.router import Router
 from inferd.kernel.scheduling.decoupled import DecoupledRequests
 from inferd.kernel.scheduling.progress import Progress
-from inferd.kernel.scheduling.requests import Queued, Slot, failure_reason
+from inferd.kernel.scheduling.requests import Queued, SentBatch, Slot, failure_reason
 from inferd.kernel.scheduling.routing import RoutingTable
 from inferd.kernel.scheduling.samples import version_samples
 from inferd.kernel.scheduling.version import Version, sequences_of
@@ -54,6 +57,7 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Ack,
+    CancelRequests,
     Drain,
     Envelope,
     HealthStatus,
@@ -85,6 +89,8 @@ class SchedulerActor(Actor):
     address = SCHEDULER
     # A frontend's request runs in its own task (Router.call).
     DIRECT = (InferRequest, StreamInferRequest)
+    # An asker elsewhere (BLS from an executor) that stops waiting cancels its request.
+    CANCELLABLE = (InferRequest,)
 
     def __init__(self, router: Router, cache: ResponseCache | None = None,
                  metrics: MetricsConfig | None = None) -> None:
@@ -260,7 +266,9 @@ class SchedulerActor(Actor):
         trace = CURRENT.get()
         if trace is not None:
             trace.request_started(version.model, version.version, request, arrived_ns)
-        self._queue(version, request, arrived_ns, stream).trace = trace
+        queued = self._queue(version, request, arrived_ns, stream)
+        queued.trace = trace
+        stream.on_abandon = partial(self._abandon_stream, version, queued)
         return stream
 
     async def on_remote_stream_request(self, message: RemoteStreamRequest,
@@ -313,6 +321,7 @@ class SchedulerActor(Actor):
             try:
                 await queued.done.wait()
             except anyio.get_cancelled_exc_class():
+                self._cancel(version, queued)
                 version.statistics.record_request(
                     False, time.perf_counter_ns() - arrived_ns, 0, "CANCELED")
                 raise
@@ -349,6 +358,37 @@ class SchedulerActor(Actor):
         await cache.store(lookup, queued.result, version.statistics)
         return queued
 
+    # ------------------------------------------------------------------ cancellation
+
+    def _cancel(self, version: Version, queued: Queued) -> bool:
+        """``queued``'s client went away: it leaves the queue if it waits there (True), else
+        the executor running its batch is told (the batch completes for the others, and
+        nobody reads this one's result)."""
+        if version.withdraw(queued):
+            self._pump(version)  # what waited behind it, or a sequence, may go on now
+            return True
+        sent = queued.sent
+        if sent is not None and not queued.done.is_set():
+            try:
+                self.router.tell(sent.executor, CancelRequests(sent.ask, sent.positions(queued)))
+            except Exception:  # noqa: BLE001 - a gone executor answers the batch itself
+                pass
+        return False
+
+    def _abandon_stream(self, version: Version, queued: Queued) -> None:
+        """The reader of a decoupled request's stream is gone: as ``_cancel``. One taken out
+        of the queue is counted here and its stream ends (what relays it, an ensemble's
+        stream, stops); a running one is counted as CANCELED by its final response."""
+        queued.reason = "CANCELED"
+        queued.failed = True
+        if self._cancel(version, queued):  # no task waits for a stream: count it here
+            version.statistics.record_request(
+                False, time.perf_counter_ns() - queued.enqueued_ns, 0, "CANCELED")
+            if queued.trace is not None:
+                queued.trace.stamp("REQUEST_END")
+            if queued.stream is not None:
+                queued.stream.put(None, True)
+
     # ------------------------------------------------------------------ batches: the I/O
 
     def _pump(self, version: Version) -> None:
@@ -366,16 +406,20 @@ class SchedulerActor(Actor):
         """Send ``batch`` to ``slot``'s instance; the reply is handed back with no task
         waiting for it (a request's task waits only for its own result)."""
         requests = tuple(q.request for q in batch)
+        sent = SentBatch(slot.executor, batch)
+        for queued in batch:
+            queued.sent = sent
         if version.decoupled:
             tokens = self._streams.open(version, slot, batch)
             stream_batch = StreamBatch(version.model, version.version, slot.instance, requests,
                                        tokens)
-            self.router.ask_then(slot.executor, stream_batch,
-                                 partial(self._finish_stream_batch, version, slot, batch, tokens))
+            sent.ask = self.router.ask_then(
+                slot.executor, stream_batch,
+                partial(self._finish_stream_batch, version, slot, batch, tokens))
             return
         message = InferBatch(version.model, version.version, slot.instance, requests)
-        self.router.ask_then(slot.executor, message,
-                             partial(self._finish_batch, version, slot, batch))
+        sent.ask = self.router.ask_then(slot.executor, message,
+                                        partial(self._finish_batch, version, slot, batch))
 
     def _finish_batch(self, version: Version, slot: Slot, batch: list[Queued],
                       reply: Message | InferdError) -> None:
@@ -390,8 +434,12 @@ class SchedulerActor(Actor):
     def _start_sequence_batch(self, version: Version, slot: Slot,
                               batch: SequenceBatch[Queued], real: list[Queued]) -> None:
         message = InferBatch(version.model, version.version, slot.instance, batch.requests)
-        self.router.ask_then(slot.executor, message,
-                             partial(self._finish_sequence_batch, version, slot, batch, real))
+        sent = SentBatch(slot.executor, [entry.item for entry in batch.entries])
+        for queued in real:
+            queued.sent = sent
+        sent.ask = self.router.ask_then(
+            slot.executor, message,
+            partial(self._finish_sequence_batch, version, slot, batch, real))
 
     def _finish_sequence_batch(self, version: Version, slot: Slot,
                                batch: SequenceBatch[Queued], real: list[Queued],

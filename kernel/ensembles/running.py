@@ -146,6 +146,8 @@ class EnsembleRunner(Generic[V]):
             pin, step, step_stream, ensemble_stream, outcome, wanted, request.id))
         self._relays.add(relay)
         relay.add_done_callback(self._relays.discard)
+        # The client went away: the step's request stops, its stream ends, and so the relay.
+        ensemble_stream.on_abandon = step_stream.abandon
         return ensemble_stream
 
     async def _relay(self, pin: Pin[V], step: EnsembleStep, step_stream: ResponseStream,
@@ -218,27 +220,34 @@ class EnsembleRunner(Generic[V]):
             flow.finished(step)
 
         ready = flow.take_ready()
-        while ready or running:
-            if len(ready) == 1 and not running:
-                # A step with nothing beside it runs in this task: a chain spawns no task.
-                step = ready[0]
-                try:
-                    outcome = await self._run_step(pin, step, request, tensors, flow, deferred)
-                except Exception as error:  # noqa: BLE001 - a failed step fails the request
-                    settle(step, None, error)
+        try:
+            while ready or running:
+                if len(ready) == 1 and not running:
+                    # A step with nothing beside it runs in this task: a chain spawns no task.
+                    step = ready[0]
+                    try:
+                        outcome = await self._run_step(pin, step, request, tensors, flow, deferred)
+                    except Exception as error:  # noqa: BLE001 - a failed step fails the request
+                        settle(step, None, error)
+                    else:
+                        settle(step, outcome, None)
                 else:
-                    settle(step, outcome, None)
-            else:
-                for step in ready:
-                    coroutine = self._run_step(pin, step, request, tensors, flow, deferred)
-                    running[asyncio.get_running_loop().create_task(coroutine)] = step
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    failed = task.exception()
-                    settle(running.pop(task), None if failed else task.result(), failed)
-            # After a failure no step starts; the running ones finish (their batches hold
-            # other requests too) and their results are collected.
-            ready = [] if failures else flow.take_ready()
+                    for step in ready:
+                        coroutine = self._run_step(pin, step, request, tensors, flow, deferred)
+                        running[asyncio.get_running_loop().create_task(coroutine)] = step
+                    done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        failed = task.exception()
+                        settle(running.pop(task), None if failed else task.result(), failed)
+                # After a failure no step starts; the running ones finish (their batches hold
+                # other requests too) and their results are collected.
+                ready = [] if failures else flow.take_ready()
+        except asyncio.CancelledError:  # its client went away: no further step starts
+            for task in running:
+                task.cancel()
+            version.statistics.record_request(
+                False, time.perf_counter_ns() - arrived_ns, 0, "CANCELED")
+            raise
         total_ns = time.perf_counter_ns() - arrived_ns
         if failures:
             version.statistics.record_request(False, total_ns, 0)

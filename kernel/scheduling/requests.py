@@ -1,9 +1,11 @@
-"""What the scheduler keeps of one request on its way through a version's queue (``Queued``)
-and of one instance it may send batches to (``Slot``), and how a request gets its answer."""
+"""What the scheduler keeps of one request on its way through a version's queue (``Queued``),
+of one instance it may send batches to (``Slot``) and of a batch sent there (``SentBatch``),
+and how a request gets its answer."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferd.kernel.streams import ResponseStream
@@ -40,6 +42,21 @@ class Queued:
     executor: str = ""  # where a decoupled request runs (its stream ends if that one restarts)
     trace: Trace | None = None  # a traced decoupled request (its stream ends the request)
     reason: str = ""  # why it failed, when the scheduler knows better than failure_reason()
+    sent: SentBatch | None = None  # the batch it went to an instance in
+
+
+@dataclass(eq=False, slots=True)
+class SentBatch:
+    """A batch at an executor: what a cancelled request's ``CancelRequests`` names (the ask
+    and the request's position in the batch; ``None`` stands for a sequence batch's null
+    request)."""
+
+    executor: str
+    items: Sequence[Queued | None]
+    ask: int = 0
+
+    def positions(self, queued: Queued) -> tuple[int, ...]:
+        return tuple(index for index, item in enumerate(self.items) if item is queued)
 
 
 def failure_reason(queued: Queued) -> str:

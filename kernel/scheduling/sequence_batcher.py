@@ -298,7 +298,7 @@ class SequenceBatcher(Generic[ItemT]):
                         sequence.state[state_outputs[tensor.name]] = tensor.data
                 kept = tuple(t for t in result.outputs if t.name not in state_outputs)
                 result = replace(result, outputs=kept)
-            if entry.end:
+            if sequence.closed and not sequence.queue:  # its END ran (or was cancelled)
                 self._release(sequence)
             answers.append((entry.item, result))
         return answers
@@ -317,6 +317,19 @@ class SequenceBatcher(Generic[ItemT]):
             waiting = self._backlog.popleft()
             waiting.slot = (instance, slot)
             self._slots[instance][slot] = waiting
+
+    def withdraw(self, item: ItemT) -> bool:
+        """Take the queued request ``item`` out of its sequence (its client went away); False
+        when it is not queued. The sequence goes on without it; one whose END it was is
+        released once nothing of it is queued or running."""
+        for sequence in self._all():
+            for waiting in sequence.queue:
+                if waiting.item is item:
+                    sequence.queue.remove(waiting)
+                    if sequence.closed and not sequence.queue and not sequence.running:
+                        self._release(sequence)
+                    return True
+        return False
 
     def expire(self, now_ns: int) -> None:
         """Release every sequence idle past ``max_sequence_idle_microseconds`` with nothing

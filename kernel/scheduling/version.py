@@ -168,6 +168,18 @@ class Version:
             raise Unavailable(queue_full_message(request.id))
         return queued
 
+    def withdraw(self, queued: Queued) -> bool:
+        """Take ``queued`` out of the queue (or its sequence's) because its client went away;
+        False when it is not waiting there (it is at an instance, or answered). A request that
+        never reached an instance takes no place in the response order."""
+        if self.sequences is not None:
+            withdrawn = self.sequences.withdraw(queued)
+        else:
+            withdrawn = self.queue.remove(queued)
+        if withdrawn and self.progress.waiting:
+            self.progress.notify()
+        return withdrawn
+
     def drain(self, error: InferdError) -> None:
         """Answer every request still waiting with ``error`` (shutdown)."""
         left = self.queue.drain()

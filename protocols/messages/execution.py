@@ -107,6 +107,17 @@ class StreamBatch(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class CancelRequests(Message):
+    """Scheduler -> executor: the clients of some requests of a batch it sent (``InferBatch``
+    or ``StreamBatch``, named by that ask's ``msg_id``) went away; ``positions`` are their
+    indices in the batch. The batch still runs; a backend that can tell its model (the python
+    backend's ``request.is_cancelled()``) does. Never answered."""
+
+    batch: int
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StreamParts(Message):
     """Executor -> scheduler: responses of decoupled requests. Part ``i`` belongs to the
     request of ``tokens[i]``: a response, a ``Failure``, or ``None`` (a final flag alone);

@@ -320,6 +320,9 @@ class PythonInstance(Instance):
                 pb_utils.InferenceRequest.from_inferd(request, model.output_names)
                 for request in requests
             ]
+            cancelled = self.cancelled
+            for index, pb_request in enumerate(pb_requests):
+                pb_request.watch_cancellation(partial(cancelled.__contains__, index))
             prepared = time.perf_counter_ns()
             with scope.bound(self._scope):
                 returned = self._triton_model.execute(pb_requests)
@@ -341,9 +344,13 @@ class PythonInstance(Instance):
         model = self._model
         senders = []
         pb_requests = []
+        cancelled = self.cancelled
         for index, request in enumerate(requests):
             pb_request = pb_utils.InferenceRequest.from_inferd(request, model.output_names)
-            sender = pb_utils.InferenceResponseSender(partial(self._send, emit, index, request))
+            is_cancelled = partial(cancelled.__contains__, index)
+            pb_request.watch_cancellation(is_cancelled)
+            sender = pb_utils.InferenceResponseSender(
+                partial(self._send, emit, index, request), is_cancelled)
             pb_request.attach_response_sender(sender)
             senders.append(sender)
             pb_requests.append(pb_request)

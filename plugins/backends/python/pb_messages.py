@@ -99,8 +99,10 @@ class InferenceResponseSender:
     responses, any number, from any thread, the last with
     ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (with a response, or alone)."""
 
-    def __init__(self, deliver: Callable[[InferenceResponse | None, bool], None]) -> None:
+    def __init__(self, deliver: Callable[[InferenceResponse | None, bool], None],
+                 cancelled: Callable[[], bool] = lambda: False) -> None:
         self._deliver = deliver
+        self._cancelled = cancelled
         self._lock = threading.Lock()
         self._closed = False
 
@@ -120,7 +122,9 @@ class InferenceResponseSender:
             self._deliver(response, final)
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the request's client went away: the model may stop and send the final
+        flag."""
+        return self._cancelled()
 
     def close(self) -> bool:
         """Close the sender if it is open (the backend ends the request); whether it was."""
@@ -165,6 +169,7 @@ class InferenceRequest:
         self._timeout = int(timeout)
         self._parameters = _checked_parameters(parameters)
         self._response_sender: InferenceResponseSender | None = None
+        self._cancelled: Callable[[], bool] | None = None
 
     @classmethod
     def from_inferd(cls, request: InferRequest, output_names: Sequence[str]) -> InferenceRequest:
@@ -225,7 +230,13 @@ class InferenceRequest:
         return _Trace()
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client of a request ``execute`` received went away (disconnected,
+        cancelled, or past its deadline) while it runs: the model may stop early."""
+        return self._cancelled is not None and self._cancelled()
+
+    def watch_cancellation(self, cancelled: Callable[[], bool]) -> None:
+        """Where ``is_cancelled`` looks; the backend sets it."""
+        self._cancelled = cancelled
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._response_sender is None:

@@ -12,6 +12,7 @@ anything is allocated from them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -21,6 +22,7 @@ import anyio
 
 from inferd.kernel import log_context
 from inferd.kernel.tracing import CURRENT
+from inferd.plugins.frontends.kserve_http.connection import CONNECTION, ClientWatch
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,
     HttpRequest,
@@ -73,16 +75,34 @@ class KserveHttpApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        with log_context.request_context("HTTP", scope.get("method", "")):
-            await self._answer(scope, receive, send)
+        # Our connection (absent under another ASGI server) cancels this task if the client
+        # disconnects meanwhile: the request's work stops, nothing is sent.
+        watch: ClientWatch | None = scope.get(CONNECTION)
+        task = asyncio.current_task()
+        if watch is not None:
+            watch.answering = task
+        try:
+            with log_context.request_context("HTTP", scope.get("method", "")):
+                await self._answer(scope, receive, send, watch)
+        except asyncio.CancelledError:
+            if watch is None or not watch.gone or task is None:
+                raise
+            task.uncancel()  # the client's request was cancelled, not the server
+        finally:
+            if watch is not None:
+                watch.answering = None
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send,
+                      watch: ClientWatch | None) -> None:
         try:
             response = await self._respond(scope, receive)
         except _ClientGone:
             return
         except Exception as error:
             response = failed(500, f"{type(error).__name__}: {error}", error)
+        if watch is not None and response.stream is None:
+            # Its work is done: a send to a client gone fails on its own (uvicorn).
+            watch.answering = None
         trace = response.trace
         if trace is not None:
             trace.stamp("HTTP_SEND_START")

@@ -5,8 +5,11 @@ Owns what one connection may take of the server (``HttpLimits``: the head size, 
 body and keep-alive timeouts, the time a client may leave a response unread, the connection
 cap, and which connection makes room for a new one at the cap) and one
 periodic sweep per server that enforces the deadlines, so no timer is armed per request, and
-the coalescing of a response's writes into one system call. It knows nothing of routes,
-bodies or models: the ASGI app in ``frontend`` does.
+the coalescing of a response's writes into one system call. A client that disconnects while
+its request is answered cancels the task answering it (``ClientWatch.answering``, which the
+app sets through the scope's ``CONNECTION`` entry), so a queued inference leaves its queue:
+no task per request watches for it. It knows nothing of routes, bodies or models: the ASGI app in
+``frontend`` does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,21 @@ from inferd.protocols import json_bodies
 
 # The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
 MAX_HEAD_BYTES = 64 << 10
+# The scope entry that gives the app its connection's ``ClientWatch``.
+CONNECTION = "inferd.connection"
+
+
+class ClientWatch:
+    """What the app and its connection share about the request in flight: the task answering
+    it (set by the app), cancelled by the connection if the client goes; ``gone`` tells that
+    cancellation from any other. It holds no reference to the connection, so a scope that
+    holds it makes no reference cycle (the connection would then outlive its requests)."""
+
+    __slots__ = ("answering", "gone")
+
+    def __init__(self) -> None:
+        self.answering: asyncio.Task[Any] | None = None
+        self.gone = False
 
 
 class _HeadTooLarge(Exception):
@@ -147,6 +165,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # None while serving; a 400 waiting for the responses in flight; b"" once refused.
         self._refusal: bytes | None = None
         self._peer_done = False  # the client half-closed: close once in-flight work is answered
+        self.watch = ClientWatch()
 
     # ---------------------------------------------------------------- connection
 
@@ -163,6 +182,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         super().connection_made(CoalescedTransport(transport, self.loop))  # type: ignore[arg-type]
         self._idle_since = self.loop.time()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        watch = self.watch
+        answering, watch.answering = watch.answering, None
+        if answering is not None:
+            watch.gone = True
+            answering.cancel()
 
     def _make_room(self) -> bool:
         """Close the connection that has waited longest without a request in flight (idle or
@@ -216,6 +243,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[CONNECTION] = self.watch
         self._in_head = True
         self._head_bytes = 0
         self._began_in_chunk = True

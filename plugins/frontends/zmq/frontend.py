@@ -1,7 +1,9 @@
 """The native ZeroMQ frontend: a ROUTER socket speaking inferd's kernel wire format.
 
 Owns the socket, its framing (``[client routing id, b"", *wire frames]``), one task per
-request, and the single place where this protocol turns exceptions into ``Failure`` replies
+request (kept by the client's routing id and message id, so a client's ``Cancel`` naming
+that message stops it: the request leaves its queue, and no reply is sent), and the single
+place where this protocol turns exceptions into ``Failure`` replies
 (each logged once: ``inferd.kernel.request_log``).
 It decides nothing about models or inference: each request goes to the data plane as it
 arrived and the data plane's reply goes back unchanged. It must never let one request (a
@@ -41,6 +43,7 @@ from inferd.protocols.errors import (
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 from inferd.kernel.loop_socket import LoopSocket
 from inferd.protocols.messages import (
+    Cancel,
     Envelope,
     Failure,
     HealthRequest,
@@ -99,6 +102,9 @@ class ZmqFrontend(Frontend):
         self._message_ids = itertools.count(1)
         self._socket: LoopSocket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # The task answering each request, by (client routing id, message id): what a
+        # client's Cancel names.
+        self._answering: dict[tuple[bytes, int], asyncio.Task[Any]] = {}
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
@@ -180,7 +186,19 @@ class ZmqFrontend(Frontend):
             failure = _failure(InvalidArgument(f"malformed request: {error}"))
             await self._send(routing_id, self._encode_reply(None, failure))
             return
-        body = await self._reply_body(request)
+        if type(request.body) is Cancel:  # the client gave up: never answered
+            answering = self._answering.get((routing_id, request.body.msg_id))
+            if answering is not None:
+                answering.cancel()
+            return
+        key = (routing_id, request.msg_id)
+        task = asyncio.current_task()
+        if task is not None:
+            self._answering[key] = task
+        try:
+            body = await self._reply_body(request)
+        finally:
+            self._answering.pop(key, None)
         await self._send(routing_id, self._encode_reply(request, body))
 
     async def _reply_body(self, request: Envelope) -> Message:
