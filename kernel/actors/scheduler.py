@@ -2,9 +2,10 @@
 
 It owns the routing table (``RoutingTable``: per model, the versions served, each a
 ``Version`` with its request queue, its instances as control reported them (executor address
-and instance id), its batching and its statistics) and does their I/O: it sends the batches a
-version's ``pump`` forms to the executors, hands the replies back and keeps the timers a queue
-asks for; the queue logic itself is sans-IO (``inferd.kernel.scheduling``). A request is
+and instance id), its batching and its statistics) and does their I/O through the
+``BatchDispatch`` it owns (``scheduler_dispatch``): the batches a version's ``pump`` forms go
+to the executors, their replies come back, and the timers a queue asks for are kept; the queue
+logic itself is sans-IO (``inferd.kernel.scheduling``). A request is
 resolved to a version (the highest served one when none is given), checked, queued and sent
 in a batch to a free instance. Control tells it which versions to serve (``ServeVersion``,
 which also swaps instances on reload) and which to retire (``RetireVersion``, answered once
@@ -30,6 +31,7 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
+from inferd.kernel.actors.scheduler_dispatch import BatchDispatch
 from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.classification import read_labels
 from inferd.kernel.ensembles.running import EnsembleRunner
@@ -41,11 +43,10 @@ from inferd.kernel.response_cache import CacheScope, ResponseCache, scope_for
 from inferd.kernel.router import Router
 from inferd.kernel.scheduling.decoupled import DecoupledRequests
 from inferd.kernel.scheduling.progress import Progress
-from inferd.kernel.scheduling.requests import Queued, SentBatch, Slot, failure_reason
+from inferd.kernel.scheduling.requests import Queued, Slot, failure_reason
 from inferd.kernel.scheduling.routing import RoutingTable
 from inferd.kernel.scheduling.samples import version_samples
 from inferd.kernel.scheduling.version import Version, sequences_of
-from inferd.kernel.scheduling.sequence_batcher import SequenceBatch
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
 from inferd.protocols.errors import (
@@ -57,14 +58,11 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Ack,
-    CancelRequests,
     Drain,
     Envelope,
     HealthStatus,
-    InferBatch,
     InferRequest,
     InferResponse,
-    Message,
     Metrics,
     MetricsRequest,
     ModelConfigReply,
@@ -78,7 +76,6 @@ from inferd.protocols.messages import (
     ServeVersion,
     Statistics,
     StatisticsRequest,
-    StreamBatch,
     StreamInferRequest,
     StreamParts,
 )
@@ -105,7 +102,9 @@ class SchedulerActor(Actor):
         # Woken whenever a version's queue, batches or pins change: what waits for work to
         # finish (reload, retire, drain) waits on it, never in a sleep loop.
         self._progress = Progress()
-        self._send, self._send_sequence = self._start_batch, self._start_sequence_batch
+        batches = BatchDispatch(router, self._streams, self.spawn)
+        self._pump, self._cancel = batches.pump, batches.cancel  # bound once: the hot path
+        self._abandon_stream = batches.abandon_stream
 
     # ------------------------------------------------------------------ routing table
 
@@ -357,92 +356,3 @@ class SchedulerActor(Actor):
         queued = await self._infer_on(version, request, arrived_ns, cached=False)
         await cache.store(lookup, queued.result, version.statistics)
         return queued
-
-    # ------------------------------------------------------------------ cancellation
-
-    def _cancel(self, version: Version, queued: Queued) -> bool:
-        """``queued``'s client went away: it leaves the queue if it waits there (True), else
-        the executor running its batch is told (the batch completes for the others, and
-        nobody reads this one's result)."""
-        if version.withdraw(queued):
-            self._pump(version)  # what waited behind it, or a sequence, may go on now
-            return True
-        sent = queued.sent
-        if sent is not None and not queued.done.is_set():
-            try:
-                self.router.tell(sent.executor, CancelRequests(sent.ask, sent.positions(queued)))
-            except Exception:  # noqa: BLE001 - a gone executor answers the batch itself
-                pass
-        return False
-
-    def _abandon_stream(self, version: Version, queued: Queued) -> None:
-        """The reader of a decoupled request's stream is gone: as ``_cancel``. One taken out
-        of the queue is counted here and its stream ends (what relays it, an ensemble's
-        stream, stops); a running one is counted as CANCELED by its final response."""
-        queued.reason = "CANCELED"
-        queued.failed = True
-        if self._cancel(version, queued):  # no task waits for a stream: count it here
-            version.statistics.record_request(
-                False, time.perf_counter_ns() - queued.enqueued_ns, 0, "CANCELED")
-            if queued.trace is not None:
-                queued.trace.stamp("REQUEST_END")
-            if queued.stream is not None:
-                queued.stream.put(None, True)
-
-    # ------------------------------------------------------------------ batches: the I/O
-
-    def _pump(self, version: Version) -> None:
-        """Start what ``version`` can start now, and set the timer it asks for."""
-        wake_ns = version.pump(self._send, self._send_sequence)
-        if wake_ns is not None and version.plan_wake(wake_ns):
-            self.spawn(self._wake, version, wake_ns)
-
-    async def _wake(self, version: Version, wake_ns: int) -> None:
-        await anyio.sleep(max(0, wake_ns - time.perf_counter_ns()) / 1e9)
-        version.woken(wake_ns)
-        self._pump(version)
-
-    def _start_batch(self, version: Version, slot: Slot, batch: list[Queued]) -> None:
-        """Send ``batch`` to ``slot``'s instance; the reply is handed back with no task
-        waiting for it (a request's task waits only for its own result)."""
-        requests = tuple(q.request for q in batch)
-        sent = SentBatch(slot.executor, batch)
-        for queued in batch:
-            queued.sent = sent
-        if version.decoupled:
-            tokens = self._streams.open(version, slot, batch)
-            stream_batch = StreamBatch(version.model, version.version, slot.instance, requests,
-                                       tokens)
-            sent.ask = self.router.ask_then(
-                slot.executor, stream_batch,
-                partial(self._finish_stream_batch, version, slot, batch, tokens))
-            return
-        message = InferBatch(version.model, version.version, slot.instance, requests)
-        sent.ask = self.router.ask_then(slot.executor, message,
-                                        partial(self._finish_batch, version, slot, batch))
-
-    def _finish_batch(self, version: Version, slot: Slot, batch: list[Queued],
-                      reply: Message | InferdError) -> None:
-        version.finish_batch(slot, batch, reply)
-        self._pump(version)
-
-    def _finish_stream_batch(self, version: Version, slot: Slot, batch: list[Queued],
-                             tokens: tuple[int, ...], reply: Message | InferdError) -> None:
-        self._streams.finish_batch(version, slot, batch, tokens, reply)
-        self._pump(version)
-
-    def _start_sequence_batch(self, version: Version, slot: Slot,
-                              batch: SequenceBatch[Queued], real: list[Queued]) -> None:
-        message = InferBatch(version.model, version.version, slot.instance, batch.requests)
-        sent = SentBatch(slot.executor, [entry.item for entry in batch.entries])
-        for queued in real:
-            queued.sent = sent
-        sent.ask = self.router.ask_then(
-            slot.executor, message,
-            partial(self._finish_sequence_batch, version, slot, batch, real))
-
-    def _finish_sequence_batch(self, version: Version, slot: Slot,
-                               batch: SequenceBatch[Queued], real: list[Queued],
-                               reply: Message | InferdError) -> None:
-        version.finish_sequence_batch(slot, batch, real, reply)
-        self._pump(version)
