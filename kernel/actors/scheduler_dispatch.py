@@ -21,7 +21,7 @@ import anyio
 
 from inferd.kernel.router import Router
 from inferd.kernel.scheduling.decoupled import DecoupledRequests
-from inferd.kernel.scheduling.requests import Queued, SentBatch, Slot
+from inferd.kernel.scheduling.requests import Queued, SentBatch, Slot, send_in
 from inferd.kernel.scheduling.sequence_batcher import SequenceBatch
 from inferd.kernel.scheduling.version import Version
 from inferd.protocols.errors import InferdError
@@ -62,7 +62,7 @@ class BatchDispatch:
         sent = queued.sent
         if sent is not None and not queued.done.is_set():
             try:
-                self._router.tell(sent.executor, CancelRequests(sent.ask, sent.positions(queued)))
+                self._router.tell(sent.executor, CancelRequests(sent.ask, (queued.position,)))
             except Exception:  # noqa: BLE001 - a gone executor answers the batch itself
                 pass
         return False
@@ -87,9 +87,8 @@ class BatchDispatch:
         """Send ``batch`` to ``slot``'s instance; the reply is handed back with no task
         waiting for it (a request's task waits only for its own result)."""
         requests = tuple(q.request for q in batch)
-        sent = SentBatch(slot.executor, batch)
-        for queued in batch:
-            queued.sent = sent
+        sent = SentBatch(slot.executor)
+        send_in(sent, batch)
         if version.decoupled:
             tokens = self._streams.open(version, slot, batch)
             stream_batch = StreamBatch(version.model, version.version, slot.instance, requests,
@@ -115,9 +114,8 @@ class BatchDispatch:
     def _start_sequence_batch(self, version: Version, slot: Slot,
                               batch: SequenceBatch[Queued], real: list[Queued]) -> None:
         message = InferBatch(version.model, version.version, slot.instance, batch.requests)
-        sent = SentBatch(slot.executor, [entry.item for entry in batch.entries])
-        for queued in real:
-            queued.sent = sent
+        sent = SentBatch(slot.executor)
+        send_in(sent, [entry.item for entry in batch.entries])
         sent.ask = self._router.ask_then(
             slot.executor, message,
             partial(self._finish_sequence_batch, version, slot, batch, real))

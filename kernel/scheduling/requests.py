@@ -43,20 +43,27 @@ class Queued:
     trace: Trace | None = None  # a traced decoupled request (its stream ends the request)
     reason: str = ""  # why it failed, when the scheduler knows better than failure_reason()
     sent: SentBatch | None = None  # the batch it went to an instance in
+    position: int = 0  # its index in that batch
 
 
 @dataclass(eq=False, slots=True)
 class SentBatch:
-    """A batch at an executor: what a cancelled request's ``CancelRequests`` names (the ask
-    and the request's position in the batch; ``None`` stands for a sequence batch's null
-    request)."""
+    """A batch at an executor, as a cancelled request's ``CancelRequests`` names it: the
+    executor and the ask that carried the batch (the request's ``position`` says where in it
+    the request is). It holds no request: a request refers to it, so a reference back would
+    make a cycle per batch, left to the garbage collector."""
 
     executor: str
-    items: Sequence[Queued | None]
     ask: int = 0
 
-    def positions(self, queued: Queued) -> tuple[int, ...]:
-        return tuple(index for index, item in enumerate(self.items) if item is queued)
+
+def send_in(sent: SentBatch, batch: Sequence[Queued | None]) -> None:
+    """Mark each request of ``batch`` as sent in ``sent``, at its position (``None`` stands
+    for a sequence batch's null request)."""
+    for position, queued in enumerate(batch):
+        if queued is not None:
+            queued.sent = sent
+            queued.position = position
 
 
 def failure_reason(queued: Queued) -> str:
