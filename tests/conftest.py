@@ -6,9 +6,12 @@ server mode, its own process) for remote model repositories.
 no persistence (``--save '' --appendonly no``), waits (bounded) until each answers PING, and
 kills them at teardown. ``s3_server`` (one per module) is one moto server with fake credentials;
 ``s3_server.upload(folder, "bucket/prefix")`` copies a local folder into a bucket, and
-``s3_server.env`` holds the AWS variables a server under test reads. Without ``redis-server`` on the PATH the tests that need it are skipped,
-except under CI (the environment variable ``CI`` set), where they fail: a missing install must
-never pass as green.
+``s3_server.env`` holds the AWS variables a server under test reads. Without
+``redis-server`` on the PATH the tests that need it are skipped, except under CI (the
+environment variable ``CI`` set), where they fail: a missing install must never pass as green.
+
+``anyio_backend`` runs every ``pytest.mark.anyio`` test on asyncio, the only loop the kernel
+runs on (pyzmq cannot run on trio).
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ from typing import Any
 import pytest
 
 REDIS_START_TIMEOUT_SECS = 15.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 def _free_port() -> int:

@@ -4,17 +4,14 @@ actor stops the handler of a ``CANCELLABLE`` kind and lets any other run to its 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import pytest
-import zmq
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.process_link import LinkMemory, ProcessLink
 from inferd.kernel.router import Router
 from inferd.protocols.errors import DeadlineExceeded
 from inferd.protocols.messages import (
@@ -24,16 +21,12 @@ from inferd.protocols.messages import (
     HealthStatus,
     Index,
     IndexRequest,
-    )
+)
+from tests.kernel.linked_routers import linked_routers
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 5.0  # seconds any test waits at most for what it expects
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Sleeper(Actor):
@@ -139,28 +132,10 @@ async def test_a_cancel_for_no_running_ask_changes_nothing() -> None:
 
 @pytest.fixture
 async def linked(tmp_path: Path) -> AsyncIterator[tuple[Router, Sleeper]]:
-    """A hub router and an uplink router joined by real ZeroMQ sockets (ipc), with a sleeper
-    at the uplink's own address, as an executor has."""
-    context = zmq.Context()
-    endpoint = f"ipc://{tmp_path}/hub"
-    hub, peer = Router("main"), Router("peer/one")
-    hub_link = ProcessLink.hub(hub, context, endpoint)
-    peer_link = ProcessLink.uplink(peer, context, endpoint, "peer/one", LinkMemory(os.getpid()))
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(hub_link.run)
-            tasks.start_soon(peer_link.run)
-            await tasks.start(Sleeper(hub, "hello-sink").run)
-            sleeper = Sleeper(peer, "peer/one")
-            await tasks.start(sleeper.run)
-            peer.tell("hello-sink", HealthRequest("live"))  # makes the peer known to the hub
-            await _until(lambda: "peer/one" in hub_link.peers, "the peer to say hello")
-            yield hub, sleeper
-            tasks.cancel_scope.cancel()
-    finally:
-        hub_link.close()
-        peer_link.close()
-        context.term()
+    """A hub and an uplink joined by real ZeroMQ sockets, a sleeper at the uplink's own
+    address, as an executor has."""
+    async with linked_routers(tmp_path, Sleeper) as (hub, _, _, sleeper):
+        yield hub, sleeper
 
 
 async def test_cancel_crosses_the_process_link(linked) -> None:  # type: ignore[no-untyped-def]

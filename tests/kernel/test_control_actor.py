@@ -67,11 +67,6 @@ pytestmark = pytest.mark.anyio
 WAIT_SECS = 10.0  # a bound on every wait for work control does in the background
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def model_config(name: str) -> bytes:
     config = text_format.Parse(
         f"""

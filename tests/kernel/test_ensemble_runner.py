@@ -44,11 +44,6 @@ ensemble_scheduling { step [
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass(eq=False)
 class FakeVersion:
     model: str

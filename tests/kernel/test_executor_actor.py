@@ -125,11 +125,6 @@ class TritonPythonModel:
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def tensor(name: str, values: list[int], shape: tuple[int, ...] | None = None) -> Tensor:
     data = np.array(values, dtype=np.int32)
     if shape is not None:

@@ -85,11 +85,6 @@ instance_group [ { kind: KIND_CPU count: {count} } ]
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def mode(name: str, **parameters: str) -> str:
     """``parameters`` as the config's string parameters (the testing backend's mode...)."""
     return "".join(f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'

@@ -34,11 +34,6 @@ LARGE = 256 * 1024 // 4  # FP32 elements: 256 KiB, above the threshold
 SMALL = 16
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def segments_of(server_pid: int) -> set[str]:
     prefix = f"{link_memory.PREFIX}{server_pid}-"
     return {name for name in os.listdir(link_memory.SHM_DIR) if name.startswith(prefix)}

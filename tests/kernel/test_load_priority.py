@@ -12,11 +12,6 @@ from inferd.kernel.load_priority import BACKGROUND_NICENESS, BackgroundWorker
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def niceness_of(thread_id: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, thread_id)
 

@@ -58,11 +58,6 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def backends() -> BackendRegistry:
     registry = BackendRegistry()
     registry.add(TESTING_BACKEND)

@@ -9,9 +9,7 @@ the python backend shows it as ``request.is_cancelled()``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 import numpy as np
@@ -19,13 +17,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actor import Actor
-from inferd.kernel.actors.scheduler import SchedulerActor
-from inferd.kernel.addresses import SCHEDULER, cpu_executor
+from inferd.kernel.addresses import SCHEDULER
 from inferd.kernel.backend import CancelledRequests
 from inferd.kernel.request_validation import ModelSignature
-from inferd.kernel.router import Router
-from inferd.kernel.scheduling import progress
 from inferd.kernel.scheduling.queue_policy import QueuePolicy
 from inferd.kernel.scheduling.requests import Queued, Slot
 from inferd.kernel.scheduling.sequence_batcher import SequenceBatch, SequenceBatcher
@@ -35,25 +29,18 @@ from inferd.kernel.streams import ResponseStream
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.protocols.errors import DeadlineExceeded, Unavailable
 from inferd.protocols.messages import (
-    Ack,
     BatchResult,
     CancelRequests,
-    Envelope,
-    InferBatch,
     InferRequest,
     InferResponse,
-    Metrics,
-    MetricsRequest,
     ServeVersion,
-    StreamBatch,
     StreamInferRequest,
     Tensor,
 )
+from tests.kernel import scheduler_stand_ins as stand_ins
+from tests.kernel.scheduler_stand_ins import EXECUTOR, Harness, request
 
-pytestmark = pytest.mark.anyio
-
-WAIT_SECS = 10.0  # bound of every wait here; a pass takes milliseconds
-EXECUTOR = cpu_executor(0)
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_recheck")]
 
 CONFIG = """
 name: "m"
@@ -62,21 +49,6 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
 output [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
 """
 QUEUE_OF_ONE = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def no_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(progress, "RECHECK_SECS", 3600.0)
-
-
-def request(value: int = 0, rows: int = 1) -> InferRequest:
-    data = np.full((rows, 2), value, dtype=np.int32)
-    return InferRequest("m", (Tensor("IN", "INT32", data.shape, data),), id=str(value))
 
 
 # ---------------------------------------------------------------------- sans-IO: the queue
@@ -172,81 +144,8 @@ def test_a_withdrawn_end_of_an_idle_sequence_frees_its_slot_at_once() -> None:
 # ---------------------------------------------------------------------- the actor
 
 
-class Instance(Actor):
-    """A stand-in executor holding every batch until ``gate`` opens; records the ids of the
-    requests it ran, its batches' ask ids and the ``CancelRequests`` it was told."""
-
-    def __init__(self, router: Router) -> None:
-        super().__init__(router, EXECUTOR)
-        self.ran: list[str] = []
-        self.asks: list[int] = []
-        self.told: list[CancelRequests] = []
-        self.gate = anyio.Event()
-        self.started = anyio.Event()
-
-    def accept(self, envelope: Envelope) -> None:
-        if isinstance(envelope.body, CancelRequests):
-            self.told.append(envelope.body)
-            return
-        if isinstance(envelope.body, (InferBatch, StreamBatch)):
-            self.asks.append(envelope.msg_id)
-        super().accept(envelope)
-
-    async def on_infer_batch(self, message: InferBatch, envelope: Envelope) -> BatchResult:
-        self.ran += [r.id for r in message.requests]
-        self.started.set()
-        await self.gate.wait()
-        return BatchResult(tuple(
-            InferResponse(message.model, str(message.version), r.inputs, id=r.id)
-            for r in message.requests))
-
-    async def on_stream_batch(self, message: StreamBatch, envelope: Envelope) -> BatchResult:
-        self.ran += [r.id for r in message.requests]
-        self.started.set()
-        await self.gate.wait()
-        return BatchResult(())
-
-
-@dataclass
-class Harness:
-    router: Router
-    instance: Instance
-
-    async def serve(self, extra: str = "") -> None:
-        parsed = text_format.Parse(CONFIG + extra, ModelConfig())
-        reply = await self.router.ask(SCHEDULER, ServeVersion(
-            "m", 1, parsed.SerializeToString(), ((EXECUTOR, 0),)))
-        assert isinstance(reply, Ack)
-
-    async def infer(self, value: int) -> InferResponse:
-        reply = await self.router.call(SCHEDULER, request(value))
-        assert isinstance(reply, InferResponse)
-        return reply
-
-    def start_infer(self, value: int) -> asyncio.Task[InferResponse]:
-        return asyncio.get_running_loop().create_task(self.infer(value))
-
-    async def metric(self, name: str, **labels: str) -> float:
-        reply = await self.router.ask(SCHEDULER, MetricsRequest())
-        assert isinstance(reply, Metrics)
-        return sum(value for sample, found, value in reply.samples
-                   if sample == name and labels.items() <= found.items())
-
-    async def until_pending(self, count: int) -> None:
-        while await self.metric("nv_inference_pending_request_count") != count:
-            await asyncio.sleep(0.001)
-
-
-@asynccontextmanager
-async def running() -> AsyncIterator[Harness]:
-    router = Router("main")
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(SchedulerActor(router).run)
-        instance = Instance(router)
-        await tasks.start(instance.run)
-        with anyio.fail_after(WAIT_SECS):
-            yield Harness(router, instance)
-        tasks.cancel_scope.cancel()
+def running() -> AbstractAsyncContextManager[Harness]:
+    return stand_ins.running(CONFIG, held=True)
 
 
 async def cancelled(task: asyncio.Task[InferResponse]) -> None:
@@ -257,7 +156,7 @@ async def cancelled(task: asyncio.Task[InferResponse]) -> None:
 
 async def test_a_cancelled_queued_request_never_reaches_its_instance() -> None:
     async with running() as harness:
-        await harness.serve(QUEUE_OF_ONE)
+        await harness.serve(extra=QUEUE_OF_ONE)
         first = harness.start_infer(1)
         await harness.instance.started.wait()
         second = harness.start_infer(2)
@@ -278,8 +177,8 @@ async def test_a_cancelled_queued_request_never_reaches_its_instance() -> None:
 async def test_a_cancelled_running_request_is_named_to_its_executor_and_its_batch_completes(
 ) -> None:
     async with running() as harness:
-        await harness.serve("dynamic_batching { max_queue_delay_microseconds: 1000000 "
-                            "preferred_batch_size: [ 2 ] }")
+        await harness.serve(extra="dynamic_batching { max_queue_delay_microseconds: 1000000 "
+                                  "preferred_batch_size: [ 2 ] }")
         first, second = harness.start_infer(1), harness.start_infer(2)
         await harness.instance.started.wait()
         assert harness.instance.ran == ["1", "2"]  # one batch
@@ -294,7 +193,7 @@ async def test_a_cancelled_running_request_is_named_to_its_executor_and_its_batc
 
 async def test_an_ask_whose_asker_stops_waiting_cancels_its_queued_request() -> None:
     async with running() as harness:
-        await harness.serve(QUEUE_OF_ONE)
+        await harness.serve(extra=QUEUE_OF_ONE)
         first = harness.start_infer(1)
         await harness.instance.started.wait()
         with pytest.raises(DeadlineExceeded):  # as a BLS call past its timeout
@@ -309,7 +208,7 @@ async def test_an_ask_whose_asker_stops_waiting_cancels_its_queued_request() -> 
 async def test_an_abandoned_decoupled_stream_leaves_the_queue_or_is_named_to_its_executor(
 ) -> None:
     async with running() as harness:
-        await harness.serve(QUEUE_OF_ONE + "model_transaction_policy { decoupled: true }")
+        await harness.serve(extra=QUEUE_OF_ONE + "model_transaction_policy { decoupled: true }")
         streams = []
         for value in (1, 2):
             stream = await harness.router.call(SCHEDULER, StreamInferRequest(request(value)))

@@ -35,11 +35,6 @@ from inferd.protocols.tensors import from_numpy
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def config(text: str) -> ModelConfig:
     return text_format.Parse(
         'name: "m" backend: "inferd_testing" max_batch_size: 0 '

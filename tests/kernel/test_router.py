@@ -3,17 +3,15 @@ typed errors, deadlines, dead peers, unknown kinds, and a receive loop that neve
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
-import zmq
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.process_link import LinkMemory, ProcessLink
+from inferd.kernel.process_link import ProcessLink
 from inferd.kernel.router import Router
 from inferd.protocols.errors import (
     ActorGone,
@@ -25,13 +23,9 @@ from inferd.protocols.errors import (
     Unsupported,
 )
 from inferd.protocols.messages import Envelope, HealthRequest, HealthStatus, IndexRequest
+from tests.kernel.linked_routers import linked_routers
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Probe(Actor):
@@ -132,31 +126,10 @@ async def _cancel_later(scope: anyio.CancelScope, delay: float) -> None:
 
 @pytest.fixture
 async def linked(tmp_path: Path) -> AsyncIterator[tuple[Router, Router, ProcessLink, Probe]]:
-    """A hub router and an uplink router joined by real ZeroMQ sockets (ipc), with a probe
-    actor on the uplink side at the uplink's own address, as an executor has."""
-    context = zmq.Context()
-    endpoint = f"ipc://{tmp_path}/hub"
-    hub, peer = Router("main"), Router("peer/one")
-    hub_link = ProcessLink.hub(hub, context, endpoint)
-    peer_link = ProcessLink.uplink(peer, context, endpoint, "peer/one", LinkMemory(os.getpid()))
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(hub_link.run)
-            tasks.start_soon(peer_link.run)
-            hub_side = Probe(hub, "hello-sink")
-            await tasks.start(hub_side.run)
-            probe = Probe(peer, "peer/one")
-            await tasks.start(probe.run)
-            peer.tell("hello-sink", HealthRequest("live"))  # makes the peer known to the hub
-            with anyio.fail_after(5):
-                while "peer/one" not in hub_link.peers:
-                    await anyio.sleep(0.01)
-            yield hub, peer, hub_link, probe
-            tasks.cancel_scope.cancel()
-    finally:
-        hub_link.close()
-        peer_link.close()
-        context.term()
+    """A hub and an uplink joined by real ZeroMQ sockets, a probe actor at the uplink's own
+    address, as an executor has."""
+    async with linked_routers(tmp_path, Probe) as pair:
+        yield pair
 
 
 async def test_ask_across_processes_goes_over_zmq(linked) -> None:  # type: ignore[no-untyped-def]

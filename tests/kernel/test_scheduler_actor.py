@@ -7,28 +7,18 @@ shutdown, and metrics of what is pending."""
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 import numpy as np
 import pytest
-from google.protobuf import text_format
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actor import Actor
-from inferd.kernel.actors.scheduler import SHUTTING_DOWN, SchedulerActor
-from inferd.kernel.addresses import SCHEDULER, cpu_executor
-from inferd.kernel.router import Router
-from inferd.kernel.scheduling import progress
+from inferd.kernel.actors.scheduler import SHUTTING_DOWN
+from inferd.kernel.addresses import SCHEDULER
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
-    BatchResult,
     Drain,
-    Envelope,
-    InferBatch,
     InferRequest,
     InferResponse,
     Metrics,
@@ -36,14 +26,12 @@ from inferd.protocols.messages import (
     ModelMetadata,
     ModelMetadataRequest,
     RetireVersion,
-    ServeVersion,
     Tensor,
 )
+from tests.kernel import scheduler_stand_ins as stand_ins
+from tests.kernel.scheduler_stand_ins import EXECUTOR, WAIT_SECS, Harness
 
-pytestmark = pytest.mark.anyio
-
-WAIT_SECS = 10.0  # bound of every wait here; a pass takes milliseconds
-EXECUTOR = cpu_executor(0)
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_recheck")]
 
 CONFIG = """
 name: "m"
@@ -54,73 +42,8 @@ dynamic_batching { }
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def no_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The waits' safety re-check would hide a missing wakeup: put it out of reach.
-    monkeypatch.setattr(progress, "RECHECK_SECS", 3600.0)
-
-
-class Instance(Actor):
-    """A stand-in executor: answers each batch with its inputs echoed, once ``gate`` is open
-    (it starts open); records each batch's size."""
-
-    def __init__(self, router: Router) -> None:
-        super().__init__(router, EXECUTOR)
-        self.batches: list[int] = []
-        self.gate = anyio.Event()
-        self.gate.set()
-        self.started = anyio.Event()
-
-    def hold(self) -> None:
-        self.gate, self.started = anyio.Event(), anyio.Event()
-
-    async def on_infer_batch(self, message: InferBatch, envelope: Envelope) -> BatchResult:
-        self.batches.append(len(message.requests))
-        self.started.set()
-        await self.gate.wait()
-        return BatchResult(tuple(
-            InferResponse(message.model, str(message.version), r.inputs, id=r.id)
-            for r in message.requests))
-
-
-@dataclass
-class Harness:
-    router: Router
-    scheduler: SchedulerActor
-    instance: Instance
-
-    async def serve(self, version: int = 1, config: str = CONFIG,
-                    instances: tuple[tuple[str, int], ...] = ((EXECUTOR, 0),)) -> None:
-        parsed = text_format.Parse(config, ModelConfig())
-        reply = await self.router.ask(SCHEDULER, ServeVersion(
-            "m", version, parsed.SerializeToString(), instances))
-        assert isinstance(reply, Ack)
-
-    async def infer(self, value: int = 0, version: str = "") -> InferResponse:
-        data = np.full((1, 2), value, dtype=np.int32)
-        reply = await self.router.call(SCHEDULER, InferRequest(
-            "m", (Tensor("IN", "INT32", data.shape, data),), version=version, id=str(value)))
-        assert isinstance(reply, InferResponse)
-        return reply
-
-
-@asynccontextmanager
-async def running() -> AsyncIterator[Harness]:
-    """A router with the scheduler and the stand-in executor; every wait inside bounded."""
-    router = Router("main")
-    async with anyio.create_task_group() as tasks:
-        scheduler = SchedulerActor(router)
-        instance = Instance(router)
-        await tasks.start(scheduler.run)
-        await tasks.start(instance.run)
-        with anyio.fail_after(WAIT_SECS):
-            yield Harness(router, scheduler, instance)
-        tasks.cancel_scope.cancel()
+def running() -> AbstractAsyncContextManager[Harness]:
+    return stand_ins.running(CONFIG)
 
 
 async def test_a_request_reaches_the_instance_of_the_version_it_resolves_to() -> None:

@@ -39,11 +39,6 @@ DELAY = 0.3
 WAIT = 5.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class FakeDataPlane:
     """``add_one`` adds 1 to INPUT0, ``slow`` sleeps then echoes, ``broken`` raises a plain
     exception; any other model is unknown. Every request is counted."""

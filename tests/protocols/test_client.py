@@ -48,11 +48,6 @@ WAIT = 5.0
 SERVER_METADATA = ServerMetadata("inferd", "0.1.0", ("model_repository",))
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class FakeDataPlane:
     """``add_one`` adds 1 to INPUT0 and echoes its request's id and parameters; ``echo``
     returns its inputs; ``slow`` sleeps first; ``wrong_kind`` answers metadata with an Ack.
