@@ -65,6 +65,7 @@ from pathlib import Path
 import onnxruntime
 
 import bench_kserve
+import server_cpu
 import serving
 from bench_kserve import Baseline, Measurement, PerfAnalyzer, load_average, number, step
 
@@ -104,7 +105,9 @@ class Point:
 
 
 SIMPLE = Point("simple", "simple", "simple", (1, 8))
-SIMPLE_INLINE = Point("simple-inline", "simple, inferd --executor-inline", "simple", (8,))
+# inferd's other executor placement, at simple c=8 only: what the default is judged against.
+OTHER_PLACEMENT = "--executor-inline"
+SIMPLE_INLINE = Point("simple-inline", f"simple, inferd {OTHER_PLACEMENT}", "simple", (8,))
 MLP = Point("mlp", "mlp", "mlp", (32,))
 IDENTITY = Point("identity", "identity 1 MiB", "identity_fp32", (1,),
                  ("--shape", f"INPUT0:{IDENTITY_ELEMENTS}"))
@@ -114,6 +117,7 @@ POINTS = (SIMPLE, SIMPLE_INLINE, MLP, IDENTITY, IDENTITY_SHM)
 MODEL_POINTS = (SIMPLE, MLP, IDENTITY, IDENTITY_SHM)
 
 Key = tuple[str, str, str, int]  # server, point key, protocol, concurrency
+Costs = dict[Key, server_cpu.CpuPerInference]
 
 
 @dataclass(frozen=True)
@@ -247,13 +251,15 @@ def running_peer(
 
 @contextmanager
 def running_inferd(
-    args: argparse.Namespace, folder: Path, *flags: str
+    args: argparse.Namespace, folder: Path, *flags: str, python: str = ""
 ) -> Iterator[serving.Server]:
     loads = [option for model in MODELS for option in ("--load-model", model)]
     every = ["--model-control-mode", "explicit", *loads, *flags, *args.server_args]
-    with serving.running(REPOSITORY, *every, log=folder / "inferd.log", model=MODELS[0],
+    log = folder / f"inferd{'-before' if python else ''}.log"
+    with serving.running(REPOSITORY, *every, log=log, model=MODELS[0],
                          via="http", cwd=ROOT, timeout=START_TIMEOUT_SECS,
-                         grace=STOP_TIMEOUT_SECS, prefix=args.server_prefix) as server:
+                         grace=STOP_TIMEOUT_SECS, prefix=args.server_prefix,
+                         python=python) as server:
         for model in MODELS[1:]:
             serving.wait_model_ready(server, model, via="http", timeout=START_TIMEOUT_SECS)
         yield server
@@ -292,7 +298,7 @@ def server_version(server: serving.Server) -> str:
 def measure_points(
     tool: PerfAnalyzer, server_label: str, server: serving.Server, points: Sequence[Point],
     protocols: Sequence[str], args: argparse.Namespace, folder: Path,
-    results: dict[Key, Measurement],
+    results: dict[Key, Measurement], costs: Costs,
 ) -> None:
     for point in points:
         for protocol in protocols:
@@ -306,12 +312,30 @@ def measure_points(
                       flush=True)
                 place = folder / f"{server_label}-{point.key}"
                 place.mkdir(exist_ok=True)
-                measurement = bench_kserve.measure(
-                    tool, server, protocol, concurrency, args, place, model=point.model,
-                    extra=point.extra, prefix=args.client_prefix)
-                results[(server_label, point.key, protocol, concurrency)] = measurement
+                key = (server_label, point.key, protocol, concurrency)
+                with metered(server, server_label, point.model) as cost:
+                    results[key] = bench_kserve.measure(
+                        tool, server, protocol, concurrency, args, place, model=point.model,
+                        extra=point.extra, prefix=args.client_prefix)
+                if cost is not None:
+                    costs[key] = cost
+                    print(f"  {cost.describe()}", flush=True)
+                measurement = results[key]
                 if point is IDENTITY_SHM and measurement.infer_per_s is None:
                     remove_leaked_regions()
+
+
+@contextmanager
+def metered(
+    server: serving.Server, server_label: str, model: str
+) -> Iterator[server_cpu.CpuPerInference | None]:
+    """The server's CPU per inference over the block; None for the floor, which keeps no
+    statistics to count its inferences by."""
+    if server_label == "floor":
+        yield None
+        return
+    with server_cpu.metering(server.process.pid, server.address("http"), model) as cost:
+        yield cost
 
 
 def remove_leaked_regions(max_age_secs: float = 600.0) -> None:
@@ -334,20 +358,26 @@ def chosen(points: Sequence[Point], args: argparse.Namespace) -> list[Point]:
 
 def measure_servers(
     tool: PerfAnalyzer, triton: Triton | None, args: argparse.Namespace, folder: Path,
-) -> tuple[dict[Key, Measurement], dict[str, str]]:
+) -> tuple[dict[Key, Measurement], Costs, dict[str, str]]:
     results: dict[Key, Measurement] = {}
+    costs: Costs = {}
     versions: dict[str, str] = {}
     if "inferd" in args.only:
         if chosen(MODEL_POINTS, args):
             print("\n=== inferd serve", flush=True)
             with running_inferd(args, folder) as server:
                 measure_points(tool, "inferd", server, chosen(MODEL_POINTS, args),
-                               args.protocols, args, folder, results)
+                               args.protocols, args, folder, results, costs)
         if chosen([SIMPLE_INLINE], args):
-            print("\n=== inferd serve --executor-inline true", flush=True)
-            with running_inferd(args, folder, "--executor-inline", "true") as server:
+            print(f"\n=== inferd serve {OTHER_PLACEMENT} true", flush=True)
+            with running_inferd(args, folder, OTHER_PLACEMENT, "true") as server:
                 measure_points(tool, "inferd", server, [SIMPLE_INLINE], args.protocols, args,
-                               folder, results)
+                               folder, results, costs)
+    if args.before_python and chosen(MODEL_POINTS, args):
+        print(f"\n=== inferd serve, before: {args.before_python}", flush=True)
+        with running_inferd(args, folder, python=args.before_python) as server:
+            measure_points(tool, "before", server, chosen(MODEL_POINTS, args), args.protocols,
+                           args, folder, results, costs)
     if triton is not None and chosen(MODEL_POINTS, args):
         print("\n=== tritonserver (python backend twins)", flush=True)
         with running_triton(triton, args, folder) as server:
@@ -355,7 +385,7 @@ def measure_servers(
             print(f"tritonserver {versions['triton']} ready: HTTP {server.address('http')}, "
                   f"gRPC {server.address('grpc')}", flush=True)
             measure_points(tool, "triton", server, chosen(MODEL_POINTS, args), args.protocols,
-                           args, folder, results)
+                           args, folder, results, costs)
     if "floor" in args.only and SIMPLE.key in args.points:
         floors = {"http": "echo_asgi.py", "grpc": "echo_grpc.py"}
         for protocol in args.protocols:
@@ -369,8 +399,8 @@ def measure_servers(
             with running_peer(command, {protocol: port}, name=script.name, models=["simple"],
                               via=protocol, log=folder / f"floor-{protocol}.log") as server:
                 measure_points(tool, "floor", server, [SIMPLE], [protocol], args, folder,
-                               results)
-    return results, versions
+                               results, costs)
+    return results, costs, versions
 
 
 def measure_in_process(args: argparse.Namespace) -> dict[tuple[str, int], Baseline]:
@@ -466,6 +496,62 @@ def results_table(
     return bench_kserve.table(header, rows)
 
 
+def cpu_table(costs: Costs, args: argparse.Namespace) -> str:
+    header = ["point", "protocol", "c", "inferd", "busiest", "Triton", "busiest",
+              "inferd/Triton", "busiest/busiest"]
+    rows = []
+
+    def us(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.0f}"
+
+    for point in chosen(POINTS, args):
+        for protocol in args.protocols:
+            for concurrency in point.concurrency:
+                inferd = costs.get(("inferd", point.key, protocol, concurrency))
+                triton = costs.get(("triton", triton_key(point), protocol, concurrency))
+                if inferd is None and triton is None:
+                    continue
+                empty = server_cpu.CpuPerInference()
+                inferd, triton = inferd or empty, triton or empty
+                rows.append([point.label, protocol, str(concurrency), us(inferd.total_us),
+                             f"{us(inferd.busiest_us)} {inferd.busiest}".strip(),
+                             us(triton.total_us),
+                             f"{us(triton.busiest_us)} {triton.busiest}".strip(),
+                             ratio(inferd.total_us, triton.total_us),
+                             ratio(inferd.busiest_us, triton.busiest_us)])
+    return bench_kserve.table(header, rows)
+
+
+def before_after_table(results: dict[Key, Measurement], costs: Costs,
+                       args: argparse.Namespace) -> str:
+    header = ["point", "protocol", "c", "infer/s before", "after", "after/before",
+              "CPU µs/inf before", "after", "after/before", "p50 µs before", "after"]
+    rows = []
+    for point in chosen(MODEL_POINTS, args):
+        for protocol in args.protocols:
+            for concurrency in point.concurrency:
+                before = results.get(("before", point.key, protocol, concurrency))
+                after = results.get(("inferd", point.key, protocol, concurrency))
+                if before is None and after is None:
+                    continue
+                cpu = [costs.get((server, point.key, protocol, concurrency))
+                       for server in ("before", "inferd")]
+                cpu_us = [None if cost is None else cost.total_us for cost in cpu]
+                p50 = [None if m is None or m.p50_us is None else number(m.p50_us)
+                       for m in (before, after)]
+                rows.append([point.label, protocol, str(concurrency),
+                             number(rate(before)), number(rate(after)),
+                             ratio(rate(after), rate(before)),
+                             *(f"{us:,.0f}" if us is not None else "-" for us in cpu_us),
+                             ratio(cpu_us[1], cpu_us[0]), *(value or "-" for value in p50)])
+    return bench_kserve.table(header, rows)
+
+
+def triton_key(point: Point) -> str:
+    """The Triton point an inferd point is compared with (Triton has one placement)."""
+    return SIMPLE.key if point is SIMPLE_INLINE else point.key
+
+
 def judged(label: str, value: float | None, target: float, at_most: bool = False) -> str:
     if value is None:
         return f"  n/a   {label}: not measured"
@@ -480,47 +566,63 @@ def quotient(numerator: float | None, denominator: float | None) -> float | None
 
 
 def verdicts(
-    results: dict[Key, Measurement], baselines: dict[tuple[str, int], Baseline],
+    results: dict[Key, Measurement], costs: Costs, baselines: dict[tuple[str, int], Baseline],
     args: argparse.Namespace,
 ) -> list[str]:
+    """Issue 24's targets, each judged on this run's numbers."""
     def get(server: str, point: Point, protocol: str, concurrency: int) -> Measurement | None:
         return results.get((server, point.key, protocol, concurrency))
+
+    def cpu(server: str, point: Point, protocol: str, concurrency: int) -> float | None:
+        cost = costs.get((server, point.key, protocol, concurrency))
+        return None if cost is None else cost.total_us
 
     def latency(server: str, protocol: str) -> float | None:
         measurement = get(server, SIMPLE, protocol, 1)
         return None if measurement is None else measurement.p50_us
 
     lines = []
-    best = best_mlp_rows(baselines)
     for protocol in args.protocols:
         name = protocol.upper() if protocol == "http" else "gRPC"
-        lines.append(judged(f"(1) simple {name} c=8 inferd/Triton infer/s",
+        for point, concurrency in ((SIMPLE, 8), (MLP, 32)):
+            share = quotient(cpu("inferd", point, protocol, concurrency),
+                             cpu("triton", point, protocol, concurrency))
+            label = f"(1) {point.label} {name} c={concurrency} server CPU per inference"
+            lines.append(judged(f"{label} inferd/Triton", share, 1.0, at_most=True))
+            if protocol == "http" and point is SIMPLE:
+                lines.append(judged(f"{label} inferd/Triton, the moonshot", share, 0.7,
+                                    at_most=True))
+        lines.append(judged(f"(2) simple {name} c=8 inferd/Triton infer/s",
                             quotient(rate(get("inferd", SIMPLE, protocol, 8)),
-                                     rate(get("triton", SIMPLE, protocol, 8))), 1.0))
-        lines.append(judged(f"(1) simple {name} c=1 inferd/Triton p50",
-                            quotient(latency("inferd", protocol), latency("triton", protocol)),
-                            1.0, at_most=True))
-        mlp = rate(get("inferd", MLP, protocol, 32))
-        lines.append(judged(f"(2) mlp {name} c=32 inferd/onnxruntime best batch rows/s",
-                            quotient(mlp, best), 0.6))
+                                     rate(get("triton", SIMPLE, protocol, 8))),
+                            1.0 if protocol == "http" else 0.8))
         lines.append(judged(f"(2) mlp {name} c=32 inferd/Triton infer/s",
-                            quotient(mlp, rate(get("triton", MLP, protocol, 32))), 1.5))
-        identity = rate(get("inferd", IDENTITY, protocol, 1))
-        lines.append(judged(f"(3) identity 1 MiB {name} c=1 inferd/Triton infer/s",
-                            quotient(identity, rate(get("triton", IDENTITY, protocol, 1))),
-                            1.0))
-        shm = get("inferd", IDENTITY_SHM, protocol, 1)
-        label = f"(3) identity 1 MiB {name} c=1 inferd shm/without infer/s"
-        if shm_refused(shm):
-            lines.append(f"  n/a   {label}: inferd does not support system shared memory")
-        else:
-            lines.append(judged(label, quotient(rate(shm), identity), 2.0))
-        lines.append(judged(f"(4) simple {name} c=8 inferd default/--executor-inline infer/s",
+                            quotient(rate(get("inferd", MLP, protocol, 32)),
+                                     rate(get("triton", MLP, protocol, 32))), 1.0))
+        lines.append(judged(f"(3) simple {name} c=1 inferd/Triton p50",
+                            quotient(latency("inferd", protocol), latency("triton", protocol)),
+                            1.5, at_most=True))
+        busiest = costs.get(("inferd", SIMPLE.key, protocol, 8))
+        if protocol == "http":
+            lines.append(judged("(4) simple HTTP c=8 inferd's busiest process, µs per inference",
+                                None if busiest is None else busiest.busiest_us, 120,
+                                at_most=True))
+        lines.append(judged(f"(5) identity 1 MiB {name} c=1 inferd/Triton infer/s",
+                            quotient(rate(get("inferd", IDENTITY, protocol, 1)),
+                                     rate(get("triton", IDENTITY, protocol, 1))), 1.0))
+        lines.append(judged(f"(5) identity 1 MiB, shm {name} c=1 inferd/Triton infer/s",
+                            quotient(rate(get("inferd", IDENTITY_SHM, protocol, 1)),
+                                     rate(get("triton", IDENTITY_SHM, protocol, 1))), 1.0))
+        lines.append(judged(f"(6) simple {name} c=8 inferd default/{OTHER_PLACEMENT} infer/s",
                             quotient(rate(get("inferd", SIMPLE, protocol, 8)),
-                                     rate(get("inferd", SIMPLE_INLINE, protocol, 8))), 0.8))
+                                     rate(get("inferd", SIMPLE_INLINE, protocol, 8))), 1.0))
     # By target, then protocol: every line names its target as "(N)" after the verdict.
     lines.sort(key=lambda line: line.split("(", 1)[1][0])
-    return ["targets (issue 9):", *lines]
+    best = best_mlp_rows(baselines)
+    share = [f"mlp {protocol} c=32 inferd/onnxruntime's best batch: "
+             f"{ratio(rate(get('inferd', MLP, protocol, 32)), best)}"
+             for protocol in args.protocols]
+    return ["targets (issue 24):", *lines, *share]
 
 
 # ------------------------------------------------------------------------------ main
@@ -561,6 +663,10 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(default: not pinned)")
     parser.add_argument("--server-args", type=shlex.split, default=[],
                         help="more options for inferd serve, one string")
+    parser.add_argument("--before-python", default="", metavar="PYTHON",
+                        help="also measure the inferd of this interpreter (another checkout's "
+                             "venv: the code before a change) on the same points, and print "
+                             "before/after")
     parser.add_argument("--verbose", action="store_true",
                         help="print perf_analyzer's whole output")
     args = parser.parse_args(argv)
@@ -612,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"load average before: {before}", flush=True)
         baselines = measure_in_process(args)
         with serving.temporary_folder("bench-peers-") as folder:
-            results, versions = measure_servers(tool, triton, args, folder)
+            results, costs, versions = measure_servers(tool, triton, args, folder)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -624,7 +730,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average before: {before}; after: {load_average()}; took {minutes:.0f} min "
           f"{seconds:.0f} s")
     print(results_table(results, baselines, args))
-    print("\n".join(verdicts(results, baselines, args)))
+    print("\nserver CPU per inference (µs; every process of the server, then its busiest):")
+    print(cpu_table(costs, args))
+    if args.before_python:
+        print("\ninferd before and after (the before server: --before-python):")
+        print(before_after_table(results, costs, args))
+    print("\n".join(verdicts(results, costs, baselines, args)))
     failed = [key for key, measurement in results.items()
               if rate(measurement) is None and not shm_refused(measurement)]
     return 1 if failed else 0

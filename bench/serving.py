@@ -60,21 +60,25 @@ def free_port() -> int:
         return port
 
 
-def launcher() -> list[str]:
-    """The venv's ``inferd`` script, or the module it runs when there is no script."""
+def launcher(python: str = "") -> list[str]:
+    """The venv's ``inferd`` script, or the module it runs when there is no script; with
+    ``python``, that interpreter's inferd (another checkout's venv, say)."""
+    if python:
+        return [python, "-m", "inferd.kernel.cli"]
     script = Path(sys.executable).parent / "inferd"
     return [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli"]
 
 
 def start(
     repository: Path, *flags: str, log: Path, cwd: Path | None = None,
-    prefix: Sequence[str] = (),
+    prefix: Sequence[str] = (), python: str = "",
 ) -> Server:
     """``inferd serve`` on ``repository`` with ``flags``, every protocol on a free 127.0.0.1
     port, stdout and stderr into ``log``. Returns at once, without waiting for readiness.
-    ``prefix`` goes before the command (``taskset -c 1``, say)."""
+    ``prefix`` goes before the command (``taskset -c 1``, say); ``python`` picks another
+    interpreter's inferd (``launcher``)."""
     ports = {protocol: free_port() for protocol in PROTOCOLS}
-    command = [*launcher(), "serve", "--model-repository", str(repository)]
+    command = [*launcher(python), "serve", "--model-repository", str(repository)]
     for protocol, port in ports.items():
         command += [f"--{protocol}-address=127.0.0.1", f"--{protocol}-port={port}"]
     command += flags
@@ -170,11 +174,11 @@ def stop_process(process: subprocess.Popen[bytes], *, grace: float = STOP_TIMEOU
 def running(
     repository: Path, *flags: str, log: Path, model: str, via: str, cwd: Path | None = None,
     timeout: float = START_TIMEOUT_SECS, grace: float = STOP_TIMEOUT_SECS,
-    prefix: Sequence[str] = (),
+    prefix: Sequence[str] = (), python: str = "",
 ) -> Iterator[Server]:
     """A server started as ``start`` does, once ``model`` is ready over ``via``; stopped on
     the way out, however the block ends."""
-    server = start(repository, *flags, log=log, cwd=cwd, prefix=prefix)
+    server = start(repository, *flags, log=log, cwd=cwd, prefix=prefix, python=python)
     try:
         wait_model_ready(server, model, via=via, timeout=timeout)
         yield server
