@@ -46,6 +46,9 @@ class BackendSpec:
     that completes and checks a config from the model file as a load would, without a server
     (``inferd check``, the catalog), imported lazily; ``completion_runs_model_code`` says it
     runs the model's own code (then only ``inferd check`` uses it, never a server).
+    ``runs_in_server`` says the backend is native and thread-safe, so its CPU instances may
+    run in the server's own process, as Triton runs its native backends (``--cpu-executor
+    server``, the default; ``inferd.kernel.actors.executor_pool`` places them).
     """
 
     name: str
@@ -57,6 +60,7 @@ class BackendSpec:
     process_per_instance: bool = False
     completion: str = ""
     completion_runs_model_code: bool = False
+    runs_in_server: bool = False
 
     def load_class(self) -> type[Backend]:
         backend_class: type[Backend] = load_entry(self.entry, Backend, "backend")

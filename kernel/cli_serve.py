@@ -23,7 +23,7 @@ from inferd.kernel.options import add_boolean, backend_setting, byte_count
 from inferd.kernel.plugins import Plugins
 from inferd.kernel.remote_storage import check_url, is_remote_url
 from inferd.kernel.server import StartupFailed, serve
-from inferd.kernel.settings import Settings
+from inferd.kernel.settings import CPU_EXECUTOR_CHOICES, Settings
 from inferd.protocols.errors import InvalidArgument
 
 def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
@@ -81,7 +81,13 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     execution.add_argument("--cpu-executors", type=int, default=defaults.cpu_executors,
                            help="number of CPU executor processes")
     add_boolean(execution, "--executor-inline", False,
-              "run the executor inside the main process (tiny CPU models)")
+              "run every model inside the main process, python models included (no "
+              "executor processes at all)")
+    execution.add_argument(
+        "--cpu-executor", choices=CPU_EXECUTOR_CHOICES, default=defaults.cpu_executor,
+        help="where CPU instances of native backends (onnxruntime, pytorch) run: server, in "
+             "the main process as Triton runs them (the default), or process, in the CPU "
+             "executor processes, so a crash in a framework cannot take the server down")
     execution.add_argument("--intra-op-threads", type=int, default=defaults.intra_op_threads,
                            help="framework threads per model instance")
     execution.add_argument(
@@ -191,6 +197,7 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         cpu_executors=args.cpu_executors,
         executor_inline=args.executor_inline,
+        cpu_executor=args.cpu_executor,
         intra_op_threads=args.intra_op_threads,
         executor_shm_threshold=args.executor_shm_threshold,
         executor_shm_capacity=args.executor_shm_capacity,
@@ -245,7 +252,8 @@ _SERVE_FIELDS = {
     "repository_poll_secs", "exit_on_error", "strict_readiness", "exit_timeout_secs",
     "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
     "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",
-    "metrics_port", "cpu_executors", "executor_inline", "intra_op_threads", "log_verbose",
+    "metrics_port", "cpu_executors", "executor_inline", "cpu_executor", "intra_op_threads",
+    "log_verbose",
     "executor_shm_threshold", "executor_shm_capacity", "strict_model_config",
     "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",
     "response_cache_byte_size", "cache_directory",

@@ -292,16 +292,23 @@ def _check_instance_groups(config: ModelConfig, model: str) -> None:
 
 
 EXECUTOR_PARAMETER = "INFERD_EXECUTOR"
-"""The config parameter that gives a model an executor process of its own: ``isolated``
-(the model's instances live in a process no other model shares) or ``shared`` (the
-default: the executor of its device, or of its backend when the backend asks for one)."""
-EXECUTOR_CHOICES = ("shared", "isolated")
+"""The config parameter that says where a model's instances run: ``isolated`` (in a process
+no other model shares), ``shared`` (in the executor process of its device, or of its
+backend when the backend asks for one) or ``server`` (its CPU instances in the server's own
+process; native backends only). Without it, ``--cpu-executor`` decides for the CPU instances
+of native backends, and every other model's are ``shared``."""
+EXECUTOR_CHOICES = ("shared", "isolated", "server")
 
 
 def executor_isolated(config: ModelConfig) -> bool:
     """Whether ``config`` (validated) asks for an executor process of its own."""
+    return executor_choice(config) == "isolated"
+
+
+def executor_choice(config: ModelConfig) -> str:
+    """What ``config`` (validated) asks of ``INFERD_EXECUTOR``, or "" when it does not say."""
     parameter = config.parameters.get(EXECUTOR_PARAMETER)
-    return parameter is not None and parameter.string_value == "isolated"
+    return "" if parameter is None else str(parameter.string_value)
 
 
 def _check_executor_parameter(config: ModelConfig, model: str) -> None:

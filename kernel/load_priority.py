@@ -67,11 +67,14 @@ def restore_priority(except_thread: int) -> None:
 
 
 class BackgroundWorker:
-    """Runs blocking functions on low-priority threads."""
+    """Runs blocking functions on low-priority threads, or on threads of normal priority
+    where ``lower`` is false: in the server's own process a starved low-priority thread
+    holding the GIL would stall the frontends with it."""
 
-    def __init__(self, threads: int = 2) -> None:
+    def __init__(self, threads: int = 2, *, lower: bool = True) -> None:
         self._pool = ThreadPoolExecutor(
-            threads, thread_name_prefix="background", initializer=_lower_priority
+            threads, thread_name_prefix="background", initializer=_lower_priority if lower
+            else None
         )
 
     async def run(self, function: Callable[[], T]) -> T:

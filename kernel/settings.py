@@ -12,6 +12,9 @@ from typing import Any
 from inferd.kernel.cache_config import CacheConfig
 from inferd.kernel.logs import LogSettings
 
+CPU_EXECUTOR_CHOICES = ("server", "process")
+"""``--cpu-executor``: where the CPU instances of native backends run."""
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -39,6 +42,10 @@ class Settings:
     metrics_port: int = 8002
     cpu_executors: int = 1
     executor_inline: bool = False
+    # Where the CPU instances of native backends run (BackendSpec.runs_in_server): "server",
+    # in the main process as Triton runs its native backends, or "process", in the CPU
+    # executor processes, so a framework's crash cannot take the server down.
+    cpu_executor: str = "server"
     intra_op_threads: int = 1
     # Tensors from this many bytes up cross between the processes in shared memory (0: never),
     # at most ``executor_shm_capacity`` bytes of segments per process (inferd.kernel.link_memory).

@@ -31,7 +31,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
-from inferd.kernel.addresses import SCHEDULER
+from inferd.kernel.addresses import INLINE_EXECUTOR, SCHEDULER
 from inferd.kernel.backend import (
     NONE_CANCELLED,
     Backend,
@@ -104,7 +104,9 @@ class ExecutorActor(Actor):
         self._instance_ids = itertools.count(1)
         self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
         self.stopped = anyio.Event()
-        self._background = BackgroundWorker()  # loads yield the CPU to inference
+        # Loads yield the CPU to inference, except in the server's own process: there the
+        # loop that serves every frontend shares the GIL with them.
+        self._background = BackgroundWorker(lower=address != INLINE_EXECUTOR)
         self._stream_tokens = itertools.count(1)
         # BLS streams waiting for their responses, by token (queues read by instance threads).
         self._bls_streams: dict[

@@ -1,10 +1,16 @@
 """The executor pool actor: which executors exist, and which load lives on which executor.
 
-It owns the set of executors (CPU pool, one per GPU, one per isolated backend, one per model
-whose config asks for a process of its own (``INFERD_EXECUTOR: "isolated"``, stopped when the
-model is unloaded), or one inline in the main process) and the placement of each load: the
-parts a version's instances split into (``inferd.kernel.placement``), the executor each part
-goes to, a load in all of them at once (all or nothing) and its unload. Control loads and
+It owns the set of executors (the one in the main process, ``executor/inline``; the CPU
+pool's processes; one per GPU; one per isolated backend; one per model whose config asks for
+a process of its own (``INFERD_EXECUTOR: "isolated"``, stopped when the model is unloaded))
+and the placement of each load: the parts a version's instances split into
+(``inferd.kernel.placement``), the executor each part goes to, a load in all of them at once
+(all or nothing) and its unload. The CPU instances of native backends
+(``BackendSpec.runs_in_server``: onnxruntime, pytorch) run in the main process unless
+``--cpu-executor process`` or the model's ``INFERD_EXECUTOR`` says otherwise, as Triton runs
+its native backends: a batch then reaches its instance without crossing a process. The CPU
+pool's processes start when a model first needs one (with ``--cpu-executor process``, at
+start-up). Control loads and
 unloads through it; the scheduler sends batches straight to the executor addresses it
 reports. Its processes, started, watched, restarted after a crash with back-off and stopped,
 are ``inferd.kernel.executor_processes``'s, which it owns and calls. It also owns the server's
@@ -29,7 +35,6 @@ from inferd.kernel import execution_env, placement
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.addresses import (
-    CPU_EXECUTOR_PREFIX,
     EXECUTORS,
     INLINE_EXECUTOR,
     cpu_executor,
@@ -37,7 +42,8 @@ from inferd.kernel.addresses import (
     gpu_executor,
     isolated_executor,
 )
-from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.config_validation import EXECUTOR_PARAMETER, executor_choice
 from inferd.kernel.devices import pinned_environment
 from inferd.kernel.executor_processes import ExecutorProcesses
 from inferd.kernel.logs import as_reply, configure_logging, updated
@@ -100,6 +106,7 @@ class ExecutorPoolActor(Actor):
             router, hub_endpoint, self._options, settings.logs, link,
             spawn=self.spawn, forget_loads=self._forget_loads,
         )
+        self._cpu_processes = [cpu_executor(i) for i in range(max(1, settings.cpu_executors))]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -108,13 +115,11 @@ class ExecutorPoolActor(Actor):
     ) -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(super().run)
-            if self._settings.executor_inline:
-                inline = ExecutorActor(self.router, INLINE_EXECUTOR, self._backends, self._options)
-                await tasks.start(inline.run)
-            else:
-                names = [cpu_executor(i) for i in range(max(1, self._settings.cpu_executors))]
+            inline = ExecutorActor(self.router, INLINE_EXECUTOR, self._backends, self._options)
+            await tasks.start(inline.run)
+            if not self._settings.executor_inline and self._settings.cpu_executor == "process":
                 with anyio.fail_after(HELLO_TIMEOUT_SECS):
-                    for name in names:
+                    for name in self._cpu_processes:
                         await self._processes.ensure_started(name, {})
             task_status.started()
 
@@ -140,12 +145,11 @@ class ExecutorPoolActor(Actor):
         """Each running executor process's CPU seconds and resident memory, and each
         executor's restart count (inferd's ``inferd_executor_*`` metrics)."""
         samples: list[tuple[str, dict[str, str], float]] = []
-        if self._settings.executor_inline:
-            running = [(INLINE_EXECUTOR, os.getpid(), 0)]
-        else:
-            running = [(e.name, e.process.pid if e.process is not None
-                        and e.process.returncode is None else 0, e.restarts)
-                       for e in self._processes.by_name.values()]
+        running = [(e.name, e.process.pid if e.process is not None
+                    and e.process.returncode is None else 0, e.restarts)
+                   for e in self._processes.by_name.values()]
+        if self._settings.executor_inline or self._load_counts.get(INLINE_EXECUTOR):
+            running.append((INLINE_EXECUTOR, os.getpid(), 0))  # the main process's figures
         for name, pid, restarts in sorted(running):
             labels = {"executor": name}
             usage = process_usage(pid) if pid else None
@@ -190,7 +194,26 @@ class ExecutorPoolActor(Actor):
         per_instance = spec is not None and spec.process_per_instance
         return placement.split(config, isolated=load.isolated, per_instance=per_instance)
 
-    def _executor_for(self, load: LoadVersion, part: placement.Part) -> tuple[str, dict[str, str]]:
+    def _in_server(self, load: LoadVersion, config: ModelConfig) -> bool:
+        """Whether the CPU instances of ``load`` run in the main process: always with
+        ``--executor-inline``; else those of a native backend unless ``--cpu-executor
+        process`` or the model's ``INFERD_EXECUTOR`` names a process."""
+        if self._settings.executor_inline:
+            return True
+        spec = self._backends.get(load.backend)
+        choice = executor_choice(config)
+        if choice == "server" and not _native(spec):
+            raise InvalidArgument(
+                f"model '{load.model}': parameter {EXECUTOR_PARAMETER} \"server\" is for "
+                f"native backends (onnxruntime, pytorch); backend '{load.backend}' runs in "
+                "executor processes")
+        if choice:
+            return choice == "server"
+        return _native(spec) and self._settings.cpu_executor == "server"
+
+    def _executor_for(
+        self, load: LoadVersion, part: placement.Part, in_server: bool
+    ) -> tuple[str, dict[str, str]]:
         """The executor ``part`` goes to, and the environment that executor starts with."""
         if self._settings.executor_inline:
             return INLINE_EXECUTOR, {}
@@ -202,8 +225,9 @@ class ExecutorPoolActor(Actor):
             return framework_executor(spec.name, part.gpu), environment
         if part.gpu is not None:
             return gpu_executor(part.gpu), environment
-        cpu = [n for n in self._processes.by_name if n.startswith(CPU_EXECUTOR_PREFIX)]
-        return min(cpu, key=lambda n: self._load_counts.get(n, 0)), {}
+        if in_server:
+            return INLINE_EXECUTOR, {}
+        return min(self._cpu_processes, key=lambda n: self._load_counts.get(n, 0)), {}
 
     async def on_load_version(self, load: LoadVersion, envelope: Envelope) -> VersionLoaded:
         """Load ``load`` in every executor its parts go to, at once; all or nothing."""
@@ -212,13 +236,14 @@ class ExecutorPoolActor(Actor):
         config = ModelConfig()
         config.ParseFromString(load.config)
         parts = self._parts(load, config)
+        in_server = self._in_server(load, config)
         python = await self._interpreter(load, config)
         outcomes: list[tuple[str, VersionLoaded] | BaseException] = [
             RuntimeError("not run")] * len(parts)
 
         async def load_part(index: int, part: placement.Part) -> None:
             try:
-                outcomes[index] = await self._load_part(load, config, part, python)
+                outcomes[index] = await self._load_part(load, config, part, python, in_server)
             except Exception as error:  # noqa: BLE001 - collected, raised below
                 outcomes[index] = error
 
@@ -253,9 +278,10 @@ class ExecutorPoolActor(Actor):
         return str(python)
 
     async def _load_part(
-        self, load: LoadVersion, config: ModelConfig, part: placement.Part, python: str
+        self, load: LoadVersion, config: ModelConfig, part: placement.Part, python: str,
+        in_server: bool,
     ) -> tuple[str, VersionLoaded]:
-        name, environment = self._executor_for(load, part)
+        name, environment = self._executor_for(load, part, in_server)
         if python:  # processes of another interpreter are never shared with ours
             name += "@" + hashlib.sha256(python.encode()).hexdigest()[:8]
         if name != INLINE_EXECUTOR:
@@ -297,3 +323,7 @@ class ExecutorPoolActor(Actor):
         if (executor is not None and executor.isolated and not self._load_counts[name]
                 and not self._processes.stopping):
             await self._processes.retire(executor)
+
+
+def _native(spec: BackendSpec | None) -> bool:
+    return spec is not None and spec.runs_in_server

@@ -22,6 +22,8 @@ ServerHandle = Any
 SHM_ROOT = Path("/dev/shm")
 ELEMENTS = 262_144  # FP32: 1 MiB
 WAIT_SECS = 20.0
+# The link joins the main process to executor processes: the onnxruntime models run in one.
+IN_A_PROCESS = ("--cpu-executor", "process")
 
 pytestmark = pytest.mark.skipif(not SHM_ROOT.is_dir(), reason="no /dev/shm")
 
@@ -56,7 +58,7 @@ def identity_over_both_protocols(server: ServerHandle, values: np.ndarray) -> No
 
 def test_large_tensors_cross_in_shared_memory_and_a_stop_leaves_none(
         inferd: InferdHarness) -> None:
-    server = inferd.start(inferd.repository("identity_fp32", "simple"))
+    server = inferd.start(inferd.repository("identity_fp32", "simple"), *IN_A_PROCESS)
     pid = server.process.pid
     for round_ in range(3):
         identity_over_both_protocols(server, np.random.default_rng(round_).random(
@@ -72,7 +74,7 @@ def test_large_tensors_cross_in_shared_memory_and_a_stop_leaves_none(
 
 def test_a_killed_executor_leaves_no_segments_and_the_next_one_serves(
         inferd: InferdHarness) -> None:
-    server = inferd.start(inferd.repository("identity_fp32"))
+    server = inferd.start(inferd.repository("identity_fp32"), *IN_A_PROCESS)
     pid = server.process.pid
     values = np.arange(ELEMENTS, dtype=np.float32)
     identity_over_both_protocols(server, values)
@@ -90,7 +92,7 @@ def test_a_killed_executor_leaves_no_segments_and_the_next_one_serves(
 
 def test_a_killed_server_has_its_segments_removed_by_its_executor(
         inferd: InferdHarness) -> None:
-    server = inferd.start(inferd.repository("identity_fp32"))
+    server = inferd.start(inferd.repository("identity_fp32"), *IN_A_PROCESS)
     pid = server.process.pid
     identity_over_both_protocols(server, np.ones(ELEMENTS, np.float32))
     assert segments(pid)
@@ -109,6 +111,7 @@ def test_the_link_memory_flags_are_checked(inferd: InferdHarness) -> None:
 
 
 def test_a_threshold_of_zero_sends_every_tensor_as_a_frame(inferd: InferdHarness) -> None:
-    server = inferd.start(inferd.repository("identity_fp32"), "--executor-shm-threshold=0")
+    server = inferd.start(inferd.repository("identity_fp32"), *IN_A_PROCESS,
+                          "--executor-shm-threshold=0")
     identity_over_both_protocols(server, np.ones(ELEMENTS, np.float32))
     assert segments(server.process.pid) == {}

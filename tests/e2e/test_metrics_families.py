@@ -199,7 +199,8 @@ def test_no_gpu_family_without_a_gpu(server: Any) -> None:
 def test_summaries_with_metrics_config_and_restarts_after_a_crash(inferd: Any) -> None:
     repository = inferd.repository(
         "simple", configs={"crasher": inferd.testing_config("crasher", "crash")})
-    server = inferd.start(repository, "--metrics-config", "summary_latencies=true",
+    server = inferd.start(repository, "--cpu-executor", "process",
+                          "--metrics-config", "summary_latencies=true",
                           "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
                           "--metrics-config=counter_latencies=false",
                           "--allow-cpu-metrics=false")

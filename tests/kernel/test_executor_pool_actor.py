@@ -292,7 +292,8 @@ async def test_a_kind_it_does_not_handle_is_answered_with_an_error(tmp_path: Pat
 
 async def test_loads_go_to_the_cpu_executor_with_the_fewest(tmp_path: Path) -> None:
     cpu0, cpu1 = cpu_executor(0), cpu_executor(1)
-    async with running(tmp_path, executor_inline=False, cpu_executors=2) as harness:
+    async with running(tmp_path, executor_inline=False, cpu_executor="process",
+                       cpu_executors=2) as harness:
         assert await harness.running_executors() == {cpu0, cpu1}
         _, a = await harness.load("a")
         second, b = await harness.load("b")
@@ -305,11 +306,33 @@ async def test_loads_go_to_the_cpu_executor_with_the_fewest(tmp_path: Path) -> N
         assert harness.control.lost == [] and harness.control.back == []
 
 
+async def test_native_backends_run_in_the_server_unless_a_model_asks_for_a_process(
+    tmp_path: Path,
+) -> None:
+    # The testing backend stands for a native one (runs_in_server); the processes load the
+    # installed one, which is the same backend.
+    native = replace(TESTING_BACKEND, runs_in_server=True)
+    async with running(tmp_path, registry(native, PYTHON_BACKEND),
+                       executor_inline=False) as harness:
+        assert await harness.running_executors() == set()  # nothing started before a need
+        _, inline = await harness.load("n")
+        assert inline.executor == INLINE_EXECUTOR
+        assert await harness.running_executors() == {INLINE_EXECUTOR}
+        assert await harness.infer(INLINE_EXECUTOR, inline.instance_ids[0], 7) == [7, 7]
+        shared = '\nparameters { key: "INFERD_EXECUTOR" value { string_value: "shared" } }'
+        _, in_process = await harness.load("s", shared)
+        assert in_process.executor == cpu_executor(0)  # started for it
+        assert await harness.running_executors() == {INLINE_EXECUTOR, cpu_executor(0)}
+        server = shared.replace('"shared"', '"server"')
+        with pytest.raises(InvalidArgument, match="backend 'python' runs in executor processes"):
+            await harness.load("bad", server, backend="python")
+
+
 async def test_a_crashed_executor_fails_its_asks_is_reported_and_restarted(
     tmp_path: Path,
 ) -> None:
     cpu0 = cpu_executor(0)
-    async with running(tmp_path, executor_inline=False) as harness:
+    async with running(tmp_path, executor_inline=False, cpu_executor="process") as harness:
         crashing_load, crashing = await harness.load("crashing", mode("crash"))
         with pytest.raises(ExecutorCrashed):
             await harness.infer(cpu0, crashing.instance_ids[0], 1)
@@ -327,7 +350,7 @@ async def test_a_crashed_executor_fails_its_asks_is_reported_and_restarted(
 
 async def test_an_isolated_model_s_own_process_stops_at_its_unload(tmp_path: Path) -> None:
     own = isolated_executor("iso", "")
-    async with running(tmp_path, executor_inline=False) as harness:
+    async with running(tmp_path, executor_inline=False, cpu_executor="process") as harness:
         load_id, loaded = await harness.load("iso", isolated=True)
         assert loaded.executor == own
         assert await harness.running_executors() == {cpu_executor(0), own}
@@ -348,7 +371,8 @@ async def test_a_process_per_instance_backend_gets_a_process_per_instance(
 ) -> None:
     # The pool places by its own registry; the processes load the installed testing backend.
     per_instance = replace(TESTING_BACKEND, process_per_instance=True)
-    async with running(tmp_path, registry(per_instance), executor_inline=False) as harness:
+    async with running(tmp_path, registry(per_instance), executor_inline=False,
+                       cpu_executor="process") as harness:
         load_id, loaded = await harness.load("m", count=2)
         first, second = isolated_executor("m", "/0"), isolated_executor("m", "/1")
         assert [executor for executor, _ in loaded.instances] == [first, second]

@@ -19,6 +19,8 @@ PYTORCH_BACKEND = BackendSpec(
     default_filename="model.pt",
     # A CUDA build of torch installs NVIDIA's CUDA runtime wheels; the CPU build does not.
     gpu_packages=("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime"),
+    # Native and thread-safe: its CPU instances run in the server's process by default.
+    runs_in_server=True,
 )
 
 
