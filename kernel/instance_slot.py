@@ -3,8 +3,10 @@
 Owns an instance's slot (``InstanceSlot``): its worker thread of one, so batches run one after
 another in order and the instance is never called concurrently; the calls queued on it; and
 its recent ``execute`` durations, from which it decides whether a batch may run on the event
-loop instead (only when the instance allows it, nothing is queued and its batches take less
-than a thread hand-off). It runs a batch (or a decoupled model's batch) on the instance, with
+loop instead (only when the instance allows it and its batches take less than a thread
+hand-off). A fast instance whose thread still has calls queued (its first batch always goes
+there: nothing is known of it yet) runs its next batches on the loop once those are done, in
+the order they came, so a steady flow of batches cannot keep it on the thread for good. It runs a batch (or a decoupled model's batch) on the instance, with
 the model named in the log context, and turns the outcome into the ``BatchResult`` the
 scheduler expects: one response or one failure per request, and the input/infer/output
 nanoseconds. It never loads or unloads a model and knows no address or message other than
@@ -49,20 +51,48 @@ class InstanceSlot:
     thread: ThreadPoolExecutor  # one worker: batches run one after another, in order
     load_id: int
     queued: int = 0  # calls submitted to the thread and not finished
+    # Calls of a fast instance waiting for the thread's queue to drain, to run on the loop
+    # in this order; the first is woken when the thread's last call is done.
+    waiting: deque[asyncio.Future[None]] = field(default_factory=deque)
     # execute's durations of late: the fastest says what the model costs, as a busy machine
     # only ever makes a run slower (descheduled mid-run, waiting for the GIL)
     recent_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))
 
     async def run(self, function: Callable[[], T]) -> T:
+        if self.waiting or (self.queued and self._fast()):
+            return await self._after_queue(function)
         self.queued += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self.thread, function)
         finally:
             self.queued -= 1
+            if not self.queued:
+                self._wake_next()
+
+    async def _after_queue(self, function: Callable[[], T]) -> T:
+        """Run ``function`` on the loop once the thread's queue and the calls that waited
+        before this one are done."""
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            await turn
+            return function()
+        finally:
+            first = self.waiting[0] is turn
+            self.waiting.remove(turn)
+            if first and not self.queued:
+                self._wake_next()
+
+    def _wake_next(self) -> None:
+        if self.waiting and not self.waiting[0].done():
+            self.waiting[0].set_result(None)
+
+    def _fast(self) -> bool:
+        return (self.instance.runs_on_event_loop and len(self.recent_ns) > 0
+                and min(self.recent_ns) < INLINE_BELOW_NS)
 
     def runs_inline(self) -> bool:
-        return (self.instance.runs_on_event_loop and self.queued == 0
-                and len(self.recent_ns) > 0 and min(self.recent_ns) < INLINE_BELOW_NS)
+        return self.queued == 0 and not self.waiting and self._fast()
 
     def observe(self, duration_ns: int) -> None:
         self.recent_ns.append(duration_ns)
