@@ -1,4 +1,4 @@
-"""inferd next to real Triton and to the Python frontend floor, on the points of issue 9.
+"""inferd next to real Triton and to the Python frontend floor, on the points of issue 24.
 
 The script sets up, in ``bench/.peers/`` (git-ignored): ``perf_analyzer`` (as
 ``bench_kserve.py`` does), real Triton from the ``nvidia-pytriton==0.7.0`` wheel in a venv of
@@ -17,7 +17,9 @@ grpc.aio for gRPC): a fixed ``simple`` response, no inference, what the Python f
 alone costs.
 
 One server runs at a time, in turn: inferd (``simple``, ``mlp`` and ``identity_fp32``
-loaded), inferd again with ``--executor-inline true`` (``simple`` at concurrency 8 only),
+loaded), inferd again with ``--cpu-executor process`` (``simple`` at concurrency 8 only: the
+other placement, which the default is judged against), with ``--before-python`` the inferd of
+another interpreter (another checkout's venv: the code before a change) on the same points,
 Triton, the HTTP floor, the gRPC floor. Each point is one ``perf_analyzer`` run: a closed
 loop of C synchronous requests of batch 1, windows of ``--window-ms`` until the last three
 agree within ``--stability`` percent, at most ``--max-trials`` windows, then up to
@@ -28,6 +30,11 @@ the same with ``--shared-memory system`` (inputs and outputs in system shared me
 the client registers). Before any server starts, ``simple`` at batch 1 and ``mlp`` at batch
 1, 8 and 64 are called in this process through onnxruntime (one intra-op thread) for
 ``--baseline-seconds`` each: the model alone.
+
+Around every perf_analyzer run on inferd and Triton, ``server_cpu`` reads the CPU time of
+every process of the server's tree and the server's own count of successful inferences: the
+second table gives the CPU per inference of the whole server and of its busiest process (the
+figure to steer by: it moves far less with a busy machine than infer/s does).
 
 Reading the table: one row per point, protocol and concurrency, with perf_analyzer's
 infer/s, p50 and p99 (client side, µs) for inferd, Triton and the floor (the floor only
@@ -106,8 +113,9 @@ class Point:
 
 SIMPLE = Point("simple", "simple", "simple", (1, 8))
 # inferd's other executor placement, at simple c=8 only: what the default is judged against.
-OTHER_PLACEMENT = "--executor-inline"
-SIMPLE_INLINE = Point("simple-inline", f"simple, inferd {OTHER_PLACEMENT}", "simple", (8,))
+OTHER_PLACEMENT = ("--cpu-executor", "process")
+SIMPLE_INLINE = Point("simple-process", f"simple, inferd {' '.join(OTHER_PLACEMENT)}", "simple",
+                      (8,))
 MLP = Point("mlp", "mlp", "mlp", (32,))
 IDENTITY = Point("identity", "identity 1 MiB", "identity_fp32", (1,),
                  ("--shape", f"INPUT0:{IDENTITY_ELEMENTS}"))
@@ -369,8 +377,8 @@ def measure_servers(
                 measure_points(tool, "inferd", server, chosen(MODEL_POINTS, args),
                                args.protocols, args, folder, results, costs)
         if chosen([SIMPLE_INLINE], args):
-            print(f"\n=== inferd serve {OTHER_PLACEMENT} true", flush=True)
-            with running_inferd(args, folder, OTHER_PLACEMENT, "true") as server:
+            print(f"\n=== inferd serve {' '.join(OTHER_PLACEMENT)}", flush=True)
+            with running_inferd(args, folder, *OTHER_PLACEMENT) as server:
                 measure_points(tool, "inferd", server, [SIMPLE_INLINE], args.protocols, args,
                                folder, results, costs)
     if args.before_python and chosen(MODEL_POINTS, args):
@@ -613,7 +621,8 @@ def verdicts(
         lines.append(judged(f"(5) identity 1 MiB, shm {name} c=1 inferd/Triton infer/s",
                             quotient(rate(get("inferd", IDENTITY_SHM, protocol, 1)),
                                      rate(get("triton", IDENTITY_SHM, protocol, 1))), 1.0))
-        lines.append(judged(f"(6) simple {name} c=8 inferd default/{OTHER_PLACEMENT} infer/s",
+        lines.append(judged(f"(6) simple {name} c=8 inferd default/{' '.join(OTHER_PLACEMENT)} "
+                            "infer/s",
                             quotient(rate(get("inferd", SIMPLE, protocol, 8)),
                                      rate(get("inferd", SIMPLE_INLINE, protocol, 8))), 1.0))
     # By target, then protocol: every line names its target as "(N)" after the verdict.
