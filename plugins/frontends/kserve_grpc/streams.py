@@ -48,9 +48,16 @@ async def stream_answer(servicer: InferenceServicer, request: wire.ParsedInferRe
     trace = tracer.begin(request.header.model_name) if tracer.active else None
     if trace is None:
         return await _stream_answer(servicer, request, write)
+    trace.stamp("GRPC_WAITREAD_START")
     trace.stamp("GRPC_WAITREAD_END")
 
+    first = True
+
     async def traced_write(response: Any) -> None:
+        nonlocal first
+        if first:  # Triton stamps a stream request's first response only
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+            first = False
         trace.stamp("GRPC_SEND_START")
         await write(response)
         trace.stamp("GRPC_SEND_END")

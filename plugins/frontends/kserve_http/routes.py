@@ -151,6 +151,8 @@ async def infer(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
         encoded = await anyio.to_thread.run_sync(codec.encode_infer_response, reply, encoding)
     else:
         encoded = codec.encode_infer_response(reply, encoding)
+    if trace is not None:
+        trace.stamp("INFER_RESPONSE_COMPLETE")
     return HttpResponse(200, encoded.parts, encoded.headers, compressible=True, trace=trace)
 
 
@@ -237,7 +239,9 @@ async def generate(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
     trace = _begin_trace(app, _model_arguments(request)[0], request)
     if trace is None:
         return await _generate(app, request)
-    return dataclasses.replace(await traced(trace, _generate(app, request)), trace=trace)
+    response = await traced(trace, _generate(app, request))
+    trace.stamp("INFER_RESPONSE_COMPLETE")
+    return dataclasses.replace(response, trace=trace)
 
 
 async def _generate(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
