@@ -185,6 +185,11 @@ def assert_simple_result(result: Any, rows: int = 2) -> None:
     assert result.as_numpy("OUTPUT0").dtype == np.int32
 
 
+ONE_OF_THE_FIELDS = ("Input must set only one of the following fields: 'data', "
+                     "'binary_data_size' in 'parameters', 'shared_memory_region' in "
+                     "'parameters'. But ")
+
+
 def assert_error(error: pytest.ExceptionInfo[InferenceServerException], status: int,
                  message: str) -> None:
     assert error.value.status() == str(status)
@@ -600,10 +605,9 @@ def json_input(**changes: Any) -> dict[str, Any]:
         (json_input(data=[2**31] + [0] * 15), ("input 'INPUT0': value 2147483648 is out of range"
                                               " for datatype INT32")),
         (json_input(data=[[1, 2], [3]]), "input 'INPUT0' 'data' is not a rectangular array"),
-        (json_input(data=None), ("input 'INPUT0' must give exactly one of 'data' and"
-                                " 'parameters.binary_data_size'")),
+        (json_input(data=None), ONE_OF_THE_FIELDS + "no field is set"),
         (json_input(parameters={"binary_data_size": 64}),
-         "input 'INPUT0' must give exactly one of 'data' and 'parameters.binary_data_size'"),
+         ONE_OF_THE_FIELDS + "set 'data' 'binary_data_size'"),
         (json_input(parameters={"shared_memory_region": "r"}),
          "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
          "parameter for input 'INPUT0'"),
