@@ -489,7 +489,8 @@ def test_requests_that_do_not_fit_the_model(client: httpclient.InferenceServerCl
                  "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'")
     with pytest.raises(InferenceServerException) as error:
         client.infer("simple", [infer_input("INPUT0", good, "INT32", binary=False)])
-    assert_error(error, 400, "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s)"
+    assert_error(error, 400, "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for"
+                 " model 'simple'. Got input(s)"
                  " ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all"
                  " required input(s).")
     with pytest.raises(InferenceServerException) as error:

@@ -88,7 +88,9 @@ async def _stream_answer_logged(servicer: InferenceServicer, request: wire.Parse
             return
         if not servicer.frontend.accepting:
             raise Unavailable(SHUTTING_DOWN)
-        async for result, final in await servicer.dataplane.stream(message):
+        stream = await servicer.dataplane.stream(message)
+        empty_final = empty_final and stream.decoupled
+        async for result, final in stream:
             if isinstance(result, InferdError):
                 _stream_failed(result)
                 await write(convert.encode_stream_error(header, result.message))
