@@ -28,6 +28,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper
@@ -289,6 +290,24 @@ def test_statistics_rise_after_inference(client: httpclient.InferenceServerClien
     with pytest.raises(InferenceServerException) as error:
         client.get_inference_statistics("nope")
     assert_error(error, 400, "requested model 'nope' is not available")
+
+
+def test_statistics_carry_response_stats_and_memory_usage_as_grpc_does(
+        server: ServerHandle, client: httpclient.InferenceServerClient) -> None:
+    client.infer("simple", simple_inputs(rows=2))
+    [stats] = client.get_inference_statistics("simple")["model_stats"]
+    # Triton's keys in Triton's order; neither its python backend nor ours reports
+    # per-response statistics or memory usage, so both are empty, as over gRPC.
+    assert list(stats) == ["name", "version", "last_inference", "inference_count",
+                           "execution_count", "inference_stats", "response_stats",
+                           "batch_stats", "memory_usage"]
+    assert (stats["response_stats"], stats["memory_usage"]) == ({}, [])
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+        [over_grpc] = grpc.get_inference_statistics("simple").model_stats
+    assert (dict(over_grpc.response_stats), list(over_grpc.memory_usage)) == ({}, [])
+    assert over_grpc.inference_count == stats["inference_count"]
+    assert [b.batch_size for b in over_grpc.batch_stats] == [
+        b["batch_size"] for b in stats["batch_stats"]]
 
 
 # ------------------------------------------------------------------------------ inference
