@@ -412,6 +412,41 @@ def test_backend_failure(client: grpcclient.InferenceServerClient) -> None:
     assert_error(error, "INVALID_ARGUMENT", "testing backend: failure requested")
 
 
+def test_the_messages_tritons_client_examples_wait_for(stub: Any) -> None:
+    # As grpc_explicit_int_content_client.py and grpc_explicit_int8_content_client.py do:
+    # typed contents, then a version string that is no number, then a raw entry for one
+    # input while its typed contents stay (the raw entries are not counted first).
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name, values in (("INPUT0", range(16)), ("INPUT1", [1] * 16)):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16]).contents.int_contents[
+            :] = values
+    response = stub.ModelInfer(request)
+    assert np.frombuffer(response.raw_output_contents[0], "<i4").tolist() == list(range(1, 17))
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    request.model_version = "wrong_specification"
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(request)
+    assert (error.value.code(), error.value.details()) == (invalid, (
+        "failed to get model version from specified version string 'wrong_specification' "
+        "(details: stol), version should be an integral value > 0"))
+    request.model_version = "-1"
+    assert_rpc_error(stub.ModelInfer, request, invalid,
+                     "invalid model version specified '-1' , version should be an integral "
+                     "value > 0")
+    request.model_version = ""
+    request.raw_input_contents.extend([np.arange(8, dtype="<i8").tobytes()])
+    request.inputs[0].contents.int_contents[:] = range(8, 16)
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(request)
+    assert (error.value.code(), error.value.details()) == (invalid, (
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for "
+        "model 'simple'"))
+    for call, message in ((stub.ModelMetadata, service_pb2.ModelMetadataRequest),
+                          (stub.ModelConfig, service_pb2.ModelConfigRequest)):
+        assert_rpc_error(call, message(name="simple", version="x1"), invalid,
+                         "failed to get model version from specified version string 'x1'")
+
+
 def test_malformed_requests_are_invalid_arguments(stub: Any) -> None:
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     short = [np.arange(16, dtype="<i4").tobytes(), b"\x00" * 60]
