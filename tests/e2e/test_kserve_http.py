@@ -570,8 +570,8 @@ def test_binary_body_errors(server: ServerHandle) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"{not json", ("malformed inference request: Expecting property name enclosed in double"
-                       " quotes: line 1 column 2 (char 1)")),
+        (b"{not json", ("malformed inference request: invalid JSON (Expecting property name"
+                       " enclosed in double quotes: line 1 column 2 (char 1))")),
         (b"[]", "the inference request must be a JSON object, not an array"),
         (b'{"id": "\xff"}', "malformed inference request: not UTF-8 text"),
         (json.dumps(simple_json(inputs=None)).encode(), "the inference request has no 'inputs'"),
@@ -628,7 +628,7 @@ def json_input(**changes: Any) -> dict[str, Any]:
         (json_input(data=None), ONE_OF_THE_FIELDS + "no field is set"),
         (json_input(parameters={"binary_data_size": 64}),
          ONE_OF_THE_FIELDS + "set 'data' 'binary_data_size'"),
-        (json_input(parameters={"shared_memory_region": "r"}),
+        (json_input(data=None, parameters={"shared_memory_region": "r"}),
          "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
          "parameter for input 'INPUT0'"),
     ],
