@@ -18,11 +18,13 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
@@ -300,6 +302,21 @@ def test_an_input_given_two_ways_gets_tritons_message(server: ServerHandle,
                 urllib.request.urlopen(request, timeout=10)
             assert refused.value.code == 400
             assert json.loads(refused.value.read()) == {"error": prefix + told}
+        # gRPC's form of it: typed contents beside a region.
+        request = service_pb2.ModelInferRequest(model_name="simple", id="both")
+        tensor = request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+        tensor.parameters["shared_memory_region"].string_param = "twice"
+        tensor.parameters["shared_memory_byte_size"].int64_param = 64
+        tensor.contents.int_contents.extend(data)
+        request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16]).contents.int_contents[
+            :] = data
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as error:
+                stub.ModelInfer(request)
+        assert (error.value.code(), error.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "unexpected 'content' provided when using shared "
+            "memory for input tensor 'INPUT0' for model 'simple'")
     finally:
         with httpclient.InferenceServerClient(server.http_url) as http:
             http.unregister_system_shared_memory()
