@@ -25,6 +25,7 @@ from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.router import Router
 from inferd.kernel.shared_memory import (
     SharedMemoryRegistry,
+    check_input_size,
     cuda_region_not_found,
     refuse_cuda_register,
 )
@@ -207,7 +208,8 @@ class DataPlane:
         check_model_name(request.request.model)
         log_context.note(request.request.model, request.request.version, request.request.id)
         inputs = tuple(
-            self._input_tensor(item) if isinstance(item, SharedMemoryInput) else item
+            self._input_tensor(item, request.request)
+            if isinstance(item, SharedMemoryInput) else item
             for item in request.inputs
         )
         windows = {
@@ -230,9 +232,11 @@ class DataPlane:
             reply.model, reply.version, tuple(outputs), reply.id, reply.parameters
         )
 
-    def _input_tensor(self, item: SharedMemoryInput) -> Tensor:
+    def _input_tensor(self, item: SharedMemoryInput, request: InferRequest) -> Tensor:
         # Read-only: a backend must not write into memory the client owns.
         view = self.shared_memory.view(item.location).toreadonly()
+        check_input_size(item.name, item.datatype, item.shape, view.nbytes, request.model,
+                         request.id)
         return tensor_from_buffer(item.name, item.datatype, item.shape, view)
 
 

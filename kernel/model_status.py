@@ -49,3 +49,7 @@ class ModelStatus:
     def ready(self) -> bool:
         return any(v.state == State.READY for v in self.versions.values())
 
+    def serving(self) -> list[int]:
+        """The numbers of the READY versions, in order."""
+        return sorted(n for n, v in self.versions.items() if v.state == State.READY)
+

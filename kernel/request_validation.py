@@ -65,7 +65,7 @@ def _shape_matches(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
 
 
 def _listing(names: list[str]) -> str:
-    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"  # Triton's: no space
 
 
 def check_request(request: InferRequest, model: ModelSignature) -> int:
@@ -84,10 +84,15 @@ def check_request(request: InferRequest, model: ModelSignature) -> int:
     missing = [n for n, t in model.inputs.items() if not t.optional and n not in given]
     if missing:
         required = sum(1 for t in model.inputs.values() if not t.optional)
+        # Triton's core words, with its request-id prefix; the range form when some inputs
+        # are optional.
+        count = (f"{required} inputs" if required == len(model.inputs) else
+                 f"number of inputs between {required} and {len(model.inputs)}")
         raise InvalidArgument(
-            f"expected {required} inputs but got {len(given)} inputs for model '{model.name}'."
-            f" Got input(s) {_listing(given)}, but missing required input(s) {_listing(missing)}."
-            " Please provide all required input(s)."
+            f"[request id: {request.id or '<id_unknown>'}] expected {count} but got "
+            f"{len(given)} inputs for model '{model.name}'. Got input(s) {_listing(given)}, "
+            f"but missing required input(s) {_listing(missing)}. Please provide all required "
+            "input(s)."
         )
     batch_size = 0
     for tensor in request.inputs:

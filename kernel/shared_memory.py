@@ -2,8 +2,9 @@
 
 Owns the regions clients register: opening the POSIX shared-memory object of a key
 (``/dev/shm/<key>``) read/write and mapping the registered window of it, refusing a window past
-the object's end, the name -> region map and its status rows, the bounds of the window a
-request names, and memoryviews over it (zero copy). The client owns its objects: this module
+the object's end, the name -> region map and its status rows (sorted by name, as Triton
+lists them), the bounds of the window a request names and whether it holds its input's bytes,
+and memoryviews over it (zero copy). The client owns its objects: this module
 never creates, resizes or unlinks one, and never goes through ``multiprocessing``'s resource
 tracker (which unlinks what it tracks when the process exits). Unregistering drops the name at
 once; the mapping itself lives until the last view of it is gone (a request in flight keeps
@@ -14,6 +15,7 @@ nothing of requests, sockets or models.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import stat
@@ -26,6 +28,7 @@ from inferd.protocols.messages import (
     SharedMemoryRegionStatus,
     SharedMemoryStatus,
 )
+from inferd.protocols.tensors import element_size
 
 SHM_ROOT = Path("/dev/shm")
 CUDA_UNSUPPORTED = "CUDA shared memory is not supported on this server"
@@ -148,7 +151,7 @@ class SharedMemoryRegistry:
                 raise NotFound(f"Unable to find system shared memory region: '{name}'")
             regions = [region]
         else:
-            regions = list(self._regions.values())
+            regions = [self._regions[key] for key in sorted(self._regions)]
         return SharedMemoryStatus(
             tuple(SharedMemoryRegionStatus(r.name, r.key, r.offset, r.byte_size) for r in regions)
         )
@@ -169,6 +172,20 @@ class SharedMemoryRegistry:
 
     def __len__(self) -> int:
         return len(self._regions)
+
+
+def check_input_size(name: str, datatype: str, shape: tuple[int, ...], byte_size: int,
+                     model: str, request_id: str) -> None:
+    """An input in shared memory holds exactly its tensor's bytes (BYTES elements vary in
+    size: their buffer is parsed instead), in the words of Triton's core."""
+    size = element_size(datatype)
+    if size is None:
+        return
+    expected = math.prod(shape) * size
+    if byte_size != expected:
+        raise InvalidArgument(
+            f"[request id: {request_id or '<id_unknown>'}] input byte size mismatch for input "
+            f"'{name}' for model '{model}'. Expected {expected}, got {byte_size}")
 
 
 def refuse_cuda_register(name: str) -> InferdError:

@@ -52,3 +52,14 @@ class ModelStateLog:
             text += f": {reason}"
             extra["reason"] = reason
         log.log(logging.ERROR if failed else logging.INFO, "%s", text, extra=extra)
+
+    def load_failed(self, model: str, serving: list[int], reason: str) -> None:
+        """A load of ``model`` failed before any version was brought up (its config, or an
+        override of it, was refused). The versions ``serving`` go on serving READY, and the
+        line says so rather than call the model UNAVAILABLE."""
+        if not serving:
+            self.changed(model, None, UNAVAILABLE, reason, failed=True)
+            return
+        numbers = ", ".join(str(number) for number in serving)
+        self.changed(model, None, READY, f"the load failed, version(s) {numbers} serving stay "
+                     f"READY: {reason}", failed=True)

@@ -147,6 +147,9 @@ class VersionStatistics(RequestDurations):
                 "cache_hit": self.cache_hit.as_dict(),
                 "cache_miss": self.cache_miss.as_dict(),
             },
+            # Triton fills these only from a backend that reports them (its python
+            # backend reports neither); the keys are there over HTTP as over gRPC.
+            "response_stats": {},
             "batch_stats": [
                 {
                     "batch_size": size,
@@ -156,4 +159,5 @@ class VersionStatistics(RequestDurations):
                 }
                 for size, stats in sorted(self.batches.items())
             ],
+            "memory_usage": [],
         }

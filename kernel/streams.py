@@ -28,6 +28,10 @@ class ResponseStream:
 
     def __init__(self, single: Awaitable[InferResponse] | None = None) -> None:
         self._single = single
+        # A single answer is its request's only response: final, with no empty final
+        # response after it even when one is asked for (Triton sends those for decoupled
+        # models only).
+        self.decoupled = single is None
         self._parts: asyncio.Queue[tuple[StreamResult, bool]] = asyncio.Queue()
         self._done = False
         self._map: Callable[[InferResponse], InferResponse] | None = None

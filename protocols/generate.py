@@ -69,7 +69,8 @@ def _parameter(key: str, value: Any) -> Any:
     if isinstance(value, (bool, str)) or (isinstance(value, (int, float))
                                           and math.isfinite(value)):
         return value
-    raise InvalidArgument(f"parameter '{key}' must be a string, a number or a boolean")
+    raise InvalidArgument(f"parameter '{key}' has invalid type. It should be either 'int', "
+                          "'bool', or 'string'.")
 
 
 def _input(spec: TensorSpec, value: Any, max_input_size: int) -> Tensor:

@@ -29,7 +29,7 @@ def parse_json(body: bytes | memoryview, what: str) -> Any:
     except UnicodeDecodeError as error:
         raise InvalidArgument(f"malformed {what}: not UTF-8 text ({error.reason})") from None
     except ValueError as error:
-        raise InvalidArgument(f"malformed {what}: {error}") from None
+        raise InvalidArgument(f"malformed {what}: invalid JSON ({error})") from None
 
 
 def json_object(value: Any, what: str) -> dict[str, Any]:

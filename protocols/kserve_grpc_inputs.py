@@ -93,6 +93,15 @@ def decode_inputs(
     locations = [shared_memory_location(tensor) for tensor in inputs]
     # As tritonclient sends them: raw contents for the inputs not in shared memory only.
     inline_count = sum(location is None for location in locations)
+    if raw_contents:
+        # Triton checks this per input before it counts the raw entries (its client
+        # examples wait for this text).
+        for tensor, location in zip(inputs, locations, strict=True):
+            if location is None and tensor.HasField("contents"):
+                raise InvalidArgument(
+                    "contents field must not be specified when using raw_input_contents "
+                    f"for '{tensor.name}' for model '{model}'"
+                )
     if raw_contents and len(raw_contents) != inline_count:
         note = "; inputs in shared memory have none" if inline_count < len(inputs) else ""
         raise InvalidArgument(
@@ -127,11 +136,6 @@ def decode_inputs(
                 f"input '{name}' for model '{model}' has unknown datatype '{datatype}'"
             ) from None
         if tensor.HasField("contents"):
-            if raw_contents:
-                raise InvalidArgument(
-                    "contents field must not be specified when using raw_input_contents "
-                    f"for '{name}' for model '{model}'"
-                )
             # Raw contents are their tensor's bytes, so the message size limit bounds them;
             # typed values can decode to several times their size in the message (an INT64
             # zero is one byte there), so they are bounded here, before decoding, as HTTP

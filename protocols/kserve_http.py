@@ -205,13 +205,9 @@ def _inputs(
             raise InvalidArgument(f"{what} has no 'shape' array")
         dims, count = checked_shape(name, shape)
         parameters = json_object(entry.get("parameters", {}), f"the 'parameters' of {what}")
+        _check_content_fields(entry, parameters)
         location = _shared_memory_location(parameters, what)
         if location is not None:
-            if "data" in entry or "binary_data_size" in parameters:
-                raise InvalidArgument(
-                    f"{what} must give exactly one of 'data', 'parameters.binary_data_size' "
-                    "and 'parameters.shared_memory_region'"
-                )
             no_unknown_fields(parameters, _SHARED_MEMORY_PARAMETERS, f"the 'parameters' of {what}")
             tensors.append(SharedMemoryInput(name, datatype, dims, location))
             continue
@@ -221,11 +217,6 @@ def _inputs(
                 f"bytes, more than the maximum input size of {max_input_size} bytes"
             )
         binary_size = _input_parameters(parameters, what)
-        has_data = "data" in entry
-        if (binary_size is None) == (not has_data):
-            raise InvalidArgument(
-                f"{what} must give exactly one of 'data' and 'parameters.binary_data_size'"
-            )
         if binary_size is not None:
             available = binary.nbytes - offset
             if binary_size > available:
@@ -245,6 +236,20 @@ def _inputs(
             f"inputs (binary_data_size values, or {HEADER_LENGTH_HEADER}, are wrong)"
         )
     return tuple(tensors)
+
+
+def _check_content_fields(entry: dict[str, Any], parameters: dict[str, Any]) -> None:
+    """Triton's rule and words: an input gives its values in exactly one way."""
+    given = [field for field, found in (("data", "data" in entry),
+                                        ("binary_data_size", "binary_data_size" in parameters),
+                                        (SHARED_MEMORY_REGION, SHARED_MEMORY_REGION in parameters))
+             if found]
+    if len(given) != 1:
+        which = " ".join(f"'{field}'" for field in given)
+        raise InvalidArgument(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But "
+            + (f"set {which}" if given else "no field is set"))
 
 
 def _input_parameters(parameters: dict[str, Any], what: str) -> int | None:

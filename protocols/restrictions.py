@@ -3,9 +3,9 @@ with an agreed value (``--http-restricted-api`` and ``--grpc-restricted-protocol
 ``<group>[,<group>...]:<key>=<value>``).
 
 Owns the group names and which HTTP route or gRPC method belongs to which, parsing the flags
-(an unknown group, or a group restricted twice, is refused), and the check: the header's
-value is compared in constant time, and a refusal says which header it expected, in Triton's
-words. Pure: no sockets.
+(an empty or unknown group, an empty key or value, or a group restricted twice, is refused),
+and the check: the header's value is compared in constant time, and a refusal says which
+header it expected, in Triton's words. Pure: no sockets.
 """
 
 from __future__ import annotations
@@ -48,10 +48,15 @@ def parse_restriction(text: str) -> tuple[tuple[str, ...], str, str]:
     """An argparse ``type``: ``<groups>:<key>=<value>`` as (groups, key, value)."""
     groups_text, colon, header = text.partition(":")
     key, equals, value = header.partition("=")
-    groups = tuple(group.strip() for group in groups_text.split(",") if group.strip())
-    if not colon or not equals or not key.strip() or not groups:
+    groups = tuple(group.strip() for group in groups_text.split(","))
+    problem = ("" if colon and equals else "no ':' or no '='") or next(
+        (f"{what} is empty" for what, empty in (
+            ("an API group", not all(groups)), ("the header key", not key.strip()),
+            ("the header value", not value)) if empty), "")
+    if problem:
+        # Triton refuses these too (an empty name, setting or value fails its parse).
         raise argparse.ArgumentTypeError(
-            f"expected <group>[,<group>...]:<key>=<value>, got {text!r}")
+            f"expected <group>[,<group>...]:<key>=<value>, got {text!r}: {problem}")
     unknown = [group for group in groups if group not in GROUPS]
     if unknown:
         raise argparse.ArgumentTypeError(

@@ -4,8 +4,9 @@
 Turns the data plane's two messages (``TraceSettingRequest``, ``TraceSettingReply``, in
 ``inferd.protocols.messages``) to and from the wire: an update read from an HTTP JSON body or
 a gRPC settings map with Triton's setting names and error messages, the settings written back
-in either form (every value a string, the level a list of strings). A bad update is refused
-whole, before anything changes. Pure: no I/O, no state; the settings themselves live in
+in either form (every value a string, the level a list of strings). A name that is no setting
+is ignored, as Triton ignores it; a bad value of a setting refuses the update whole, before
+anything changes. Pure: no I/O, no state; the settings themselves live in
 ``inferd.kernel.tracing``.
 """
 
@@ -68,13 +69,11 @@ def _request(model: str, values: Mapping[str, Sequence[str] | None], grpc: bool
              ) -> TraceSettingRequest:
     if "trace_file" in values:
         raise Unsupported(FILE_NOT_UPDATABLE)
-    unknown = [name for name in values if name not in _FIELDS]
-    if unknown:
-        raise InvalidArgument(f"unknown trace setting '{unknown[0]}': the settings that can be "
-                              f"updated are {', '.join(SETTINGS)}")
     fields: dict[str, Any] = {}
     clear = []
     for name, value in values.items():
+        if name not in _FIELDS:
+            continue
         if value is None:
             clear.append(name)
         elif name == "trace_level":
@@ -101,6 +100,8 @@ def decode_http_update(model: str, body: bytes | memoryview) -> TraceSettingRequ
         raise InvalidArgument("the trace setting request must be a JSON object")
     values: dict[str, Sequence[str] | None] = {}
     for name, value in document.items():
+        if name not in _FIELDS and name != "trace_file":
+            continue
         if value is None or name == "trace_file":
             values[name] = None
         elif name == "trace_level":

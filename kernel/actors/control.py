@@ -319,13 +319,13 @@ class ControlActor(Actor):
             raise
         except InferdError as error:
             model.error = error.message
-            self._states.changed(name, None, State.UNAVAILABLE, error.message, failed=True)
+            self._states.load_failed(name, model.serving(), error.message)
             raise
         assert isinstance(resolved, ResolvedModel)
         try:
             await self._ensembles.prepare(name, model, resolved)
         except InferdError as error:
-            self._states.changed(name, None, State.UNAVAILABLE, error.message, failed=True)
+            self._states.load_failed(name, model.serving(), error.message)
             raise
         failures: dict[int, str] = {}
         brought_up: dict[int, VersionStatus] = {}

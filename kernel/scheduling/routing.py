@@ -29,6 +29,7 @@ class RoutingTable:
 
     def resolve(self, model: str, version: str) -> Version:
         """The version a request for ``model`` and ``version`` ("" for the latest) goes to."""
+        number = version_number(version) if version else -1
         versions = self.served.get(model)
         if not versions and model not in self.ever_served:
             raise NotFound(f"Request for unknown model: '{model}' is not found")
@@ -38,12 +39,6 @@ class RoutingTable:
                 self._raise_if_reloading(model, None)
                 raise NotFound(f"Request for unknown model: '{model}' has no available versions")
             return live[max(live)]
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(
-                f"failed to parse version '{version}' of model '{model}': not an integer"
-            ) from None
         if number in live:
             return live[number]
         self._raise_if_reloading(model, number)
@@ -79,3 +74,19 @@ class RoutingTable:
                 chosen = list(versions.values())
         chosen.sort(key=lambda v: (v.model, v.version))
         return chosen
+
+
+def version_number(text: str) -> int:
+    """A requested version string as its number, refused in Triton's words (which clients
+    match on). Stricter than Triton's ``stol``: trailing characters ("1abc") are refused too."""
+    stripped = text.strip()
+    digits = stripped[1:] if stripped[:1] in "+-" else stripped
+    if not (digits.isascii() and digits.isdigit()):
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{text}' (details: "
+            "stol), version should be an integral value > 0")
+    number = int(stripped)
+    if number < 0:
+        raise InvalidArgument(
+            f"invalid model version specified '{text}' , version should be an integral value > 0")
+    return number

@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,41 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
     root: Path = module_inferd.repository("simple", "stream_words")
     module_inferd.copy_models(root, PYTHON_MODELS, "repeat", "add_sub", "bls_decoupled",
                               "strings")
+    # repeat with an optional input it never reads: Triton's range form of the message.
+    shutil.copytree(root / "repeat" / "1", root / "repeat_optional" / "1")
+    config = (root / "repeat" / "config.pbtxt").read_text(encoding="utf-8")
+    (root / "repeat_optional" / "config.pbtxt").write_text(
+        config.replace('name: "repeat"', 'name: "repeat_optional"').replace(
+            'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]',
+            'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },\n'
+            '        { name: "DELAY" data_type: TYPE_INT32 dims: [ 1 ] optional: true } ]'),
+        encoding="utf-8")
     (root / "shout_stream" / "1").mkdir(parents=True)
     (root / "shout_stream" / "config.pbtxt").write_text(SHOUT_STREAM, encoding="utf-8")
+    (root / "echo_parameters" / "1").mkdir(parents=True)
+    (root / "echo_parameters" / "config.pbtxt").write_text(ECHO_PARAMETERS, encoding="utf-8")
+    (root / "echo_parameters" / "1" / "model.py").write_text(ECHO_PARAMETERS_PY,
+                                                             encoding="utf-8")
     return module_inferd.start(root)
+
+
+ECHO_PARAMETERS = """
+name: "echo_parameters"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PARAMETERS" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+ECHO_PARAMETERS_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "PARAMETERS", np.array([request.parameters()], dtype=object))])
+            for request in requests]
+"""
 
 
 SHOUT_STREAM = """
@@ -126,6 +159,56 @@ def test_without_the_empty_final_response_the_stream_carries_only_responses(
     finally:
         client.stop_stream()
     assert [int(a.as_numpy("OUT")[0]) for a in got] == [8, 9]
+
+
+def test_a_stream_request_missing_inputs_gets_tritons_message(server: ServerHandle) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    delay = grpcclient.InferInput("DELAY", [1], "INT32")
+    delay.set_data_from_numpy(np.array([1], np.int32))
+    one = np.ones((1, 16), np.int32)
+    only_first = grpcclient.InferInput("INPUT0", [1, 16], "INT32")
+    only_first.set_data_from_numpy(one)
+    try:
+        client.async_stream_infer("repeat_optional", [delay], request_id="opt")
+        client.async_stream_infer("simple", [only_first])
+        got = [answers.get(timeout=WAIT_SECS) for _ in range(2)]
+    finally:
+        client.stop_stream()
+    assert [answer.message() for answer in got] == [
+        "[request id: opt] expected number of inputs between 1 and 2 but got 1 inputs for "
+        "model 'repeat_optional'. Got input(s) ['DELAY'], but missing required input(s) "
+        "['IN']. Please provide all required input(s).",
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. "
+        "Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide "
+        "all required input(s).",
+    ]
+
+
+def test_a_model_that_is_not_decoupled_marks_its_one_stream_response_final(
+        server: ServerHandle) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [1, 16], "INT32")
+        tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+        inputs.append(tensor)
+    try:
+        # Asked for an empty final response or not, its one response is final and alone
+        # (Triton sends empty final responses for decoupled models only); the stream's next
+        # request shows nothing else came in between.
+        client.async_stream_infer("simple", inputs, request_id="one",
+                                  enable_empty_final_response=True)
+        client.async_stream_infer("simple", inputs, request_id="two")
+        got = [answers.get(timeout=WAIT_SECS) for _ in range(2)]
+    finally:
+        client.stop_stream()
+    assert [(a.get_response().id, a.get_response().parameters["triton_final_response"].bool_param,
+             int(a.as_numpy("OUTPUT0").sum())) for a in got] == [("one", True, 32),
+                                                                 ("two", True, 32)]
 
 
 def test_a_request_may_get_no_response_but_the_final_flag(server: ServerHandle) -> None:
@@ -260,11 +343,50 @@ def test_generate_maps_json_to_tensors_and_back(server: ServerHandle) -> None:
 def test_generate_needs_exactly_one_response(server: ServerHandle) -> None:
     status, _, body = post(server, "/v2/models/repeat/generate", {"IN": [4]})
     assert status == 200 and json.loads(body)["OUT"] == 4
-    status, _, body = post(server, "/v2/models/repeat/generate", {"IN": [1, 2]})
-    assert status == 200
-    assert json.loads(body) == {"error": "generate expects model to produce exactly 1 response, "
-                                         "use generate stream for model that generates various "
-                                         "number of responses"}
+    # Triton writes this error after a 200 status line; inferd's status says it too.
+    for values in ([1, 2], []):
+        status, _, body = post(server, "/v2/models/repeat/generate", {"IN": values})
+        assert (status, json.loads(body)) == (500, {
+            "error": "generate expects model to produce exactly 1 response, use generate "
+                     "stream for model that generates various number of responses"})
+
+
+def test_generate_passes_the_other_keys_as_request_parameters(server: ServerHandle) -> None:
+    status, _, body = post(server, "/v2/models/echo_parameters/generate",
+                           {"IN": 1, "top_k": 3, "id": "p",
+                            "parameters": {"stream": False, "temperature": 0.5, "stop": "x"}})
+    # A python model reads them as Triton's python backend gives them (one JSON object);
+    # the response carries the model's outputs and no parameters of its own.
+    assert (status, json.loads(body)) == (200, {
+        "id": "p", "model_name": "echo_parameters", "model_version": "1",
+        "PARAMETERS": '{"top_k":3,"stream":false,"temperature":0.5,"stop":"x"}'})
+    status, _, body = post(server, "/v2/models/echo_parameters/generate", {"IN": 1, "bad": [1]})
+    assert (status, json.loads(body)) == (400, {
+        "error": "parameter 'bad' has invalid type. It should be either 'int', 'bool', or "
+                 "'string'."})
+
+
+def test_generate_stream_refuses_a_bad_request_before_the_stream(server: ServerHandle) -> None:
+    for model, document in [("simple", {"INPUT0": list(range(16))}), ("repeat", {})]:
+        status, content_type, body = post(server, f"/v2/models/{model}/generate_stream",
+                                          document)
+        assert (status, content_type) == (400, "application/json")
+        assert "expected" in json.loads(body)["error"]
+        assert "missing required input(s)" in json.loads(body)["error"]
+
+
+def test_a_generate_body_that_is_not_json_says_so(server: ServerHandle) -> None:
+    host, port = server.http_url.rsplit(":", 1)
+    for path in ("generate", "generate_stream"):
+        connection = http.client.HTTPConnection(host, int(port), timeout=WAIT_SECS)
+        try:
+            connection.request("POST", f"/v2/models/simple/{path}", body=b"{not json",
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 400
+            assert "invalid JSON" in json.loads(response.read())["error"]
+        finally:
+            connection.close()
 
 
 def test_generate_refusals_are_json_errors_with_their_status(server: ServerHandle) -> None:

@@ -392,7 +392,8 @@ def test_requests_that_do_not_fit_the_model(client: grpcclient.InferenceServerCl
     with pytest.raises(InferenceServerException) as error:
         client.infer("simple", [infer_input("INPUT0", good, "INT32")])
     assert error.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert error.value.message().startswith("expected 2 inputs but got 1 inputs for model 'simple'")
+    assert error.value.message().startswith(
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'")
     assert "INPUT1" in error.value.message()
     with pytest.raises(InferenceServerException) as error:
         nine = np.ones((9, 16), np.int32)
@@ -409,6 +410,41 @@ def test_backend_failure(client: grpcclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as error:
         client.infer("failing", [infer_input("INPUT0", np.ones(4, np.float32), "FP32")])
     assert_error(error, "INVALID_ARGUMENT", "testing backend: failure requested")
+
+
+def test_the_messages_tritons_client_examples_wait_for(stub: Any) -> None:
+    # As grpc_explicit_int_content_client.py and grpc_explicit_int8_content_client.py do:
+    # typed contents, then a version string that is no number, then a raw entry for one
+    # input while its typed contents stay (the raw entries are not counted first).
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name, values in (("INPUT0", range(16)), ("INPUT1", [1] * 16)):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16]).contents.int_contents[
+            :] = values
+    response = stub.ModelInfer(request)
+    assert np.frombuffer(response.raw_output_contents[0], "<i4").tolist() == list(range(1, 17))
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    request.model_version = "wrong_specification"
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(request)
+    assert (error.value.code(), error.value.details()) == (invalid, (
+        "failed to get model version from specified version string 'wrong_specification' "
+        "(details: stol), version should be an integral value > 0"))
+    request.model_version = "-1"
+    assert_rpc_error(stub.ModelInfer, request, invalid,
+                     "invalid model version specified '-1' , version should be an integral "
+                     "value > 0")
+    request.model_version = ""
+    request.raw_input_contents.extend([np.arange(8, dtype="<i8").tobytes()])
+    request.inputs[0].contents.int_contents[:] = range(8, 16)
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(request)
+    assert (error.value.code(), error.value.details()) == (invalid, (
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for "
+        "model 'simple'"))
+    for call, message in ((stub.ModelMetadata, service_pb2.ModelMetadataRequest),
+                          (stub.ModelConfig, service_pb2.ModelConfigRequest)):
+        assert_rpc_error(call, message(name="simple", version="x1"), invalid,
+                         "failed to get model version from specified version string 'x1'")
 
 
 def test_malformed_requests_are_invalid_arguments(stub: Any) -> None:
@@ -588,7 +624,8 @@ def test_stream_errors_do_not_end_the_stream(server: ServerHandle) -> None:
         received = [results.get(timeout=30) for _ in range(3)]
         client.stop_stream()
     assert received[0][1].message() == "Request for unknown model: 'no_such_model' is not found"
-    assert received[1][1].message().startswith("expected 2 inputs but got 1 inputs")
+    assert received[1][1].message().startswith(
+        "[request id: b] expected 2 inputs but got 1 inputs")
     assert received[2][1] is None
     assert received[2][0].get_response().id == "c"
 
@@ -600,16 +637,19 @@ def test_stream_empty_final_response(server: ServerHandle) -> None:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
         client.async_stream_infer("simple", simple_inputs(first, first), request_id="e",
                                   enable_empty_final_response=True)
+        client.async_stream_infer("simple", simple_inputs(first, first), request_id="f")
         received = [results.get(timeout=30) for _ in range(2)]
         client.stop_stream()
-    (data, data_error), (final, final_error) = received
-    assert data_error is None and final_error is None
-    assert data.get_response().parameters["triton_final_response"].bool_param is False
+    # As Triton: a model that is not decoupled answers once, that response final; the
+    # empty final response is a decoupled model's (test_decoupled.py), so the next
+    # response on the stream is the next request's.
+    (data, data_error), (after, after_error) = received
+    assert data_error is None and after_error is None
+    assert data.get_response().id == "e"
+    assert data.get_response().parameters["triton_final_response"].bool_param is True
     np.testing.assert_array_equal(data.as_numpy("OUTPUT0"), first * 2)
-    final_response = final.get_response()
-    assert final_response.id == "e"
-    assert final_response.parameters["triton_final_response"].bool_param is True
-    assert len(final_response.outputs) == 0
+    assert after.get_response().id == "f"
+    assert after.get_response().parameters["triton_final_response"].bool_param is True
 
 
 # ------------------------------------------------------------------------------- aio client

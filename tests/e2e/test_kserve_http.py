@@ -28,6 +28,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper
@@ -185,6 +186,11 @@ def assert_simple_result(result: Any, rows: int = 2) -> None:
     assert result.as_numpy("OUTPUT0").dtype == np.int32
 
 
+ONE_OF_THE_FIELDS = ("Input must set only one of the following fields: 'data', "
+                     "'binary_data_size' in 'parameters', 'shared_memory_region' in "
+                     "'parameters'. But ")
+
+
 def assert_error(error: pytest.ExceptionInfo[InferenceServerException], status: int,
                  message: str) -> None:
     assert error.value.status() == str(status)
@@ -284,6 +290,24 @@ def test_statistics_rise_after_inference(client: httpclient.InferenceServerClien
     with pytest.raises(InferenceServerException) as error:
         client.get_inference_statistics("nope")
     assert_error(error, 400, "requested model 'nope' is not available")
+
+
+def test_statistics_carry_response_stats_and_memory_usage_as_grpc_does(
+        server: ServerHandle, client: httpclient.InferenceServerClient) -> None:
+    client.infer("simple", simple_inputs(rows=2))
+    [stats] = client.get_inference_statistics("simple")["model_stats"]
+    # Triton's keys in Triton's order; neither its python backend nor ours reports
+    # per-response statistics or memory usage, so both are empty, as over gRPC.
+    assert list(stats) == ["name", "version", "last_inference", "inference_count",
+                           "execution_count", "inference_stats", "response_stats",
+                           "batch_stats", "memory_usage"]
+    assert (stats["response_stats"], stats["memory_usage"]) == ({}, [])
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+        [over_grpc] = grpc.get_inference_statistics("simple").model_stats
+    assert (dict(over_grpc.response_stats), list(over_grpc.memory_usage)) == ({}, [])
+    assert over_grpc.inference_count == stats["inference_count"]
+    assert [b.batch_size for b in over_grpc.batch_stats] == [
+        b["batch_size"] for b in stats["batch_stats"]]
 
 
 # ------------------------------------------------------------------------------ inference
@@ -484,7 +508,8 @@ def test_requests_that_do_not_fit_the_model(client: httpclient.InferenceServerCl
                  "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'")
     with pytest.raises(InferenceServerException) as error:
         client.infer("simple", [infer_input("INPUT0", good, "INT32", binary=False)])
-    assert_error(error, 400, "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s)"
+    assert_error(error, 400, "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for"
+                 " model 'simple'. Got input(s)"
                  " ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all"
                  " required input(s).")
     with pytest.raises(InferenceServerException) as error:
@@ -545,8 +570,8 @@ def test_binary_body_errors(server: ServerHandle) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"{not json", ("malformed inference request: Expecting property name enclosed in double"
-                       " quotes: line 1 column 2 (char 1)")),
+        (b"{not json", ("malformed inference request: invalid JSON (Expecting property name"
+                       " enclosed in double quotes: line 1 column 2 (char 1))")),
         (b"[]", "the inference request must be a JSON object, not an array"),
         (b'{"id": "\xff"}', "malformed inference request: not UTF-8 text"),
         (json.dumps(simple_json(inputs=None)).encode(), "the inference request has no 'inputs'"),
@@ -600,11 +625,10 @@ def json_input(**changes: Any) -> dict[str, Any]:
         (json_input(data=[2**31] + [0] * 15), ("input 'INPUT0': value 2147483648 is out of range"
                                               " for datatype INT32")),
         (json_input(data=[[1, 2], [3]]), "input 'INPUT0' 'data' is not a rectangular array"),
-        (json_input(data=None), ("input 'INPUT0' must give exactly one of 'data' and"
-                                " 'parameters.binary_data_size'")),
+        (json_input(data=None), ONE_OF_THE_FIELDS + "no field is set"),
         (json_input(parameters={"binary_data_size": 64}),
-         "input 'INPUT0' must give exactly one of 'data' and 'parameters.binary_data_size'"),
-        (json_input(parameters={"shared_memory_region": "r"}),
+         ONE_OF_THE_FIELDS + "set 'data' 'binary_data_size'"),
+        (json_input(data=None, parameters={"shared_memory_region": "r"}),
          "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
          "parameter for input 'INPUT0'"),
     ],

@@ -108,6 +108,20 @@ def test_a_reload_with_a_bad_config_override_keeps_the_old_version(inferd: Any) 
     assert http.is_model_ready("simple")
     result = http.infer("simple", simple_inputs(httpclient, 4))
     assert result.as_numpy("OUTPUT0")[0].tolist() == [5] * 16
+    # The log says what the index says: the version serving stays READY.
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    with pytest.raises(InferenceServerException):
+        grpc.load_model("simple", config='{"backend": "no_such_backend"}')
+    assert [(e["version"], e["state"]) for e in http.get_model_repository_index()
+            if e["name"] == "simple"] == [("1", "READY")]
+    log = server.log()
+    assert "model 'simple' UNAVAILABLE" not in log
+    assert "model 'simple' version 1 UNAVAILABLE" not in log
+    assert log.count("model 'simple' READY: the load failed, version(s) 1 serving stay READY") \
+        + log.count("model 'simple' version 1 READY: the reload failed") == 2
+    http.load_model("simple")  # the next load finds it serving, and it serves on
+    assert http.is_model_ready("simple", "1")
+    assert http.infer("simple", simple_inputs(httpclient, 2)).as_numpy("OUTPUT0")[0][0] == 3
 
 
 def test_a_load_that_outlives_the_load_timeout_is_unavailable(inferd: Any) -> None:

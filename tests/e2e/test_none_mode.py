@@ -117,7 +117,8 @@ def test_unknown_model(client: Client) -> None:
         ),
         pytest.param(
             {"INPUT0": np.zeros((1, 16), np.int32)},
-            "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'],"
+            "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'."
+            " Got input(s) ['INPUT0'],"
             " but missing required input(s) ['INPUT1']. Please provide all required input(s).",
             id="missing-input",
         ),

@@ -72,3 +72,18 @@ def test_a_bad_restriction_fails_the_start(inferd: InferdHarness) -> None:
                           "--grpc-restricted-protocol=health,metadata:b=2")
     assert twice.wait_exit(WAIT_SECS) == 1
     assert "API group 'health' is restricted more than once" in twice.log()
+
+
+@pytest.mark.parametrize("flag, problem", [
+    ("--http-restricted-api=health,:k=v", "an API group is empty"),
+    ("--http-restricted-api=:k=v", "an API group is empty"),
+    ("--http-restricted-api=health:k=", "the header value is empty"),
+    ("--grpc-restricted-protocol=health:=v", "the header key is empty"),
+    ("--grpc-restricted-protocol=,inference:k=v", "an API group is empty"),
+])
+def test_an_empty_part_of_a_restriction_fails_the_start(inferd: InferdHarness, flag: str,
+                                                        problem: str) -> None:
+    # Triton refuses these at start-up too; a server that ran would leave an API open.
+    refused = inferd.launch(inferd.repository("simple"), flag)
+    assert refused.wait_exit(WAIT_SECS) == 2
+    assert f"{flag.split('=', 1)[1]!r}: {problem}" in refused.log()

@@ -18,11 +18,13 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
@@ -231,11 +233,93 @@ def test_errors_keep_the_server_serving(client: Any, regions: Regions) -> None:
                    "shared memory size specified with the request for output 'OUTPUT0' "
                    "(32 bytes) should be at least 64 bytes to hold the results")
     assert_refused(client, lambda: infer("err", 32, 0), "400", "StatusCode.INVALID_ARGUMENT",
-                   "needs 64 bytes, received 32")
+                   "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for "
+                   "model 'simple'. Expected 64, got 32")
     shm.set_shared_memory_region(region, [first])
     infer("err", 64, 0)  # still serving, and the region still works
     np.testing.assert_array_equal(shm.get_contents_as_numpy(region, np.int32, [1, 16]),
                                   first + first)
+
+
+def test_a_region_smaller_than_its_tensor_gets_tritons_message(client: Any,
+                                                               regions: Regions) -> None:
+    first, second = simple_values()
+    region, key = regions.create("small", 128)
+    shm.set_shared_memory_region(region, [first, second])
+    client.register_system_shared_memory("small", key, 128)
+    both = module_of(client).InferInput("INPUT0", [2, 16], "INT32")  # 128 bytes, 64 given
+    both.set_shared_memory("small", 64)
+    other = module_of(client).InferInput("INPUT1", [2, 16], "INT32")
+    other.set_data_from_numpy(np.ones((2, 16), dtype=np.int32))
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("simple", [both, other], request_id="small-1")
+    expected = "400" if module_of(client) is httpclient else "StatusCode.INVALID_ARGUMENT"
+    assert (status_code(error.value), error.value.message()) == (expected, (
+        "[request id: small-1] input byte size mismatch for input 'INPUT0' for model "
+        "'simple'. Expected 128, got 64"))
+    both.set_shared_memory("small", 128)
+    result = client.infer("simple", [both, other])  # the same region, sized right
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"),
+                                  np.concatenate([first, second]) + 1)
+
+
+def test_status_lists_regions_by_name(server: ServerHandle, regions: Regions) -> None:
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        for name in ("zeta", "alpha", "mid"):
+            _, key = regions.create(name, 64)
+            http.register_system_shared_memory(name, key, 64)
+        try:
+            assert [row["name"] for row in http.get_system_shared_memory_status()] == [
+                "alpha", "mid", "zeta"]
+        finally:
+            http.unregister_system_shared_memory()
+
+
+def test_an_input_given_two_ways_gets_tritons_message(server: ServerHandle,
+                                                      regions: Regions) -> None:
+    _, key = regions.create("twice", 64)
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        http.register_system_shared_memory("twice", key, 64)
+    prefix = ("Input must set only one of the following fields: 'data', 'binary_data_size' in "
+              "'parameters', 'shared_memory_region' in 'parameters'. But ")
+    region = {"shared_memory_region": "twice", "shared_memory_byte_size": 64}
+    data = list(range(16))
+    try:
+        for given, parameters, told in [
+            ({"data": data}, region, "set 'data' 'shared_memory_region'"),
+            ({}, {**region, "binary_data_size": 64}, "set 'binary_data_size' "
+             "'shared_memory_region'"),
+            ({"data": data}, {"binary_data_size": 64}, "set 'data' 'binary_data_size'"),
+            ({}, {}, "no field is set"),
+        ]:
+            first = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], **given,
+                     "parameters": parameters}
+            second = {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": data}
+            body = json.dumps({"inputs": [first, second]}).encode()
+            request = urllib.request.Request(
+                f"http://{server.http_url}/v2/models/simple/infer", body, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 400
+            assert json.loads(refused.value.read()) == {"error": prefix + told}
+        # gRPC's form of it: typed contents beside a region.
+        request = service_pb2.ModelInferRequest(model_name="simple", id="both")
+        tensor = request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+        tensor.parameters["shared_memory_region"].string_param = "twice"
+        tensor.parameters["shared_memory_byte_size"].int64_param = 64
+        tensor.contents.int_contents.extend(data)
+        request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16]).contents.int_contents[
+            :] = data
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as error:
+                stub.ModelInfer(request)
+        assert (error.value.code(), error.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "unexpected 'content' provided when using shared "
+            "memory for input tensor 'INPUT0' for model 'simple'")
+    finally:
+        with httpclient.InferenceServerClient(server.http_url) as http:
+            http.unregister_system_shared_memory()
 
 
 def test_cuda_shared_memory_is_refused(client: Any) -> None:

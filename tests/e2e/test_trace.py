@@ -32,6 +32,9 @@ DEFAULTS = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
 NO_FILE = "Attempting to set invalid trace setting :trace file name is not given"
 REQUEST_ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
                  "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+# Every timestamp Triton writes for a gRPC inference, in its order.
+GRPC_ORDER = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", *REQUEST_ORDER,
+              "INFER_RESPONSE_COMPLETE", "GRPC_SEND_START", "GRPC_SEND_END"]
 
 CHAIN = """name: "chain"
 platform: "ensemble"
@@ -192,7 +195,6 @@ def test_a_level_without_a_file_is_refused_and_changes_nothing(plain: ServerHand
     ({"trace_level": ["TIMESTAMP"]}, "400",
      "unknown trace level 'TIMESTAMP': expected OFF, TIMESTAMPS or TENSORS"),
     ({"trace_rate": 5}, "400", "'trace_rate' must be a string (null clears it), got 5"),
-    ({"trace_mode": "opentelemetry"}, "400", "unknown trace setting 'trace_mode'"),
 ])
 def test_bad_updates_are_refused_over_http(plain: ServerHandle, settings: dict[str, Any],
                                            status: str, message: str) -> None:
@@ -217,6 +219,56 @@ def test_bad_updates_are_refused_over_grpc(plain: ServerHandle) -> None:
             grpc.update_trace_settings(settings=settings)
         assert (refused.value.status(), refused.value.message()) == (
             f"StatusCode.{code}", message)
+
+
+def _raw_update(server: ServerHandle, path: str, body: bytes) -> tuple[int, Any]:
+    host, port = server.http_url.rsplit(":", 1)
+    connection = http_client.HTTPConnection(host, int(port), timeout=FILE_WAIT_SECS)
+    try:
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("path", ["/v2/trace/setting", "/v2/models/simple/trace/setting"])
+@pytest.mark.parametrize("body, message", [
+    (b'{"trace_rate": 5}', "'trace_rate' must be a string (null clears it), got 5"),
+    (b'{"trace_rate": ["5"]}', "'trace_rate' must be a string (null clears it), got [\"5\"]"),
+    (b'{"trace_rate": "-3"}',
+     "Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: -3"),
+    (b'{"trace_level": "TIMESTAMPS"}',
+     "'trace_level' must be a non-empty array of strings (null clears it)"),
+    (b'{"trace_level": ["TIMESTAMPS", "LOUD"]}',
+     "unknown trace level 'LOUD': expected OFF, TIMESTAMPS or TENSORS"),
+    (b'{"trace_rate": "5",', "failed to parse the trace setting request: "),
+    (b"trace_rate=5", "failed to parse the trace setting request: "),
+    (b'["trace_rate"]', "the trace setting request must be a JSON object"),
+])
+def test_bad_updates_are_refused_globally_and_per_model(
+        plain: ServerHandle, path: str, body: bytes, message: str) -> None:
+    http = httpclient.InferenceServerClient(plain.http_url)
+    status, document = _raw_update(plain, path, body)
+    assert status == 400
+    assert document["error"].startswith(message)
+    assert http.get_trace_settings() == DEFAULTS
+    assert http.get_trace_settings("simple") == DEFAULTS
+
+
+def test_unknown_settings_are_ignored_as_triton_ignores_them(plain: ServerHandle) -> None:
+    http = httpclient.InferenceServerClient(plain.http_url)
+    grpc = grpcclient.InferenceServerClient(plain.grpc_url)
+    assert http.update_trace_settings(settings={"trace_mode": "opentelemetry",
+                                                "no_such": [1, {"x": None}]}) == DEFAULTS
+    status, document = _raw_update(plain, "/v2/models/simple/trace/setting",
+                                   b'{"bogus": 3, "trace_rate": "9"}')
+    assert (status, document) == (200, {**DEFAULTS, "trace_rate": "9"})
+    grpc.update_trace_settings("simple", settings={"trace_mode": "x", "trace_rate": None})
+    assert http.get_trace_settings("simple") == DEFAULTS
+    reply = grpc.update_trace_settings(settings={"whatever": "1"}, as_json=True)
+    assert {k: v["value"] for k, v in reply["settings"].items()} == {
+        k: v if isinstance(v, list) else [v] for k, v in DEFAULTS.items()}
 
 
 def test_a_model_that_is_not_ready_has_no_settings(plain: ServerHandle) -> None:
@@ -265,7 +317,7 @@ def test_a_traced_http_request_is_written_in_tritons_layout(
     assert "parent_id" not in trace["head"]
     names = [name for name, _ in trace["stamps"]]
     assert names == ["HTTP_RECV_START", "HTTP_RECV_END", *REQUEST_ORDER,
-                     "HTTP_SEND_START", "HTTP_SEND_END"]
+                     "INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "HTTP_SEND_END"]
     times = [ns for _, ns in trace["stamps"]]
     assert times == sorted(times)
     assert all(isinstance(ns, int) and ns > 0 for ns in times)
@@ -278,7 +330,7 @@ def test_a_traced_grpc_request_has_grpc_timestamps(
     [entries] = _new_files(trace_file, before, 1)
     [trace] = _traces(entries).values()
     names = [name for name, _ in trace["stamps"]]
-    assert names == ["GRPC_WAITREAD_END", *REQUEST_ORDER, "GRPC_SEND_START", "GRPC_SEND_END"]
+    assert names == GRPC_ORDER
     times = [ns for _, ns in trace["stamps"]]
     assert times == sorted(times)
 
@@ -304,10 +356,14 @@ def test_grpc_streams_are_traced_with_a_send_per_response(
     traces = {t["head"]["request_id"]: t for entries in files
               for t in _traces(entries).values()}
     names = [name for name, _ in traces["s1"]["stamps"]]
-    assert names == ["GRPC_WAITREAD_END", *REQUEST_ORDER, "GRPC_SEND_START", "GRPC_SEND_END"]
+    assert names == GRPC_ORDER
     decoupled = [name for name, _ in traces["w1"]["stamps"]]
-    assert decoupled[:3] == ["GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START"]
+    assert decoupled[:4] == ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "REQUEST_START",
+                             "QUEUE_START"]
     assert "REQUEST_END" in decoupled
+    # Triton stamps a stream request's first response complete, before its first send.
+    assert decoupled.count("INFER_RESPONSE_COMPLETE") == 1
+    assert decoupled.index("INFER_RESPONSE_COMPLETE") + 1 == decoupled.index("GRPC_SEND_START")
     assert decoupled.count("GRPC_SEND_START") == decoupled.count("GRPC_SEND_END") == 3
     assert traces["w1"]["head"]["model_name"] == "stream_words"
 
@@ -340,10 +396,12 @@ def test_generate_native_and_streamed_requests_are_traced(
     traces = {t["head"]["request_id"]: [name for name, _ in t["stamps"]]
               for entries in files for t in _traces(entries).values()}
     assert traces["gen"] == ["HTTP_RECV_START", "HTTP_RECV_END", *REQUEST_ORDER,
-                             "HTTP_SEND_START", "HTTP_SEND_END"]
+                             "INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "HTTP_SEND_END"]
     assert traces["sse"][:4] == ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START",
                                  "QUEUE_START"]
     assert {"REQUEST_END", "HTTP_SEND_START", "HTTP_SEND_END"} <= set(traces["sse"])
+    # Triton stamps each generate_stream response complete (two words, two responses).
+    assert traces["sse"].count("INFER_RESPONSE_COMPLETE") == 2
     assert traces["zmq"] == REQUEST_ORDER  # the native protocol has no stamps of its own
 
 

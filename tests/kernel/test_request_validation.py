@@ -42,8 +42,9 @@ def test_a_good_request_returns_its_batch_size(simple: ModelSignature) -> None:
     ("inputs", "outputs", "message"),
     [
         ((tensor("INPUT0", (1, 16)),), (),
-         "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but"
-         " missing required input(s) ['INPUT1']. Please provide all required input(s)."),
+         "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got"
+         " input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all"
+         " required input(s)."),
         ((tensor("INPUT0", (1, 16), "float32"), tensor("INPUT1", (1, 16))), (),
          "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'"),
         ((tensor("INPUT0", (1, 8)), tensor("INPUT1", (1, 16))), (),

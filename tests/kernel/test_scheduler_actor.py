@@ -66,7 +66,8 @@ async def test_unknown_models_and_versions_get_triton_s_refusals() -> None:
             await harness.router.call(SCHEDULER, InferRequest("x", inputs))
         with pytest.raises(NotFound, match="'m' version 9 is not found"):
             await harness.router.call(SCHEDULER, InferRequest("m", inputs, version="9"))
-        with pytest.raises(InvalidArgument, match="failed to parse version 'one'"):
+        with pytest.raises(InvalidArgument, match="failed to get model version from specified "
+                                                "version string 'one'"):
             await harness.router.call(SCHEDULER, InferRequest("m", inputs, version="one"))
 
 

@@ -82,7 +82,7 @@ def test_register_status_and_views(registry: SharedMemoryRegistry, root: Path) -
     registry.register("tail", "data", 5000, 100)
     status = registry.status()
     assert [(r.name, r.key, r.offset, r.byte_size) for r in status.regions] == [
-        ("whole", "/data", 0, OBJECT_BYTES), ("tail", "data", 5000, 100),
+        ("tail", "data", 5000, 100), ("whole", "/data", 0, OBJECT_BYTES),  # by name
     ]
     assert [r.name for r in registry.status("tail").regions] == ["tail"]
     content = (root / "data").read_bytes()

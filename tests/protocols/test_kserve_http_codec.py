@@ -184,7 +184,9 @@ def one_input(**fields: Any) -> dict[str, Any]:
     (one_input(datatype="BOOL", data=[1, 0]), "input 'x' of datatype BOOL needs true/false"),
     (one_input(datatype="BYTES", data=["a", 1]), "input 'x' of datatype BYTES needs strings"),
     (one_input(datatype="FP32", data=["a", "b"]), "input 'x' of datatype FP32 needs numbers"),
-    (one_input(data=None), "input 'x' must give exactly one of 'data'"),
+    (one_input(data=None), "Input must set only one of the following fields: 'data', "
+                           "'binary_data_size' in 'parameters', 'shared_memory_region' in "
+                           "'parameters'. But no field is set"),
     (one_input(name=None), "request input 0 has no 'name' string"),
     (one_input(extra=1), "unknown field 'extra' in input 'x'"),
     (one_input(parameters={"binary_data": True}), ("unknown field 'binary_data' in the "

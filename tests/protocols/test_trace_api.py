@@ -75,3 +75,12 @@ def test_replies_in_both_forms() -> None:
 def test_every_count_in_range_reads_back(count: int) -> None:
     body = json.dumps({"trace_count": str(count)}).encode()
     assert decode_http_update("", body).count == count
+
+
+def test_names_that_are_no_setting_are_ignored_as_triton_ignores_them() -> None:
+    body = json.dumps({"trace_mode": "opentelemetry", "x": [1, {}], "trace_rate": "3"}).encode()
+    assert decode_http_update("m", body) == TraceSettingRequest("m", True, rate=3)
+    request = service_pb2.TraceSettingRequest(model_name="m")
+    request.settings["bogus"].value.extend(["1", "2"])
+    request.settings["other"].value.extend([])
+    assert decode_grpc_request(request) == TraceSettingRequest("m", True)

@@ -61,7 +61,7 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         """The response parameters as a JSON string."""
-        return json.dumps(self._parameters)
+        return triton_json(self._parameters)
 
     def parameters_dict(self) -> dict[str, Any]:
         return dict(self._parameters)
@@ -215,7 +215,7 @@ class InferenceRequest:
 
     def parameters(self) -> str:
         """The request parameters as a JSON string."""
-        return json.dumps(self._parameters)
+        return triton_json(self._parameters)
 
     def flags(self) -> int:
         return self._flags
@@ -322,3 +322,8 @@ def _execute(infer: scope.ServerInfer, request: InferenceRequest) -> InferenceRe
         return InferenceResponse(error=TritonError.from_inferd(error))
     except Exception as error:  # noqa: BLE001 - Triton reports BLS failures in the response
         return InferenceResponse(error=TritonError(f"{type(error).__name__}: {error}"))
+
+
+def triton_json(document: dict[str, Any]) -> str:
+    """JSON as Triton's own writer gives it to a model: compact, UTF-8 left as it is."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)

@@ -152,15 +152,17 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             trace = (tracer.begin(request.header.model_name, _traceparent(context))
                      if tracer.active else None)
             if trace is not None:
+                # gRPC hands the request over read: its wait ends as this handler starts.
+                trace.stamp("GRPC_WAITREAD_START")
                 trace.stamp("GRPC_WAITREAD_END")
             pending = self.infer(request)
             reply = await (pending if trace is None else traced(trace, pending))
-            if trace is not None:
-                trace.stamp("GRPC_SEND_START")
             header, raw_output_contents = convert.encode_infer_response(reply)
             response = wire.serialize_infer_response(header, raw_output_contents)
             del reply, raw_output_contents
             if trace is not None:  # handed to gRPC, which sends it once this returns
+                trace.stamp("INFER_RESPONSE_COMPLETE")
+                trace.stamp("GRPC_SEND_START")
                 trace.stamp("GRPC_SEND_END")
                 trace.end()
             if len(response) >= LARGE_MESSAGE_BYTES:

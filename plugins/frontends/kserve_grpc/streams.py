@@ -48,9 +48,16 @@ async def stream_answer(servicer: InferenceServicer, request: wire.ParsedInferRe
     trace = tracer.begin(request.header.model_name) if tracer.active else None
     if trace is None:
         return await _stream_answer(servicer, request, write)
+    trace.stamp("GRPC_WAITREAD_START")
     trace.stamp("GRPC_WAITREAD_END")
 
+    first = True
+
     async def traced_write(response: Any) -> None:
+        nonlocal first
+        if first:  # Triton stamps a stream request's first response only
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+            first = False
         trace.stamp("GRPC_SEND_START")
         await write(response)
         trace.stamp("GRPC_SEND_END")
@@ -81,7 +88,9 @@ async def _stream_answer_logged(servicer: InferenceServicer, request: wire.Parse
             return
         if not servicer.frontend.accepting:
             raise Unavailable(SHUTTING_DOWN)
-        async for result, final in await servicer.dataplane.stream(message):
+        stream = await servicer.dataplane.stream(message)
+        empty_final = empty_final and stream.decoupled
+        async for result, final in stream:
             if isinstance(result, InferdError):
                 _stream_failed(result)
                 await write(convert.encode_stream_error(header, result.message))

@@ -151,6 +151,8 @@ async def infer(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
         encoded = await anyio.to_thread.run_sync(codec.encode_infer_response, reply, encoding)
     else:
         encoded = codec.encode_infer_response(reply, encoding)
+    if trace is not None:
+        trace.stamp("INFER_RESPONSE_COMPLETE")
     return HttpResponse(200, encoded.parts, encoded.headers, compressible=True, trace=trace)
 
 
@@ -237,7 +239,9 @@ async def generate(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
     trace = _begin_trace(app, _model_arguments(request)[0], request)
     if trace is None:
         return await _generate(app, request)
-    return dataclasses.replace(await traced(trace, _generate(app, request)), trace=trace)
+    response = await traced(trace, _generate(app, request))
+    trace.stamp("INFER_RESPONSE_COMPLETE")
+    return dataclasses.replace(response, trace=trace)
 
 
 async def _generate(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
@@ -245,7 +249,8 @@ async def _generate(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
     answers = [(result, final) async for result, final in stream]
     results = [result for result, _ in answers if result is not None]
     if len(results) != 1:
-        return json_response(generate_codec.error_document(generate_codec.NOT_ONE_RESPONSE))
+        # Triton sends this error after a 200 status line; the status says it here.
+        return failed(500, generate_codec.NOT_ONE_RESPONSE)
     [result] = results
     if isinstance(result, InferdError):
         return failed(http_status(ErrorCode(result.code)), result.message)
@@ -258,17 +263,30 @@ async def generate_stream(app: KserveHttpApp, request: HttpRequest) -> HttpRespo
     trace = _begin_trace(app, _model_arguments(request)[0], request)
     pending = _generate_stream(app, request)
     stream = await (pending if trace is None else traced(trace, pending))
+    # The status line waits for the first answer (as Triton's does): a request refused
+    # before it ran is answered with its status, not with a stream of one error.
+    pending_first = stream.__anext__()
+    first = await (pending_first if trace is None else traced(trace, pending_first))
+    if isinstance(first[0], InferdError) and first[1]:
+        refused = failed(http_status(ErrorCode(first[0].code)), first[0].message)
+        return dataclasses.replace(refused, trace=trace)
 
     async def events() -> AsyncIterator[bytes]:
-        async for result, _final in stream:
+        result, final = first
+        while True:
+            document = None
             if isinstance(result, InferdError):
                 request_failed(http_status(ErrorCode(result.code)), result.message)
                 document = generate_codec.error_document(result.message)
-            elif result is not None:
+            elif result is not None:  # None: the final flag alone
                 document = generate_codec.encode_generate_response(result)
-            else:
-                continue  # the final flag alone
-            yield generate_codec.server_sent_event(document)
+            if document is not None:
+                if trace is not None:
+                    trace.stamp("INFER_RESPONSE_COMPLETE")
+                yield generate_codec.server_sent_event(document)
+            if final:
+                return
+            result, final = await stream.__anext__()
 
     return HttpResponse(200, headers=tuple(generate_codec.event_stream_headers()),
                         stream=events(), trace=trace)
