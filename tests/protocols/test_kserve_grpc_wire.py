@@ -1,6 +1,7 @@
-"""Tests of inferd.protocols.kserve_grpc_wire: split requests hold exactly what protobuf
-parses, raw contents stay views of the received bytes, framed responses parse as the
-messages protobuf would build, and malformed bytes are reported, never raised."""
+"""Tests of inferd.protocols.kserve_grpc_wire: requests, split (large) or parsed whole
+(small), hold exactly what protobuf parses, a large request's raw contents stay views of the
+received bytes, framed responses parse as the messages protobuf would build, and malformed
+bytes are reported, never raised."""
 
 from __future__ import annotations
 
@@ -30,8 +31,13 @@ def infer_requests(draw: st.DrawFn) -> service_pb2.ModelInferRequest:
 
 
 @settings(max_examples=100, deadline=None)
-@given(infer_requests())
-def test_split_requests_hold_the_same_fields(request: service_pb2.ModelInferRequest) -> None:
+@given(infer_requests(), st.booleans())
+def test_split_requests_hold_the_same_fields(
+    request: service_pb2.ModelInferRequest, large: bool
+) -> None:
+    if large:  # past the size from which requests are split rather than parsed whole
+        request.inputs.add(name="LARGE", datatype="UINT8", shape=[wire.SPLIT_FROM_BYTES])
+        request.raw_input_contents.append(b"\x07" * wire.SPLIT_FROM_BYTES)
     data = request.SerializeToString()
     parsed = wire.parse_infer_request(data)
     assert parsed.error == ""
@@ -45,7 +51,7 @@ def test_split_requests_hold_the_same_fields(request: service_pb2.ModelInferRequ
 
 def test_raw_contents_are_views_of_the_received_bytes() -> None:
     request = service_pb2.ModelInferRequest(model_name="m")
-    request.raw_input_contents.append(b"\x01" * 1000)
+    request.raw_input_contents.append(b"\x01" * wire.SPLIT_FROM_BYTES)
     data = request.SerializeToString()
     (raw,) = wire.parse_infer_request(data).raw_input_contents
     assert isinstance(raw, memoryview) and raw.obj is data
@@ -53,16 +59,21 @@ def test_raw_contents_are_views_of_the_received_bytes() -> None:
 
 def test_malformed_bytes_are_reported() -> None:
     good = service_pb2.ModelInferRequest(model_name="m")
-    good.raw_input_contents.append(b"abcdef")
+    good.raw_input_contents.append(b"abcdef" * wire.SPLIT_FROM_BYTES)
     data = good.SerializeToString()
+    padding = b"\x00" * wire.SPLIT_FROM_BYTES  # large enough to be split
     for malformed, problem in [
         (data[:-2], "runs past the end of the message"),
-        (b"\x80" * 11, "varint is truncated or longer than 10 bytes"),
-        (b"\x0b", "unsupported wire type 3"),
-        (b"\x0a\x02\xff\xfe", "malformed ModelInferRequest"),  # model_name not UTF-8
+        (b"\x80" * 11 + padding, "varint is truncated or longer than 10 bytes"),
+        (b"\x0b" + padding, "unsupported wire type 3"),
+        (b"\x0a\x02\xff\xfe" + padding, "malformed ModelInferRequest"),  # name not UTF-8
+        # small ones are parsed whole, by protobuf
+        (data[:40], "malformed ModelInferRequest"),
+        (b"\x0b", "malformed ModelInferRequest"),
+        (b"\x0a\x02\xff\xfe", "malformed ModelInferRequest"),
     ]:
         parsed = wire.parse_infer_request(malformed)
-        assert problem in parsed.error, (malformed, parsed.error)
+        assert problem in parsed.error, (malformed[:16], parsed.error)
         assert parsed.raw_input_contents == ()
 
 
