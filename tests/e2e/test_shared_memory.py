@@ -25,6 +25,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from inferd.kernel.devices import visible_gpus
+
 InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
 ServerHandle = Any
 SHM_ROOT = Path("/dev/shm")
@@ -238,10 +240,11 @@ def test_errors_keep_the_server_serving(client: Any, regions: Regions) -> None:
                                   first + first)
 
 
-def test_cuda_shared_memory_is_refused(client: Any) -> None:
+@pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU (bench/gpu_check.sh)")
+def test_cuda_shared_memory_is_refused_without_a_gpu(client: Any) -> None:
     assert_refused(client, lambda: client.register_cuda_shared_memory("g", b"\0" * 64, 0, 64),
                    "400", "StatusCode.INVALID_ARGUMENT",
-                   "CUDA shared memory is not supported on this server")
+                   "failed to register CUDA shared memory region: 'g', GPUs not supported")
     client.unregister_cuda_shared_memory()  # as Triton without GPUs: nothing to unregister
     status = client.get_cuda_shared_memory_status()
     assert (status == []) if isinstance(status, list) else (len(status.regions) == 0)
