@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferd.kernel.devices import visible_gpus
-from inferd.protocols.errors import InvalidArgument, NotFound
+from inferd.protocols.errors import Internal, InvalidArgument, NotFound
 
 IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
@@ -57,15 +57,32 @@ class CudaRuntime(Protocol):
         """``cudaMemcpy`` host -> device, complete when it returns."""
 
 
+def _call(function: Any, *arguments: Any) -> Any:
+    """``function(*arguments)`` of cuda-bindings, its values; ``CudaCallFailed`` for an error
+    it answers and for one it raises (a CUDA library it cannot load, say)."""
+    try:
+        result = function(*arguments)
+    except Exception as failure:
+        raise CudaCallFailed(f"{getattr(function, '__name__', function)}: {failure}") from None
+    return _checked(result)
+
+
 def _checked(result: Any) -> Any:
     """cuda-bindings answer ``(error, *values)``; raise on an error, else the values."""
     error, *values = result
     if int(error) != 0:
-        from cuda.bindings import runtime
-
-        _, text = runtime.cudaGetErrorString(error)
-        raise CudaCallFailed(text.decode() if isinstance(text, bytes) else str(text))
+        raise CudaCallFailed(_error_text(error))
     return values[0] if len(values) == 1 else tuple(values)
+
+
+def _error_text(error: Any) -> str:
+    """CUDA's text for a runtime error; the enum's name for a driver one."""
+    from cuda.bindings import runtime
+
+    if isinstance(error, runtime.cudaError_t):
+        _, text = runtime.cudaGetErrorString(error)
+        return text.decode() if isinstance(text, bytes) else str(text)
+    return str(error)
 
 
 class BindingsRuntime:
@@ -79,36 +96,35 @@ class BindingsRuntime:
 
     def open_ipc_handle(self, handle: bytes, device_id: int) -> int:
         runtime = self._runtime
-        _checked(runtime.cudaSetDevice(device_id))
+        _call(runtime.cudaSetDevice, device_id)
         ipc = runtime.cudaIpcMemHandle_t()
-        ipc.reserved = handle
-        pointer = _checked(
-            runtime.cudaIpcOpenMemHandle(ipc, runtime.cudaIpcMemLazyEnablePeerAccess)
-        )
+        # The struct is the handle's 64 bytes; not every cuda-bindings release exposes its
+        # ``reserved`` field, so they are written through its address.
+        ctypes.memmove(ipc.getPtr(), handle, IPC_HANDLE_BYTES)
+        pointer = _call(runtime.cudaIpcOpenMemHandle, ipc,
+                        runtime.cudaIpcMemLazyEnablePeerAccess)
         return int(pointer)
 
     def allocation_size(self, pointer: int, device_id: int) -> int:
-        _checked(self._runtime.cudaSetDevice(device_id))
-        error, _base, size = self._driver.cuMemGetAddressRange(self._driver.CUdeviceptr(pointer))
-        if int(error) != 0:
-            raise CudaCallFailed(f"Failed to get CUDA address range: {error}")
+        _call(self._runtime.cudaSetDevice, device_id)
+        _base, size = _call(self._driver.cuMemGetAddressRange, self._driver.CUdeviceptr(pointer))
         return int(size)
 
     def close_ipc_handle(self, pointer: int, device_id: int) -> None:
-        _checked(self._runtime.cudaSetDevice(device_id))
-        _checked(self._runtime.cudaIpcCloseMemHandle(pointer))
+        _call(self._runtime.cudaSetDevice, device_id)
+        _call(self._runtime.cudaIpcCloseMemHandle, pointer)
 
     def copy_to_host(self, target: int, source: int, byte_size: int, device_id: int) -> None:
         runtime = self._runtime
-        _checked(runtime.cudaSetDevice(device_id))
+        _call(runtime.cudaSetDevice, device_id)
         kind = runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        _checked(runtime.cudaMemcpy(target, source, byte_size, kind))
+        _call(runtime.cudaMemcpy, target, source, byte_size, kind)
 
     def copy_to_device(self, target: int, source: int, byte_size: int, device_id: int) -> None:
         runtime = self._runtime
-        _checked(runtime.cudaSetDevice(device_id))
+        _call(runtime.cudaSetDevice, device_id)
         kind = runtime.cudaMemcpyKind.cudaMemcpyHostToDevice
-        _checked(runtime.cudaMemcpy(target, source, byte_size, kind))
+        _call(runtime.cudaMemcpy, target, source, byte_size, kind)
 
 
 def present_runtime() -> CudaRuntime | None:
@@ -151,7 +167,12 @@ class CudaRegion:
         host = bytearray(byte_size)
         if byte_size:
             address = ctypes.addressof((ctypes.c_char * byte_size).from_buffer(host))
-            self.runtime.copy_to_host(address, self.pointer + offset, byte_size, self.device_id)
+            try:
+                self.runtime.copy_to_host(address, self.pointer + offset, byte_size,
+                                          self.device_id)
+            except CudaCallFailed as error:
+                raise Internal(f"failed to read CUDA shared memory region '{self.name}': "
+                               f"{error}") from None
         return memoryview(host).toreadonly()
 
     def write(self, offset: int, data: memoryview) -> None:
@@ -159,8 +180,12 @@ class CudaRegion:
         if data.nbytes:
             array = np.frombuffer(data, dtype=np.uint8)
             address = int(array.ctypes.data)
-            self.runtime.copy_to_device(self.pointer + offset, address, data.nbytes,
-                                        self.device_id)
+            try:
+                self.runtime.copy_to_device(self.pointer + offset, address, data.nbytes,
+                                            self.device_id)
+            except CudaCallFailed as error:
+                raise Internal(f"failed to write CUDA shared memory region '{self.name}': "
+                               f"{error}") from None
 
     def close(self) -> None:
         self._finalizer()

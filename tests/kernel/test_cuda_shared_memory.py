@@ -254,6 +254,10 @@ def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
     assert error.message == ("shared memory size specified with the request for output 'OUT0' "
                              "(32 bytes) should be at least 64 bytes to hold the results")
     assert len(router.seen) == 2  # a bad window is refused before the model runs
+    cuda.opened.clear()  # the memory went away under the server: CUDA refuses the copy
+    error = error_of(dataplane, request)
+    assert (error.code, error.message) == (
+        ErrorCode.INTERNAL, "failed to read CUDA shared memory region 'in': invalid argument")
 
 
 def test_an_unregister_during_a_request_closes_the_handle_after_it(
@@ -314,6 +318,28 @@ def test_without_a_gpu_every_register_is_refused_with_tritons_message(tmp_path: 
 @pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU")
 def test_a_machine_without_gpus_has_no_cuda_runtime() -> None:
     assert present_runtime() is None
+
+
+def test_the_bindings_runtime_turns_every_cuda_error_into_one_exception() -> None:
+    # Where cuda-bindings is installed but no GPU or driver answers, each call fails as
+    # CudaCallFailed with CUDA's text, which the registry turns into Triton's message.
+    bindings = pytest.importorskip("cuda.bindings.runtime")
+    if bool(visible_gpus()):
+        pytest.skip("this machine has a GPU")
+    from inferd.kernel.cuda_shared_memory import BindingsRuntime
+
+    runtime = BindingsRuntime()
+    assert bindings is not None
+    for call, arguments in ((runtime.open_ipc_handle, (bytes(64), 0)),
+                            (runtime.allocation_size, (4096, 0)),
+                            (runtime.copy_to_host, (0, 0, 1, 0)),
+                            (runtime.close_ipc_handle, (4096, 0))):
+        with pytest.raises(CudaCallFailed):
+            call(*arguments)
+    registry = SharedMemoryRegistry(Path("/nonexistent"), CudaRegistry(lambda: runtime))
+    with pytest.raises(InferdError) as error:
+        registry.register_cuda("r", os.urandom(64), 0, 64)
+    assert error.value.message == "failed to register shared memory region: invalid args"
 
 
 # --------------------------------------------------------------------------------- codecs
