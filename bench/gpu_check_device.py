@@ -6,6 +6,7 @@ throughput table (``throughput``, which uses none but measures the GPU twin)."""
 from __future__ import annotations
 
 import base64
+import ctypes
 import os
 import statistics
 import threading
@@ -18,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gpu_check_parts import World, cpu_seconds, server_processes
+from gpu_check_parts import Skip, World, cpu_seconds, server_processes
 
 NO_GPU_REFUSAL = "failed to register CUDA shared memory region: '{}', GPUs not supported"
 
@@ -53,8 +54,10 @@ def zero_copy(gpu: bool, repository: Path) -> str:
     to_device = sum(1 for name in events if name.startswith("Memcpy HtoD"))
     to_host = sum(1 for name in events if name.startswith("Memcpy DtoH"))
     kernels = sum(1 for event in profiler.events()
-                  if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA)
-    assert kernels, "torch's profiler saw no CUDA activity at all (cannot count copies)"
+                  if str(getattr(event, "device_type", "")).endswith("CUDA"))
+    if not kernels:
+        raise Skip(f"{shown}; GPU: torch's profiler saw no CUDA activity here (CUPTI?), so "
+                   "the copies were not counted")
     assert (to_device, to_host) == (1, 1), (
         f"one batch made {to_device} host-to-device and {to_host} device-to-host copies, "
         "expected 1 and 1")
@@ -85,6 +88,16 @@ def _run(instance: Any, names: tuple[str, str], batch: np.ndarray) -> np.ndarray
 
 
 # ------------------------------------------------------------------- CUDA shared memory
+
+
+def _raw_handle(cudashm: Any, region: Any) -> bytes:
+    """The region's CUDA IPC handle in base64, as tritonclient gives it, or read from the
+    handle's memory where cuda-bindings does not expose its ``reserved`` field."""
+    try:
+        handle: bytes = cudashm.get_raw_handle(region)
+    except AttributeError:
+        handle = base64.b64encode(ctypes.string_at(region._cuda_shm_handle.getPtr(), 64))
+    return handle
 
 
 def _status_rows(protocol: str, status: Any) -> dict[str, tuple[int, int]]:
@@ -128,15 +141,15 @@ def cuda_shared_memory(world: World) -> str:
             cudashm.set_shared_memory_region(inputs, [batch])
             with connect() as client:
                 client.register_cuda_shared_memory(
-                    f"in_{protocol}", cudashm.get_raw_handle(inputs), 0, nbytes)
+                    f"in_{protocol}", _raw_handle(cudashm, inputs), 0, nbytes)
                 client.register_cuda_shared_memory(
-                    f"out_{protocol}", cudashm.get_raw_handle(outputs), 0, nbytes)
+                    f"out_{protocol}", _raw_handle(cudashm, outputs), 0, nbytes)
                 rows = _status_rows(protocol, client.get_cuda_shared_memory_status())
                 assert rows == {f"in_{protocol}": (0, nbytes),
                                 f"out_{protocol}": (0, nbytes)}, rows
                 register = client.register_cuda_shared_memory
                 _refused(f"shared memory region 'in_{protocol}' already in manager",
-                         register, f"in_{protocol}", cudashm.get_raw_handle(inputs), 0, nbytes)
+                         register, f"in_{protocol}", _raw_handle(cudashm, inputs), 0, nbytes)
                 _refused("failed to register shared memory region: invalid args",
                          register, f"bad_{protocol}", base64.b64encode(os.urandom(64)), 0, nbytes)
                 for model in ("ts_gpu", "ts_cpu", "export_gpu"):

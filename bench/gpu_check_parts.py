@@ -34,10 +34,13 @@ class Skip(Exception):
 def environment_line(gpu: bool) -> str:
     import torch
 
+    from inferd.kernel.devices import visible_gpus
+
     cuda = torch.cuda.is_available()
     device = torch.cuda.get_device_name(0) if cuda else "no GPU"
     return (f"python {platform.python_version()}, torch {torch.__version__} (CUDA "
-            f"{torch.version.cuda or 'none'}, {device}){'' if gpu else ', --cpu-only'}")
+            f"{torch.version.cuda or 'none'}, {device}); GPUs the server will see (driver "
+            f"folder): {len(visible_gpus())}{'' if gpu else '; --cpu-only'}")
 
 
 def torch_sees_a_gpu() -> str:
@@ -220,8 +223,16 @@ class World:
             return answer
 
     def all_ready(self) -> str:
-        with self.http() as client:
-            index = {e["name"]: e for e in client.get_model_repository_index()}
+        """Every model READY, once none is still loading (a final state for each)."""
+        deadline = time.monotonic() + serving.START_TIMEOUT_SECS
+        while True:
+            with self.http() as client:
+                index = {e["name"]: e for e in client.get_model_repository_index()}
+            states = [index.get(name, {}).get("state") for name in self.names]
+            if all(state in ("READY", "UNAVAILABLE") for state in states):
+                break
+            assert time.monotonic() < deadline, f"still loading: {index}"
+            time.sleep(0.5)
         missing = [f"{name} {index.get(name, {}).get('state')}: "
                    f"{index.get(name, {}).get('reason', '')}"
                    for name in self.names if index.get(name, {}).get("state") != "READY"]
@@ -256,6 +267,7 @@ class World:
             assert all(e.startswith("executor/cpu") for e in where.values()), where
             return f"without a GPU every model, auto too, is on a CPU executor: {where}"
         assert auto_kinds == ["KIND_GPU"], f"KIND_AUTO became {auto_kinds} with a GPU here"
+        assert "executor/gpu0" in processes, f"no executor/gpu0 process: {processes}"
         pinned = environment_of(processes["executor/gpu0"]).get("CUDA_VISIBLE_DEVICES")
         assert pinned == "0", f"executor/gpu0 has CUDA_VISIBLE_DEVICES={pinned!r}"
         for name, executor in where.items():

@@ -60,6 +60,7 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "system_shared_memory",
+    "cuda_shared_memory",  # listed by Triton with or without GPUs; without, a register is refused
     "logging",
     "trace",
 )
