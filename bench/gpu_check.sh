@@ -4,38 +4,56 @@
 #
 #   make gpu-wheels                       # here, once: .whl/ (bench/gpu_wheels.txt, ~8 MiB)
 #   bench/gpu_check.sh LOG_DIR            # there, in one run, with .whl carried
-#   bench/gpu_check.sh --cpu-only LOG_DIR # anywhere: the same script without a GPU
+#   bench/gpu_check.sh --cpu-only LOG_DIR # here or anywhere: the same script without a GPU
 #
-# It installs the wheels offline (pip --no-index --no-deps --target, into a fresh folder under
-# /tmp), installs inferd from this working tree as pure Python (bench/install_tree.py), puts
-# both first on PYTHONPATH and runs bench/gpu_check.py, which serves torch models on CUDA and
-# checks them (what each check shows: its docstring) and ends with one PASS/FAIL/SKIP line per
-# check. Everything it prints also goes to LOG_DIR/gpu_check.log, with the server's log
-# (inferd.log) and summary.txt beside it. Arguments after LOG_DIR go to gpu_check.py.
+# On the GPU machine it installs the wheels offline (pip --no-index --no-deps --target, into a
+# fresh folder under /tmp), installs inferd from this working tree as pure Python
+# (bench/install_tree.py), puts both first on PYTHONPATH and runs bench/gpu_check.py with
+# python3, which serves torch models on CUDA, checks them (what each check shows: its
+# docstring) and ends with one PASS/FAIL/SKIP line per check. Everything it prints also goes
+# to LOG_DIR/gpu_check.log, with the server's log (inferd.log) and summary.txt beside it.
+# Arguments after LOG_DIR go to gpu_check.py.
 #
-#   --no-install  use $PYTHON (python3 by default) as it is: nothing installed (the test
-#                 that keeps --cpu-only working runs it so, in the test environment)
+#   --cpu-only    no GPU: the same checks as a server without a GPU must pass them, in this
+#                 checkout's environment as it is (.venv, made by 'make setup WITH_TF=0' if
+#                 it is missing; $PYTHON if set), installing nothing
+#   --install     install the wheels and the tree even with --cpu-only (a Python 3.12 with
+#                 the GPU machine's packages, to try the offline install without a GPU)
+#   --no-install  install nothing even without --cpu-only ($PYTHON as it is)
+#   PYTHON        the interpreter (python3 on the GPU machine)
 #   GPU_WHEELS    the wheel folder, .whl by default
 #
 # Exit status: gpu_check.py's (0 when no check failed), 2 for a usage or install problem.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cpu_only=()
-install=1
+install=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu-only) cpu_only=(--cpu-only); shift ;;
+        --install) install=1; shift ;;
         --no-install) install=0; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) break ;;
     esac
 done
 if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
-    echo "usage: bench/gpu_check.sh [--cpu-only] [--no-install] LOG_DIR [gpu_check.py args]" >&2
+    echo "usage: bench/gpu_check.sh [--cpu-only] [--install|--no-install] LOG_DIR" \
+         "[gpu_check.py args]" >&2
     exit 2
 fi
 log_dir="$1"
 shift
+if [ -z "$install" ]; then
+    install=$([ ${#cpu_only[@]} -eq 0 ] && echo 1 || echo 0)
+fi
+if [ -z "${PYTHON:-}" ] && [ ${#cpu_only[@]} -gt 0 ] && [ "$install" = 0 ]; then
+    if [ ! -x .venv/bin/python ]; then
+        echo "== no .venv: make setup WITH_TF=0 (once; minutes)"
+        make setup WITH_TF=0 || exit 2
+    fi
+    PYTHON=.venv/bin/python
+fi
 mkdir -p "$log_dir" || exit 2
 exec > >(tee "$log_dir/gpu_check.log") 2>&1
 tee_pid=$!

@@ -1,6 +1,6 @@
 """``bench/gpu_check.sh --cpu-only`` keeps working: the GPU check's script, run as it is on a
-machine without a GPU, in the test environment (``--no-install``: this Python, nothing
-installed), serves its models with a real ``inferd serve`` and ends with a PASS line for
+machine without a GPU, in the test environment (``$PYTHON``: this Python, nothing installed),
+serves its models with a real ``inferd serve`` and ends with a PASS line for
 every check; its log folder has the script's whole output, the server's log and the summary.
 On the GPU machine the same script runs without ``--cpu-only`` (README, GPU section)."""
 
@@ -26,7 +26,7 @@ CHECKS = ("ready", "twins", "placement", "zero_copy", "gpu_metrics", "cuda_shm",
 def test_the_cpu_only_run_passes_every_check_and_writes_its_log(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     completed = subprocess.run(
-        [str(ROOT / "bench" / "gpu_check.sh"), "--cpu-only", "--no-install", str(logs),
+        [str(ROOT / "bench" / "gpu_check.sh"), "--cpu-only", str(logs),
          "--batches", "1,4", "--seconds", "0.5", "--concurrency", "2"],
         env={**os.environ, "PYTHON": sys.executable}, cwd=tmp_path, capture_output=True,
         text=True, timeout=540,
@@ -45,7 +45,7 @@ def test_usage_and_an_empty_wheel_folder_are_told(tmp_path: Path) -> None:
                            text=True, timeout=30)
     assert usage.returncode == 2 and "usage: bench/gpu_check.sh" in usage.stderr
     (tmp_path / "empty").mkdir()
-    missing = subprocess.run([str(ROOT / "bench" / "gpu_check.sh"), "--cpu-only",
+    missing = subprocess.run([str(ROOT / "bench" / "gpu_check.sh"), "--cpu-only", "--install",
                               str(tmp_path / "logs")], capture_output=True, text=True,
                              timeout=30, env={**os.environ, "GPU_WHEELS": str(tmp_path / "empty")})
     assert missing.returncode == 2
