@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gpu_check_parts import Skip, World, cpu_seconds, server_processes
+from gpu_check_parts import Skip, World, cpu_seconds, reference, server_processes
 
 NO_GPU_REFUSAL = "failed to register CUDA shared memory region: '{}', GPUs not supported"
 
@@ -40,15 +40,19 @@ def zero_copy(gpu: bool, repository: Path) -> str:
     assert torch.from_dlpack(array).data_ptr() == array.ctypes.data, "DLPack copied (numpy)"
     assert np.from_dlpack(tensor).ctypes.data == tensor.data_ptr(), "DLPack copied (torch)"
     shown = "CPU: numpy and torch share memory both ways (the backend's and DLPack)"
-    if not gpu:
-        return shown + "; no GPU for the copy count"
-    instance, names = _gpu_instance(repository)
+    model = "ts_gpu" if gpu else "ts_cpu"
+    instance = _instance(repository, model)
     batch = np.random.default_rng(1).standard_normal((8, 256)).astype(np.float32)
-    _run(instance, names, batch)  # warm: cuBLAS and the caching allocator set up first
+    # Warm (cuBLAS and the caching allocator set up first), and the answer checked.
+    answer = _run(instance, model, batch)
+    assert np.allclose(answer, reference(256, batch), rtol=1e-3, atol=1e-3), (
+        f"{model} run in this process differs from torch's answer")
+    if not gpu:
+        return shown + f"; {model} run in this process through the backend; no GPU to count copies"
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-        _run(instance, names, batch)
+        _run(instance, model, batch)
         torch.cuda.synchronize()
     events = [event.name for event in profiler.events()]
     to_device = sum(1 for name in events if name.startswith("Memcpy HtoD"))
@@ -64,24 +68,25 @@ def zero_copy(gpu: bool, repository: Path) -> str:
     return shown + f"; GPU: one batch = 1 copy in, 1 copy out ({kernels} CUDA events)"
 
 
-def _gpu_instance(repository: Path) -> tuple[Any, tuple[str, str]]:
+def _instance(repository: Path, model: str) -> Any:
+    """An instance of ``model`` loaded by the pytorch backend in this process."""
     from inferd.kernel.backend import ModelContext
     from inferd.kernel.modelconfig import parse_config_text
     from inferd.plugins.backends.pytorch.backend import PyTorchBackend
 
-    folder = repository / "ts_gpu"
+    folder = repository / model
     config = parse_config_text((folder / "config.pbtxt").read_text(), "config.pbtxt")
-    config.name = "ts_gpu"
-    context = ModelContext(name="ts_gpu", version=1, model_dir=folder, config=config,
+    config.name = model
+    context = ModelContext(name=model, version=1, model_dir=folder, config=config,
                            auto_complete=True, options={})
-    return PyTorchBackend().load_model(context).create_instance(0), ("INPUT__0", "OUTPUT__0")
+    return PyTorchBackend().load_model(context).create_instance(0)
 
 
-def _run(instance: Any, names: tuple[str, str], batch: np.ndarray) -> np.ndarray:
+def _run(instance: Any, model: str, batch: np.ndarray) -> np.ndarray:
     from inferd.protocols.messages import InferRequest, InferResponse
     from inferd.protocols.tensors import from_numpy
 
-    [result] = instance.execute([InferRequest("ts_gpu", (from_numpy(names[0], batch),))])
+    [result] = instance.execute([InferRequest(model, (from_numpy("INPUT__0", batch),))])
     assert isinstance(result, InferResponse), result
     output: np.ndarray = result.outputs[0].data
     return output
@@ -129,8 +134,6 @@ def cuda_shared_memory(world: World) -> str:
 
     small = world.small
     batch = np.random.default_rng(2).standard_normal((4, small)).astype(np.float32)
-    from gpu_check_parts import reference
-
     expected = reference(small, batch)
     nbytes = batch.nbytes
     shown = []
