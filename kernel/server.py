@@ -130,6 +130,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
             with anyio.CancelScope(shield=True):
                 await cache.close()
         tracer.close()
+        dataplane.shared_memory.close()  # unmaps system regions, closes CUDA IPC handles
         if link is not None:
             link.close()
         context.term()
