@@ -23,9 +23,10 @@ IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.c")
 
 def install(target: Path, root: Path = ROOT) -> Path:
     """Install into ``target``; returns the dist-info folder written."""
-    project = tomllib.loads((root / "pyproject.toml").read_text())
-    name, version = project["project"]["name"], project["project"]["version"]
-    for package, folder in project["tool"]["setuptools"]["package-dir"].items():
+    document = tomllib.loads((root / "pyproject.toml").read_text())
+    project = document["project"]
+    name, version = project["name"], project["version"]
+    for package, folder in document["tool"]["setuptools"]["package-dir"].items():
         destination = target.joinpath(*package.split("."))
         if destination.exists():
             shutil.rmtree(destination)
@@ -34,7 +35,7 @@ def install(target: Path, root: Path = ROOT) -> Path:
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        f"Summary: {project['project'].get('description', '')}\n")
+        f"Summary: {project.get('description', '')}\n")
     (info / "INSTALLER").write_text("bench/install_tree.py\n")
     sections = [("console_scripts", project.get("scripts", {}))]
     sections += list(project.get("entry-points", {}).items())
