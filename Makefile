@@ -16,7 +16,7 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test lint bench models clean
+.PHONY: setup serve test lint bench models clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,18 @@ bench-kserve: setup
 # 1, 2 and 3 replicas behind Debian's nginx (apt-get install nginx), and one direct.
 bench-replicas: setup
 	$(PY) bench/bench_replicas.py
+
+# The wheels bench/gpu_check.sh installs offline on the GPU machine (Python 3.12, manylinux
+# x86_64; bench/gpu_wheels.txt lists them): into .whl/, which git ignores and a device run
+# carries. Any Python with pip downloads them; nothing is installed here.
+GPU_PLATFORMS := $(foreach n,5 17 24 26 27 28,--platform manylinux_2_$(n)_x86_64) \
+	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
+gpu-wheels:
+	rm -rf .whl && mkdir -p .whl
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp $(GPU_PLATFORMS) -d .whl -r bench/gpu_wheels.txt
+	@ls -l .whl | tail -n +2 | awk '{printf "%10d  %s\n", $$5, $$9}'
+	@du -cb .whl/*.whl | tail -1 | awk '{printf "%d wheels, %.1f MiB\n", n, $$1 / 1048576}' n=$$(ls .whl | wc -l)
 
 models: setup
 	$(PY) model_repository/generate.py

@@ -1,178 +1,127 @@
-"""The GPU check (run by ``bench/gpu_check.sh`` on a machine with an NVIDIA GPU): does inferd
-really run TorchScript on CUDA and ONNX through onnxruntime-gpu, with the CPU's answers?
+"""The GPU check (``bench/gpu_check.sh`` runs it): does inferd really serve torch models on
+CUDA, with the CPU's answers, and the GPU extensions Triton has?
 
-It writes a repository into a temporary folder with two models, each twice, a ``KIND_CPU``
-twin and a ``KIND_GPU`` twin of the same file: ``mlp`` (ONNX, x[1024] through four Gemm
-1024x1024, ``model_repository/generate.py``'s wide mlp) and ``torch_mlp`` (TorchScript, the
-same shape in ``torch.nn.Linear`` layers). It serves them with one ``inferd serve`` (EXPLICIT
-mode, every model loaded) and then:
+One ``inferd serve`` (EXPLICIT mode, every model loaded) on a repository written into a
+temporary folder: an MLP as TorchScript (``ts``) and as ``torch.export`` (``export``), each a
+``KIND_CPU`` twin and a ``KIND_GPU`` twin of the same file, the TorchScript once more as
+``KIND_AUTO`` (``auto``), and a wide MLP (``--width``, 3 layers) twice for the throughput
+table (``wide_cpu``, ``wide_gpu``). The checks (``bench/gpu_check_parts.py``), each ending in
+one PASS, FAIL or SKIP line:
 
-1. checks every model is READY (a GPU twin that is not says why: the index's reason);
-2. sends each pair the same random batch over HTTP and compares the GPU twin's answer with
-   the CPU twin's (``--rtol``/``--atol``);
-3. runs each model for ``--seconds`` with ``--concurrency`` gRPC clients sending batches of
-   ``--batch`` rows, and prints a table: model, device, requests/s, rows/s, p50 ms, and the
-   GPU twin's speed-up over the CPU twin.
+- ``ready``: every model is READY;
+- ``twins``: every GPU twin answers the same batch as its CPU twin, over HTTP and gRPC;
+- ``placement``: the GPU twins and ``auto`` loaded on ``executor/gpu0``, a process that
+  ``CUDA_VISIBLE_DEVICES=0`` pins; ``auto``'s config says ``KIND_GPU``;
+- ``zero_copy``: in this process, through the pytorch backend itself: numpy and torch share
+  the inputs' and outputs' memory on the CPU (and through DLPack), and on the GPU a batch costs
+  one host-to-device copy per input and one device-to-host copy per output (torch's profiler);
+- ``gpu_metrics``: ``/metrics`` has the ``nv_gpu_*`` families with real values;
+- ``cuda_shm``: CUDA shared memory end to end with ``tritonclient.utils.cuda_shared_memory``
+  over HTTP and gRPC (inputs and outputs in GPU regions, status, unregister);
+- ``throughput``: requests/s and p50 of the wide MLP at each ``--batches`` size with
+  ``--concurrency`` gRPC clients on CPU and GPU, with the server's CPU time per inference.
 
-``--cpu-only`` leaves the GPU twins out (a smoke run of the script on a machine without a
-GPU). Exit status 0 when every check holds, 1 otherwise.
+``--cpu-only`` (no GPU here) serves the CPU models only and turns each GPU check into what a
+server without a GPU must do: ``auto`` on the CPU, no ``nv_gpu_*`` family, a CUDA register
+refused with Triton's message. ``--log-dir`` gets this run's output (``gpu_check.log``, kept
+by the shell script), the server's log and ``summary.txt``. Exit status 0 when no check
+failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import statistics
 import sys
-import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-
+import gpu_check_device
+import gpu_check_parts as parts
 import serving
-from inferd.kernel.server import format_table
 
 ROOT = Path(__file__).resolve().parents[1]
-FEATURES = 1024
-DEVICES = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
+SMALL = 256  # the twins' width: enough to compare, quick on any CPU
 
 
-def generate_module():  # type: ignore[no-untyped-def]
-    specification = importlib.util.spec_from_file_location(
-        "generate", ROOT / "model_repository" / "generate.py")
-    assert specification is not None and specification.loader is not None
-    module = importlib.util.module_from_spec(specification)
-    specification.loader.exec_module(module)
-    return module
+class Report:
+    """The checks' verdicts, in order, each printed as it comes and once more at the end."""
 
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
 
-def write_repository(root: Path, devices: list[str]) -> list[str]:
-    """The models, one twin per device; returns their names."""
-    import torch
+    def run(self, name: str, check: Callable[[], str | None]) -> None:
+        """``check`` returns the detail of its PASS line; it raises ``parts.Skip`` to skip
+        and anything else to fail."""
+        print(f"== {name}", flush=True)
+        try:
+            detail = check() or ""
+            self.add(name, "PASS", detail)
+        except parts.Skip as skip:
+            self.add(name, "SKIP", str(skip))
+        except Exception as error:  # noqa: BLE001 - every failure becomes a FAIL line
+            traceback.print_exc()
+            self.add(name, "FAIL", f"{type(error).__name__}: {error}".splitlines()[0])
 
-    onnx_model = generate_module().wide_mlp_model().SerializeToString()
-    layers: list[torch.nn.Module] = []
-    for index in range(4):
-        layers.append(torch.nn.Linear(FEATURES, FEATURES))
-        if index < 3:
-            layers.append(torch.nn.ReLU())
-    scripted = torch.jit.script(torch.nn.Sequential(*layers).eval())
-    names = []
-    for device in devices:
-        kind = DEVICES[device]
-        mlp = root / f"mlp_{device}"
-        (mlp / "1").mkdir(parents=True)
-        (mlp / "1" / "model.onnx").write_bytes(onnx_model)
-        (mlp / "config.pbtxt").write_text(
-            f'platform: "onnxruntime_onnx"\nmax_batch_size: 256\n'
-            f"instance_group [{{ kind: {kind} count: 1 }}]\n")
-        torch_mlp = root / f"torch_mlp_{device}"
-        (torch_mlp / "1").mkdir(parents=True)
-        scripted.save(str(torch_mlp / "1" / "model.pt"))
-        (torch_mlp / "config.pbtxt").write_text(
-            'platform: "pytorch_libtorch"\nmax_batch_size: 256\n'
-            f'input [{{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {FEATURES} ] }}]\n'
-            f'output [{{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ {FEATURES} ] }}]\n'
-            f"instance_group [{{ kind: {kind} count: 1 }}]\n")
-        names += [mlp.name, torch_mlp.name]
-    return names
+    def add(self, name: str, verdict: str, detail: str) -> None:
+        self.rows.append((name, verdict, detail))
+        print(f"   {verdict} {name}: {detail}", flush=True)
 
+    def summary(self) -> str:
+        return "\n".join(f"{verdict:<4} {name:<12} {detail}".rstrip()
+                         for name, verdict, detail in self.rows)
 
-def io_names(model: str) -> tuple[str, str]:
-    return ("INPUT__0", "OUTPUT__0") if model.startswith("torch_") else ("x", "y")
-
-
-def infer_http(server: serving.Server, model: str, batch: np.ndarray) -> np.ndarray:
-    source, target = io_names(model)
-    with httpclient.InferenceServerClient(server.address("http")) as client:
-        tensor = httpclient.InferInput(source, list(batch.shape), "FP32")
-        tensor.set_data_from_numpy(batch, binary_data=True)
-        return client.infer(model, [tensor]).as_numpy(target)
-
-
-def throughput(server: serving.Server, model: str, batch: np.ndarray, seconds: float,
-               concurrency: int) -> tuple[float, float]:
-    """(requests/s, p50 ms) of ``concurrency`` gRPC clients sending ``batch`` back to back."""
-    source, _ = io_names(model)
-    latencies: list[float] = []
-    lock = threading.Lock()
-    deadline = time.monotonic() + seconds
-
-    def client_loop() -> None:
-        with grpcclient.InferenceServerClient(server.address("grpc")) as client:
-            tensor = grpcclient.InferInput(source, list(batch.shape), "FP32")
-            tensor.set_data_from_numpy(batch)
-            while time.monotonic() < deadline:
-                started = time.perf_counter()
-                client.infer(model, [tensor])
-                with lock:
-                    latencies.append(time.perf_counter() - started)
-
-    threads = [threading.Thread(target=client_loop) for _ in range(concurrency)]
-    began = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(seconds + 60)
-    elapsed = time.monotonic() - began
-    return len(latencies) / elapsed, statistics.median(latencies) * 1e3 if latencies else 0.0
+    @property
+    def failed(self) -> bool:
+        return any(verdict == "FAIL" for _, verdict, _ in self.rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=10.0, help="per model")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--log-dir", type=Path, required=True)
+    parser.add_argument("--cpu-only", action="store_true", help="no GPU here: a smoke run")
+    parser.add_argument("--width", type=int, default=None,
+                        help="the wide MLP's width (4096; 256 with --cpu-only)")
+    parser.add_argument("--batches", default=None, help="1,8,64 (1,8 with --cpu-only)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="per throughput point (3; 1 with --cpu-only)")
     parser.add_argument("--rtol", type=float, default=1e-3)
     parser.add_argument("--atol", type=float, default=1e-3)
-    parser.add_argument("--cpu-only", action="store_true", help="no GPU twins (a smoke run)")
     args = parser.parse_args(argv)
-    devices = ["cpu"] if args.cpu_only else ["cpu", "gpu"]
-    problems: list[str] = []
+    gpu = not args.cpu_only
+    width = args.width or (4096 if gpu else SMALL)
+    batches = [int(b) for b in (args.batches or ("1,8,64" if gpu else "1,8")).split(",")]
+    seconds = args.seconds if args.seconds is not None else (3.0 if gpu else 1.0)
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    report = Report()
+    began = time.monotonic()
+    print(parts.environment_line(gpu), flush=True)
+    if gpu:
+        report.run("cuda", parts.torch_sees_a_gpu)
     with serving.temporary_folder("gpu-check-") as folder:
-        names = write_repository(folder / "repository", devices)
+        repository = folder / "repository"
+        names = parts.write_repository(repository, gpu=gpu, small=SMALL, wide=width)
         print(f"repository: {', '.join(names)}", flush=True)
-        flags = ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false"]
-        with serving.running(folder / "repository", *flags, log=folder / "inferd.log",
-                             model=names[0], via="http", cwd=ROOT) as server:
-            with httpclient.InferenceServerClient(server.address("http")) as client:
-                for entry in client.get_model_repository_index():
-                    print(f"  {entry['name']:<16} {entry.get('state', '-'):<12}"
-                          f" {entry.get('reason', '')}", flush=True)
-                    if entry.get("state") != "READY":
-                        problems.append(f"{entry['name']} is not READY: {entry.get('reason')}")
-            ready = [name for name in names if f"{name} is not READY" not in " ".join(problems)]
-            batch = np.random.default_rng(0).standard_normal(
-                (args.batch, FEATURES)).astype(np.float32)
-            answers = {name: infer_http(server, name, batch) for name in ready}
-            for name in ready:
-                if name.endswith("_gpu") and name.replace("_gpu", "_cpu") in answers:
-                    cpu = answers[name.replace("_gpu", "_cpu")]
-                    if not np.allclose(answers[name], cpu, rtol=args.rtol, atol=args.atol):
-                        worst = float(np.max(np.abs(answers[name] - cpu)))
-                        problems.append(f"{name} differs from its CPU twin (max |Δ| {worst:g})")
-                    else:
-                        print(f"  {name}: the same answer as its CPU twin", flush=True)
-            rows = []
-            rates: dict[str, float] = {}
-            for name in ready:
-                print(f"measuring {name} ({args.seconds:g} s, {args.concurrency} clients, "
-                      f"batch {args.batch})...", flush=True)
-                rate, p50 = throughput(server, name, batch, args.seconds, args.concurrency)
-                rates[name] = rate
-                twin = rates.get(name.replace("_gpu", "_cpu")) if name.endswith("_gpu") else None
-                speedup = f"{rate / twin:.2f}×" if twin else ""
-                rows.append((name, name.rsplit("_", 1)[1], f"{rate:,.1f}",
-                             f"{rate * args.batch:,.0f}", f"{p50:,.2f}", speedup))
-            print(format_table(("model", "device", "req/s", "rows/s", "p50 ms", "×CPU"), rows))
-            print(f"server log: {server.log_tail()}" if problems else "", flush=True)
-    for problem in problems:
-        print(f"FAIL  {problem}")
-    print("PASS" if not problems else f"{len(problems)} problem(s)")
-    return 1 if problems else 0
+        flags = ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false",
+                 "--metrics-interval-ms=500", "--log-verbose=0"]
+        log = args.log_dir / "inferd.log"
+        with serving.running(repository, *flags, log=log, model=names[0], via="http",
+                             cwd=ROOT) as server:
+            world = parts.World(server, names, gpu, args.rtol, args.atol, log, SMALL)
+            report.run("ready", world.all_ready)
+            report.run("twins", world.twins)
+            report.run("placement", world.placement)
+            report.run("zero_copy", lambda: gpu_check_device.zero_copy(gpu, repository))
+            report.run("gpu_metrics", world.gpu_metrics)
+            report.run("cuda_shm", world.cuda_shared_memory)
+            report.run("throughput", lambda: world.throughput(batches, args.concurrency,
+                                                               seconds))
+    summary = report.summary()
+    print(f"\n== summary ({time.monotonic() - began:.0f} s)\n{summary}", flush=True)
+    (args.log_dir / "summary.txt").write_text(summary + "\n")
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@ It maps each request kind to the actor that owns the answer (inference and model
 to the scheduler, the repository API and readiness to control, the log settings to the
 executor pool) and asks it; server metadata it answers itself. A model name that breaks the
 rule of ``inferd.protocols.names`` is refused here, before any actor (and so any disk, index
-or log line) sees it. It owns the system shared-memory
-registry (``inferd.kernel.shared_memory``) and answers its requests itself; for an inference
-request whose inputs lie in registered regions it hands the scheduler ordinary tensors that
-are views of the mapped memory (no copy), and writes the outputs asked for in a region into it
-once the reply comes, returning them without their data. Frontends stay thin: decode,
+or log line) sees it. It owns the shared-memory
+registry (``inferd.kernel.shared_memory``, system and CUDA regions) and answers its requests
+itself; for an inference request whose inputs lie in registered regions it hands the
+scheduler ordinary tensors that are views of the mapped memory (no copy; a CUDA region's bytes
+are copied to the host once), and writes the outputs asked for in a region into it once the
+reply comes, returning them without their data. Frontends stay thin: decode,
 ``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
 that decides the status. Once a request's model name is checked, the data plane notes its
 model, version and id in the frontend's log context (``inferd.kernel.log_context``), so the
@@ -18,17 +19,13 @@ frontend's one error line names them.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 from inferd.kernel import link_memory, log_context
 from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.router import Router
-from inferd.kernel.shared_memory import (
-    SharedMemoryRegistry,
-    check_input_size,
-    cuda_region_not_found,
-    refuse_cuda_register,
-)
+from inferd.kernel.shared_memory import SharedMemoryRegistry, check_input_size
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import Tracer, disabled_tracer
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
@@ -57,7 +54,6 @@ from inferd.protocols.messages import (
     SharedMemoryOutput,
     SharedMemoryRef,
     SharedMemoryRegister,
-    SharedMemoryStatus,
     SharedMemoryStatusRequest,
     SharedMemoryUnregister,
     StatisticsRequest,
@@ -179,32 +175,28 @@ class DataPlane:
         self, request: SharedMemoryRegister | SharedMemoryUnregister | SharedMemoryStatusRequest
     ) -> Message:
         registry = self.shared_memory
-        if request.memory == "cuda":
-            # As Triton built without GPUs answers: no CUDA region can exist, so listing
-            # them is empty and unregistering them does nothing; registering one is refused.
-            if isinstance(request, SharedMemoryRegister):
-                raise refuse_cuda_register(request.name)
-            if isinstance(request, SharedMemoryStatusRequest):
-                if request.name:
-                    raise cuda_region_not_found(request.name)
-                return SharedMemoryStatus(())
-            return Ack()
-        if request.memory != "system":
+        if request.memory not in ("system", "cuda"):
             raise InvalidArgument(f"unknown shared memory kind '{request.memory}'")
         if isinstance(request, SharedMemoryRegister):
-            registry.register(request.name, request.key, request.offset, request.byte_size)
+            if request.memory == "cuda":
+                # Refused with Triton's message where this server sees no GPU.
+                registry.register_cuda(request.name, request.raw_handle, request.device_id,
+                                       request.byte_size)
+            else:
+                registry.register(request.name, request.key, request.offset, request.byte_size)
             return Ack()
         if isinstance(request, SharedMemoryUnregister):
-            registry.unregister(request.name)
+            registry.unregister(request.name, request.memory)
             return Ack()
-        return registry.status(request.name)
+        return registry.status(request.name, request.memory)
 
     async def _infer_in_shared_memory(
         self, request: SharedMemoryInferRequest
     ) -> SharedMemoryInferResponse:
-        """Inputs become read-only views of their regions; output windows are looked up
-        before the model runs, so an unknown region or a bad window costs no inference. The
-        views held here keep the mappings alive if a region is unregistered meanwhile."""
+        """Inputs become read-only views of their regions (a CUDA region's: its bytes copied
+        to the host); output windows are looked up before the model runs, so an unknown region
+        or a bad window costs no inference. The writers held here keep the regions' memory
+        alive if a region is unregistered meanwhile."""
         check_model_name(request.request.model)
         log_context.note(request.request.model, request.request.version, request.request.id)
         inputs = tuple(
@@ -213,7 +205,7 @@ class DataPlane:
             for item in request.inputs
         )
         windows = {
-            name: self.shared_memory.view(location)
+            name: self.shared_memory.writer(location)
             for name, location in request.output_regions.items()
         }
         plain = replace(request.request, inputs=inputs)
@@ -241,7 +233,7 @@ class DataPlane:
 
 
 def _write_output(
-    tensor: Tensor, window: memoryview, location: SharedMemoryRef
+    tensor: Tensor, write: Callable[[memoryview], None], location: SharedMemoryRef
 ) -> SharedMemoryOutput:
     data = memoryview(tensor_to_buffer(tensor)).cast("B")
     if data.nbytes > location.byte_size:
@@ -251,5 +243,5 @@ def _write_output(
             f"({location.byte_size} bytes) should be at least {data.nbytes} bytes to hold "
             "the results"
         )
-    window[: data.nbytes] = data
+    write(data)
     return SharedMemoryOutput(tensor.name, tensor.datatype, tuple(tensor.shape), location)

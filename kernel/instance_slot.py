@@ -6,11 +6,12 @@ its recent ``execute`` durations, from which it decides whether a batch may run 
 loop instead (only when the instance allows it and its batches take less than a thread
 hand-off). A fast instance whose thread still has calls queued (its first batch always goes
 there: nothing is known of it yet) runs its next batches on the loop once those are done, in
-the order they came, so a steady flow of batches cannot keep it on the thread for good. It runs a batch (or a decoupled model's batch) on the instance, with
-the model named in the log context, and turns the outcome into the ``BatchResult`` the
-scheduler expects: one response or one failure per request, and the input/infer/output
-nanoseconds. It never loads or unloads a model and knows no address or message other than
-the batch it is given (``inferd.kernel.actors.executor`` owns those).
+the order they came, so a steady flow of batches cannot keep it on the thread for good. It
+runs a batch (or a decoupled model's batch) on the instance, with the model named in the log
+context, and turns the outcome into the ``BatchResult`` the scheduler expects: one response
+or one failure per request, and the input/infer/output nanoseconds. It never loads or
+unloads a model and knows no address or message other than the batch it is given
+(``inferd.kernel.actors.executor`` owns those).
 """
 
 from __future__ import annotations

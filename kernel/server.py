@@ -60,6 +60,7 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "system_shared_memory",
+    "cuda_shared_memory",  # listed by Triton with or without GPUs; without, a register is refused
     "logging",
     "trace",
 )
@@ -129,6 +130,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
             with anyio.CancelScope(shield=True):
                 await cache.close()
         tracer.close()
+        dataplane.shared_memory.close()  # unmaps system regions, closes CUDA IPC handles
         if link is not None:
             link.close()
         context.term()

@@ -9,7 +9,9 @@ never creates, resizes or unlinks one, and never goes through ``multiprocessing`
 tracker (which unlinks what it tracks when the process exits). Unregistering drops the name at
 once; the mapping itself lives until the last view of it is gone (a request in flight keeps
 its views), so an unregister never pulls memory from under a running request. CUDA regions
-are refused. Statuses and messages are Triton's (``src/shared_memory_manager.cc``). It knows
+are ``inferd.kernel.cuda_shared_memory``'s; this registry keeps their names and system names
+apart (one name, one region, of either kind, as in Triton) and routes a request's window to
+either. Statuses and messages are Triton's (``src/shared_memory_manager.cc``). It knows
 nothing of requests, sockets or models.
 """
 
@@ -19,9 +21,11 @@ import math
 import mmap
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.kernel.cuda_shared_memory import CudaRegistry, refuse_without_gpus
 from inferd.protocols.errors import ErrorCode, InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import (
     SharedMemoryRef,
@@ -31,7 +35,6 @@ from inferd.protocols.messages import (
 from inferd.protocols.tensors import element_size
 
 SHM_ROOT = Path("/dev/shm")
-CUDA_UNSUPPORTED = "CUDA shared memory is not supported on this server"
 
 
 def object_name(key: str) -> str | None:
@@ -92,16 +95,17 @@ class SharedMemoryRegistry:
     """The regions registered by name. Not thread-safe: the data plane uses it from the
     event loop only."""
 
-    def __init__(self, root: Path = SHM_ROOT) -> None:
+    def __init__(self, root: Path = SHM_ROOT, cuda: CudaRegistry | None = None) -> None:
         self._root = root
         self._regions: dict[str, Region] = {}
+        self.cuda = cuda if cuda is not None else CudaRegistry()
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         if not name:
             raise InvalidArgument(
                 "'region name' is necessary to register system shared memory region"
             )
-        if name in self._regions:
+        if name in self._regions or name in self.cuda.regions:
             raise _already_registered(name)
         file_name = object_name(key)
         if file_name is None:
@@ -136,15 +140,38 @@ class SharedMemoryRegistry:
             os.close(descriptor)
         self._regions[name] = Region(name, key, offset, byte_size, mapping, start)
 
-    def unregister(self, name: str = "") -> None:
-        """Unregister ``name`` (an unknown name is not an error), or every region."""
+    def register_cuda(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
+        """A CUDA region from a client's IPC handle (refused where the server sees no GPU)."""
+        if not name:
+            raise InvalidArgument(
+                "'region name' is necessary to register cuda shared memory region"
+            )
+        if self.cuda.runtime() is None:
+            raise refuse_without_gpus(name)
+        if name in self._regions or name in self.cuda.regions:
+            raise _already_registered(name)
+        self.cuda.register(name, handle, device_id, byte_size)
+
+    def unregister(self, name: str = "", memory: str = "system") -> None:
+        """Unregister ``name`` if it is a region of ``memory`` (an unknown name, or one of the
+        other kind, is not an error: Triton leaves it), or every region of ``memory``."""
+        if memory == "cuda":
+            self.cuda.unregister(name)
+            return
         names = [name] if name else list(self._regions)
         for each in names:
             region = self._regions.pop(each, None)
             if region is not None:
                 region.release()
 
-    def status(self, name: str = "") -> SharedMemoryStatus:
+    def status(self, name: str = "", memory: str = "system") -> SharedMemoryStatus:
+        if name:
+            self._check_kind(name, memory)
+        if memory == "cuda":
+            cuda = [self.cuda.region(name)] if name else list(self.cuda.regions.values())
+            return SharedMemoryStatus(tuple(
+                SharedMemoryRegionStatus(r.name, "", 0, r.byte_size, r.device_id) for r in cuda
+            ))
         if name:
             region = self._regions.get(name)
             if region is None:
@@ -156,19 +183,60 @@ class SharedMemoryRegistry:
             tuple(SharedMemoryRegionStatus(r.name, r.key, r.offset, r.byte_size) for r in regions)
         )
 
+    def _check_kind(self, name: str, memory: str) -> None:
+        if memory == "system" and name in self.cuda.regions:
+            raise NotFound(f"The region named '{name}' is registered as CUDA shared memory, "
+                           "not system shared memory")
+        if memory == "cuda" and name in self._regions:
+            raise NotFound(f"The region named '{name}' is registered as system shared memory, "
+                           "not CUDA shared memory")
+
     def view(self, location: SharedMemoryRef) -> memoryview:
-        """The bytes ``location`` names, checked against its region."""
+        """The bytes ``location`` names, checked against its region: a view of a system
+        region's mapping, or a CUDA region's bytes copied to the host (read-only)."""
+        cuda = self.cuda.regions.get(location.region)
+        if cuda is not None:
+            self._check_window(location, cuda.byte_size)
+            return cuda.read(location.offset, location.byte_size)
+        return self._system_view(location)
+
+    def writer(self, location: SharedMemoryRef) -> Callable[[memoryview], None]:
+        """What writes an output's bytes (no more than ``location.byte_size``) where
+        ``location`` names, checked now: the write itself comes after the inference, and the
+        writer keeps the region's memory alive until then, even through an unregister."""
+        cuda = self.cuda.regions.get(location.region)
+        if cuda is not None:
+            self._check_window(location, cuda.byte_size)
+            offset = location.offset
+
+            def write_device(data: memoryview) -> None:
+                cuda.write(offset, data)
+
+            return write_device
+        window = self._system_view(location)
+
+        def write_mapping(data: memoryview) -> None:
+            window[: data.nbytes] = data
+
+        return write_mapping
+
+    def _system_view(self, location: SharedMemoryRef) -> memoryview:
         region = self._regions.get(location.region)
         if region is None:
             raise NotFound(f"Unable to find shared memory region: '{location.region}'")
-        if not fits(location.offset, location.byte_size, region.byte_size):
+        self._check_window(location, region.byte_size)
+        return region.view(location.offset, location.byte_size)
+
+    @staticmethod
+    def _check_window(location: SharedMemoryRef, size: int) -> None:
+        if not fits(location.offset, location.byte_size, size):
             raise InvalidArgument(
                 f"Invalid offset + byte size for shared memory region: '{location.region}'"
             )
-        return region.view(location.offset, location.byte_size)
 
     def close(self) -> None:
         self.unregister()
+        self.cuda.close()
 
     def __len__(self) -> int:
         return len(self._regions)
@@ -187,13 +255,3 @@ def check_input_size(name: str, datatype: str, shape: tuple[int, ...], byte_size
             f"[request id: {request_id or '<id_unknown>'}] input byte size mismatch for input "
             f"'{name}' for model '{model}'. Expected {expected}, got {byte_size}")
 
-
-def refuse_cuda_register(name: str) -> InferdError:
-    """Triton built without GPUs answers a CUDA register with INVALID_ARGUMENT."""
-    return InvalidArgument(
-        f"failed to register CUDA shared memory region: '{name}', {CUDA_UNSUPPORTED}"
-    )
-
-
-def cuda_region_not_found(name: str) -> InferdError:
-    return NotFound(f"Unable to find cuda shared memory region: '{name}'")

@@ -2,7 +2,7 @@
 server and model metadata, model config (Triton's JSON into tritonclient's ``ModelConfig``
 proto), statistics, the repository API (index, load with its ``config`` and
 ``file:<version>/<path>`` parameters, unload) and the system shared-memory extension's
-register, unregister and status RPCs (a CUDA one is decoded only to be refused). Every
+register, unregister and status RPCs, system and CUDA. Every
 malformed request is refused with an ``InvalidArgument`` naming the problem. Inference is
 ``inferd.protocols.kserve_grpc``'s. Pure: no I/O, no gRPC objects.
 """
@@ -126,7 +126,11 @@ def decode_unload_request(request: Any) -> UnloadRequest:
 
 def decode_shared_memory_register(request: Any, memory: str = "system") -> SharedMemoryRegister:
     """A ``SystemSharedMemoryRegisterRequest`` (or, with ``memory="cuda"``, a
-    ``CudaSharedMemoryRegisterRequest``, whose handle is not read: it is refused)."""
+    ``CudaSharedMemoryRegisterRequest``: its raw ``cudaIpcMemHandle_t`` and device)."""
+    if memory == "cuda":
+        return SharedMemoryRegister(request.name, "", request.byte_size, memory=memory,
+                                    raw_handle=bytes(request.raw_handle),
+                                    device_id=request.device_id)
     if memory != "system":
         return SharedMemoryRegister(request.name, "", 0, memory=memory)
     return SharedMemoryRegister(request.name, request.key, request.byte_size, request.offset)
@@ -140,7 +144,14 @@ def decode_shared_memory_status(request: Any, memory: str = "system") -> SharedM
     return SharedMemoryStatusRequest(request.name, memory)
 
 
-def encode_shared_memory_status(status: SharedMemoryStatus) -> Any:
+def encode_shared_memory_status(status: SharedMemoryStatus, memory: str = "system") -> Any:
+    if memory == "cuda":
+        cuda = service_pb2.CudaSharedMemoryStatusResponse()
+        for region in status.regions:
+            entry = cuda.regions[region.name]
+            entry.name, entry.device_id, entry.byte_size = (
+                region.name, region.device_id, region.byte_size)
+        return cuda
     reply = service_pb2.SystemSharedMemoryStatusResponse()
     for region in status.regions:
         row = reply.regions[region.name]

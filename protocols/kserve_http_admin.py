@@ -227,10 +227,13 @@ def decode_shared_memory_register(
     name: str, body: bytes | memoryview, memory: str = "system"
 ) -> SharedMemoryRegister:
     """``{"key": str, "offset": int, "byte_size": int}`` (``offset`` optional) for a system
-    region; a CUDA body (``raw_handle``, ``device_id``) is not read, as it is refused anyway."""
+    region; ``{"raw_handle": {"b64": str}, "device_id": int, "byte_size": int}`` for a CUDA
+    one, the handle a base64 ``cudaIpcMemHandle_t``."""
     document = parse_json(body, "shared memory register request")
     document = ({} if document is None
                 else json_object(document, "the shared memory register request"))
+    if memory == "cuda":
+        return _decode_cuda_register(name, document)
     if memory != "system":
         return SharedMemoryRegister(name, "", 0, memory=memory)
     if "key" not in document:
@@ -245,11 +248,34 @@ def decode_shared_memory_register(
     return SharedMemoryRegister(name, key, byte_size, offset)
 
 
-def encode_shared_memory_status(status: SharedMemoryStatus) -> bytes:
-    encoded: bytes = dumps(
-        [
-            {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
-            for r in status.regions
-        ]
-    )
+def _decode_cuda_register(name: str, document: dict[str, Any]) -> SharedMemoryRegister:
+    if "raw_handle" not in document:
+        raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
+    raw = document["raw_handle"]
+    encoded = raw.get("b64") if isinstance(raw, dict) else None
+    if not isinstance(encoded, str):
+        raise InvalidArgument("'raw_handle' must be an object with a base64 string 'b64'")
+    for field in ("byte_size", "device_id"):
+        if field not in document:
+            raise InvalidArgument(f"Shared memory register request has no '{field}' field")
+    byte_size = non_negative_int(document["byte_size"], "'byte_size'")
+    device_id = non_negative_int(document["device_id"], "'device_id'")
+    try:
+        handle = base64.b64decode(encoded)
+    except (binascii.Error, ValueError):
+        handle = b""  # Triton's decoder is lenient; a bad handle fails the size check below
+    return SharedMemoryRegister(name, "", byte_size, memory="cuda", raw_handle=handle,
+                                device_id=device_id)
+
+
+def encode_shared_memory_status(status: SharedMemoryStatus, memory: str = "system") -> bytes:
+    """Triton's rows: name, key, offset and byte_size for system regions; name, device_id and
+    byte_size for CUDA ones."""
+    if memory == "cuda":
+        rows = [{"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}
+                for r in status.regions]
+    else:
+        rows = [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+                for r in status.regions]
+    encoded: bytes = dumps(rows)
     return encoded

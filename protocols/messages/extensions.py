@@ -138,13 +138,17 @@ class SharedMemoryInferResponse(Message):
 @dataclass(frozen=True, slots=True)
 class SharedMemoryRegister(Message):
     """Register ``byte_size`` bytes from ``offset`` of the POSIX shared-memory object ``key``
-    as region ``name``. ``memory`` is ``system`` or ``cuda`` (which inferd refuses)."""
+    as region ``name``; or, with ``memory="cuda"``, ``byte_size`` bytes of the GPU memory the
+    CUDA IPC handle ``raw_handle`` names on device ``device_id`` (``key`` and ``offset``
+    unused)."""
 
     name: str
     key: str
     byte_size: int
     offset: int = 0
     memory: str = "system"
+    raw_handle: bytes = b""
+    device_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +169,14 @@ class SharedMemoryStatusRequest(Message):
 
 @dataclass(frozen=True, slots=True)
 class SharedMemoryRegionStatus(Message):
+    """One region's status row; a CUDA region's has no key or offset, a system one's no
+    device."""
+
     name: str
     key: str
     offset: int
     byte_size: int
+    device_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from inferd.kernel.devices import visible_gpus
+
 InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
 ServerHandle = Any
 SHM_ROOT = Path("/dev/shm")
@@ -322,18 +324,21 @@ def test_an_input_given_two_ways_gets_tritons_message(server: ServerHandle,
             http.unregister_system_shared_memory()
 
 
-def test_cuda_shared_memory_is_refused(client: Any) -> None:
+@pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU (bench/gpu_check.sh)")
+def test_cuda_shared_memory_is_refused_without_a_gpu(client: Any) -> None:
     assert_refused(client, lambda: client.register_cuda_shared_memory("g", b"\0" * 64, 0, 64),
                    "400", "StatusCode.INVALID_ARGUMENT",
-                   "CUDA shared memory is not supported on this server")
+                   "failed to register CUDA shared memory region: 'g', GPUs not supported")
     client.unregister_cuda_shared_memory()  # as Triton without GPUs: nothing to unregister
     status = client.get_cuda_shared_memory_status()
     assert (status == []) if isinstance(status, list) else (len(status.regions) == 0)
 
 
-def test_server_metadata_lists_the_extension(server: ServerHandle) -> None:
+def test_server_metadata_lists_both_extensions(server: ServerHandle) -> None:
     with httpclient.InferenceServerClient(server.http_url) as http:
-        assert "system_shared_memory" in http.get_server_metadata()["extensions"]
+        extensions = http.get_server_metadata()["extensions"]
+    # Triton lists cuda_shared_memory with or without GPUs (a register says whether it can).
+    assert {"system_shared_memory", "cuda_shared_memory"} <= set(extensions)
 
 
 def test_raw_http_bodies(server: ServerHandle) -> None:

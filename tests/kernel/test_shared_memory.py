@@ -11,6 +11,7 @@ import anyio
 import numpy as np
 import pytest
 
+from inferd.kernel.cuda_shared_memory import CudaRegistry
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.shared_memory import SharedMemoryRegistry, fits, mapping_window, object_name
 from inferd.protocols.errors import ErrorCode, InferdError
@@ -217,11 +218,14 @@ def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry)
     )
 
 
-def test_dataplane_cuda_requests(registry: SharedMemoryRegistry) -> None:
+def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
+    # tests/kernel/test_cuda_shared_memory.py has the CUDA regions of a server with a GPU.
+    registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
     dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
     refused = error_of(handle, dataplane, SharedMemoryRegister("g", "", 16, memory="cuda"))
     assert refused.code == ErrorCode.INVALID_ARGUMENT
-    assert "CUDA shared memory is not supported on this server" in refused.message
+    assert refused.message == (
+        "failed to register CUDA shared memory region: 'g', GPUs not supported")
     assert handle(dataplane, SharedMemoryStatusRequest(memory="cuda")) == SharedMemoryStatus(())
     assert isinstance(handle(dataplane, SharedMemoryUnregister(memory="cuda")), Ack)
     missing = error_of(handle, dataplane, SharedMemoryStatusRequest("g", "cuda"))

@@ -1,14 +1,21 @@
 """The TensorRT backend around the engine call, with only that boundary replaced: a fake
 ``tensorrt`` module (runtime, engine, execution context, as TensorRT 10's name-based API) and
-a fake CUDA runtime (cuda-python's call shapes, device memory as host bytearrays), so the
+a fake CUDA runtime (cuda-python's call shapes, device memory as host buffers), so the
 backend's own logic runs for real: auto-complete from the engine, config checks, profiles,
-batching through the kernel's skeleton, shapes, copies in and out, errors. No GPU here: real
-engines run only in ``bench/gpu_check.sh``'s world."""
+batching through the kernel's skeleton, shapes, copies in and out, errors. The fakes refuse
+what the real ones would (``test_the_fake_refuses_what_cuda_and_tensorrt_refuse``): a copy
+the other way than its kind, a host read before the stream is synchronized (copies and runs
+happen at the synchronize), a run before every I/O tensor has a device address, a shape
+outside the profile; shapes come from the context per tensor name, -1 where they depend on
+the data. No TensorRT here, nor on the GPU machine (its wheels do not fit a device run): a
+real engine has never run under these tests."""
 
 from __future__ import annotations
 
 import ctypes
+import sys
 from enum import Enum
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +27,7 @@ from tritonclient.grpc import model_config_pb2
 from inferd.kernel.backend import ModelContext
 from inferd.kernel.modelconfig import parse_config_text
 from inferd.plugins.backends.tensorrt.backend import TensorRTBackend
-from inferd.protocols.errors import InvalidArgument, Unavailable
+from inferd.protocols.errors import InvalidArgument, Unavailable, Unsupported
 from inferd.protocols.messages import InferRequest, InferResponse
 from inferd.protocols.tensors import from_numpy
 
@@ -37,26 +44,44 @@ class TensorIOMode(Enum):
 
 
 class FakeCuda:
-    """cuda-python's runtime calls, each returning (error, *values); memory is host memory."""
+    """cuda-python's runtime calls, each returning (error, *values), checked as CUDA would:
+    device memory is host memory the fake hands out (``cudaMalloc``) and knows by range; a
+    copy must go the way its kind says (host -> device, device -> host, inside allocated
+    blocks); copies and engine runs are queued on their stream and happen only at
+    ``cudaStreamSynchronize``, so a host that reads too early reads nothing."""
 
     class cudaMemcpyKind:  # noqa: N801 - cuda-python's name
         cudaMemcpyHostToDevice = 1
         cudaMemcpyDeviceToHost = 2
 
+    STREAM = 7
+
     def __init__(self) -> None:
         self.blocks: dict[int, ctypes.Array[ctypes.c_char]] = {}
         self.freed = 0
+        self.queued: list[Callable[[], None]] = []
+        self.synchronized = 0
+
+    def device_block(self, pointer: int, size: int) -> bool:
+        return any(base <= pointer and pointer + size <= base + len(block)
+                   for base, block in self.blocks.items())
 
     def cudaSetDevice(self, device: int) -> tuple[int]:  # noqa: N802
         return (0,)
 
     def cudaStreamCreate(self) -> tuple[int, int]:  # noqa: N802
-        return 0, 7  # cuda-python's cudaStream_t: int() of it is the handle
+        return 0, self.STREAM  # cuda-python's cudaStream_t: int() of it is the handle
 
     def cudaStreamSynchronize(self, stream: int) -> tuple[int]:  # noqa: N802
+        assert stream == self.STREAM
+        for operation in self.queued:
+            operation()
+        self.queued.clear()
+        self.synchronized += 1
         return (0,)
 
     def cudaStreamDestroy(self, stream: int) -> tuple[int]:  # noqa: N802
+        assert not self.queued, "a stream destroyed with work still queued"
         return (0,)
 
     def cudaMalloc(self, size: int) -> tuple[int, int]:  # noqa: N802
@@ -71,13 +96,20 @@ class FakeCuda:
 
     def cudaMemcpyAsync(self, dst: int, src: int, size: int, kind: int,  # noqa: N802
                         stream: int) -> tuple[int]:
-        ctypes.memmove(dst, src, size)
+        assert stream == self.STREAM
+        to_device = kind == self.cudaMemcpyKind.cudaMemcpyHostToDevice
+        device, host = (dst, src) if to_device else (src, dst)
+        if not self.device_block(device, size) or self.device_block(host, 1):
+            return (1,)  # cudaErrorInvalidValue: the copy goes another way than its kind
+        self.queued.append(lambda: ctypes.memmove(dst, src, size))
         return (0,)
 
 
 class FakeEngine:
-    """An engine computing OUTPUT = INPUT * 2 + 1 on FP32 [-1, 4], with one profile allowing
-    batches of 1 to 8 (and a second allowing 16 to 32)."""
+    """TensorRT 10's engine for a network computing OUTPUT = INPUT * 2 + 1 (FP32 [-1, 4]) and
+    SUM = the sum of each INPUT row ([-1, 1]), with one profile allowing batches of 1 to 8 (and
+    a second allowing 16 to 32). ``data_dependent`` adds an output whose length depends on the
+    values (as NonZero's)."""
 
     num_optimization_profiles = 2
 
@@ -98,6 +130,7 @@ class FakeEngine:
         return self.tensors[name][2]
 
     def get_tensor_profile_shape(self, name: str, profile: int) -> list[tuple[int, ...]]:
+        assert self.tensors[name][0] == TensorIOMode.INPUT, "profiles are the inputs'"
         low, high = ((1, 8), (16, 32))[profile]
         return [(low, 4), (high, 4), (high, 4)]
 
@@ -106,40 +139,69 @@ class FakeEngine:
 
 
 class FakeContext:
+    """An execution context that refuses what TensorRT refuses: a shape outside the
+    profile, a run before every input has its shape and every I/O tensor a device address."""
+
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
         self.profile = 0
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
+        self.cuda: FakeCuda | None = None  # the runtime whose stream runs the engine
         self.runs = 0
 
     def set_optimization_profile_async(self, profile: int, stream: int) -> bool:
-        assert stream == 7  # TensorRT takes the stream's handle, an int
+        assert stream == FakeCuda.STREAM  # TensorRT takes the stream's handle, an int
         self.profile = profile
         return True
 
     def set_input_shape(self, name: str, shape: tuple[int, ...]) -> bool:
+        assert self.engine.get_tensor_mode(name) == TensorIOMode.INPUT
         low, _, high = self.engine.get_tensor_profile_shape(name, self.profile)
-        if not low[0] <= shape[0] <= high[0]:
+        if not low[0] <= shape[0] <= high[0] or tuple(shape[1:]) != tuple(high[1:]):
             return False
         self.shapes[name] = shape
         return True
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        return self.shapes["INPUT"]
+        """Per name, as TensorRT: an input's set shape, an output's inferred from them, -1
+        where the input shapes are not all set or the size depends on the data."""
+        if name in self.shapes:
+            return self.shapes[name]
+        batch = self.shapes["INPUT"][0] if "INPUT" in self.shapes else -1
+        return {"OUTPUT": (batch, 4), "SUM": (batch, 1), "NONZERO": (-1,)}[name]
 
     def set_tensor_address(self, name: str, pointer: int) -> bool:
+        assert name in self.engine.tensors, f"no tensor '{name}' in the engine"
         self.addresses[name] = pointer
         return True
 
     def execute_async_v3(self, stream: int) -> bool:
-        assert stream == 7
+        assert stream == FakeCuda.STREAM and self.cuda is not None
+        cuda = self.cuda
+        for name, (mode, _, _) in self.engine.tensors.items():
+            if mode == TensorIOMode.INPUT and name not in self.shapes:
+                return False  # TensorRT: not every input shape is specified
+            pointer = self.addresses.get(name)
+            shape = self.get_tensor_shape(name)
+            size = 4 * int(np.prod(shape)) if min(shape) >= 0 else 1
+            if pointer is None or not cuda.device_block(pointer, size):
+                return False  # TensorRT: a tensor without a (device) address
         count = int(np.prod(self.shapes["INPUT"]))
-        source = np.ctypeslib.as_array((ctypes.c_float * count).from_address(
-            self.addresses["INPUT"]))
-        target = np.ctypeslib.as_array((ctypes.c_float * count).from_address(
-            self.addresses["OUTPUT"]))
-        target[:] = source * 2 + 1
+        addresses = dict(self.addresses)
+
+        def compute() -> None:
+            source = np.ctypeslib.as_array((ctypes.c_float * count).from_address(
+                addresses["INPUT"])).reshape(-1, 4)
+            doubled = np.ctypeslib.as_array((ctypes.c_float * count).from_address(
+                addresses["OUTPUT"])).reshape(-1, 4)
+            doubled[:] = source * 2 + 1
+            if "SUM" in addresses:
+                sums = np.ctypeslib.as_array((ctypes.c_float * (count // 4)).from_address(
+                    addresses["SUM"]))
+                sums[:] = source.sum(axis=1)
+
+        cuda.queued.append(compute)
         self.runs += 1
         return True
 
@@ -151,20 +213,39 @@ class FakeLogger:
         self.level = level
 
 
-def fake_tensorrt(engine: FakeEngine | None) -> Any:
-    runtime = SimpleNamespace(deserialize_cuda_engine=lambda data: engine)
+def fake_tensorrt(engine: FakeEngine | None, cuda: FakeCuda) -> Any:
+    def deserialize(data: bytes) -> FakeEngine | None:
+        if engine is not None:
+            original = engine.create_execution_context
+
+            def create() -> FakeContext:
+                context = original()
+                context.cuda = cuda  # its runs go on the stream the backend synchronizes
+                return context
+
+            engine.create_execution_context = create  # type: ignore[method-assign]
+        return engine
+
+    runtime = SimpleNamespace(deserialize_cuda_engine=deserialize)
     return SimpleNamespace(Logger=FakeLogger, Runtime=lambda logger: runtime,
                            TensorIOMode=TensorIOMode)
 
 
-def engine_of(output_type: DataType = DataType.FLOAT) -> FakeEngine:
-    return FakeEngine({"INPUT": (TensorIOMode.INPUT, DataType.FLOAT, (-1, 4)),
-                       "OUTPUT": (TensorIOMode.OUTPUT, output_type, (-1, 4))})
+def engine_of(output_type: DataType = DataType.FLOAT, *, sums: bool = False,
+              data_dependent: bool = False) -> FakeEngine:
+    tensors = {"INPUT": (TensorIOMode.INPUT, DataType.FLOAT, (-1, 4)),
+               "OUTPUT": (TensorIOMode.OUTPUT, output_type, (-1, 4))}
+    if sums:
+        tensors["SUM"] = (TensorIOMode.OUTPUT, DataType.FLOAT, (-1, 1))
+    if data_dependent:
+        tensors["NONZERO"] = (TensorIOMode.OUTPUT, DataType.FLOAT, (-1,))
+    return FakeEngine(tensors)
 
 
 def backend(engine: FakeEngine | None, cuda: FakeCuda | None = None) -> TensorRTBackend:
-    trt = fake_tensorrt(engine)
-    return TensorRTBackend(import_runtime=lambda: (trt, cuda or FakeCuda()))
+    cuda = cuda or FakeCuda()
+    trt = fake_tensorrt(engine, cuda)
+    return TensorRTBackend(import_runtime=lambda: (trt, cuda))
 
 
 def context(tmp_path: Path, config_text: str = "") -> ModelContext:
@@ -250,7 +331,73 @@ def test_what_cannot_run_fails_the_load_with_a_clear_reason(tmp_path: Path) -> N
         backend(engine_of(DataType.INT4)).load_model(context(tmp_path / "c"))
 
 
-def test_without_tensorrt_the_model_is_unavailable_with_the_install_hint(tmp_path: Path) -> None:
+def test_without_tensorrt_the_model_is_unavailable_with_the_install_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # None in sys.modules makes the import fail, also where tensorrt is installed.
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
     with pytest.raises(Unavailable, match="tensorrt is not installed on this machine; install "
                        r"inferd\[tensorrt\]"):
         TensorRTBackend().load_model(context(tmp_path))
+
+
+def test_the_fake_refuses_what_cuda_and_tensorrt_refuse() -> None:
+    # The boundary the tests above run against: were the backend to copy the wrong way, read
+    # before synchronizing or leave a tensor without an address, these are what it would meet.
+    cuda = FakeCuda()
+    _, device = cuda.cudaMalloc(16)
+    host = ctypes.create_string_buffer(b"\x01" * 16, 16)
+    to_host, to_device = (cuda.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                          cuda.cudaMemcpyKind.cudaMemcpyHostToDevice)
+    assert cuda.cudaMemcpyAsync(device, ctypes.addressof(host), 16, to_host, 7) == (1,)
+    assert cuda.cudaMemcpyAsync(ctypes.addressof(host), device, 16, to_device, 7) == (1,)
+    assert cuda.cudaMemcpyAsync(device, ctypes.addressof(host), 17, to_device, 7) == (1,)
+    assert cuda.cudaMemcpyAsync(device, ctypes.addressof(host), 16, to_device, 7) == (0,)
+    assert cuda.blocks[device].raw == bytes(16)  # queued, not done
+    cuda.cudaStreamSynchronize(7)
+    assert cuda.blocks[device].raw == b"\x01" * 16
+
+    trt_context = engine_of(sums=True).create_execution_context()
+    trt_context.cuda = cuda
+    assert trt_context.get_tensor_shape("OUTPUT") == (-1, 4)  # until the input has its shape
+    assert not trt_context.set_input_shape("INPUT", (9, 4))  # outside profile 0
+    assert trt_context.set_input_shape("INPUT", (2, 4))
+    assert (trt_context.get_tensor_shape("OUTPUT"), trt_context.get_tensor_shape("SUM")) == (
+        (2, 4), (2, 1))
+    _, inputs = cuda.cudaMalloc(32)
+    _, outputs = cuda.cudaMalloc(32)
+    trt_context.set_tensor_address("INPUT", inputs)
+    trt_context.set_tensor_address("OUTPUT", outputs)
+    assert not trt_context.execute_async_v3(7)  # SUM has no address
+    trt_context.set_tensor_address("SUM", ctypes.addressof(host))
+    assert not trt_context.execute_async_v3(7)  # a host address is no device address
+
+
+def test_outputs_take_their_own_shapes_and_a_request_may_ask_for_one(tmp_path: Path) -> None:
+    cuda = FakeCuda()
+    model = backend(engine_of(sums=True), cuda).load_model(context(tmp_path))
+    assert [(o.name, list(o.dims)) for o in model.config.output] == [
+        ("OUTPUT", [4]), ("SUM", [1])]
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    only_sum = InferRequest("plan", (from_numpy("INPUT", rows),), outputs=("SUM",))
+    [result] = model.create_instance(0).execute([only_sum])
+    assert isinstance(result, InferResponse), result
+    assert [t.name for t in result.outputs] == ["SUM"]
+    np.testing.assert_array_equal(result.outputs[0].data, rows.sum(axis=1, keepdims=True))
+    assert cuda.synchronized == 1 and not cuda.queued
+
+
+def test_a_config_that_leaves_out_an_engine_output_fails_the_load_as_in_triton(
+        tmp_path: Path) -> None:
+    # Triton's auto-complete keeps a config's own output list; the engine output it leaves out
+    # would have no address at execution, so the load fails naming it.
+    with pytest.raises(InvalidArgument, match="expected configuration for output 'SUM' for plan"):
+        backend(engine_of(sums=True)).load_model(context(
+            tmp_path, 'max_batch_size: 8 output [{ name: "OUTPUT" data_type: TYPE_FP32 '
+            "dims: [4] }] instance_group [{ kind: KIND_GPU gpus: [0] }]"))
+
+
+def test_a_data_dependent_output_shape_is_refused_by_name(tmp_path: Path) -> None:
+    model = backend(engine_of(data_dependent=True)).load_model(context(tmp_path))
+    [result] = model.create_instance(0).execute([request(np.ones((2, 4), np.float32), "d")])
+    assert isinstance(result, Unsupported)
+    assert result.message.startswith("output 'NONZERO' has a data-dependent shape [-1]")

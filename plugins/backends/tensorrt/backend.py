@@ -60,10 +60,16 @@ def complete_config(config: ModelConfig, signature: trt_engine.Signature) -> Mod
     batching = completed.max_batch_size > 0
     for tensors_of, entries in ((signature.inputs, completed.input),
                                 (signature.outputs, completed.output)):
+        # As Triton's FixIO: a config that lists none of a kind gets the engine's; one that
+        # lists some keeps its own list (check_config then refuses an engine tensor it left out).
+        listed = bool(entries)
         by_name = {entry.name: entry for entry in entries}
         for tensor in tensors_of:
-            entry = by_name.get(tensor.name) or entries.add(name=tensor.name)
-            fill_tensor_entry(entry, tensor.data_type, tensor.shape, batching)
+            entry = by_name.get(tensor.name)
+            if entry is None and not listed:
+                entry = entries.add(name=tensor.name)
+            if entry is not None:
+                fill_tensor_entry(entry, tensor.data_type, tensor.shape, batching)
     return completed
 
 
@@ -90,6 +96,12 @@ def check_config(config: ModelConfig, signature: trt_engine.Signature) -> None:
                     f"{model_config_pb2.DataType.Name(tensor.data_type)}")
             check_shape(entry, tensor.shape, max_batch_size=config.max_batch_size,
                         where=f"model '{model}', {kind} '{entry.name}'", source="the engine")
+        configured = {entry.name for entry in entries}
+        for tensor in tensors:
+            # Every engine tensor needs an address at execution: Triton refuses the load.
+            if tensor.name not in configured:
+                raise InvalidArgument(
+                    f"expected configuration for {kind} '{tensor.name}' for {model}")
 
 
 def instance_profiles(config: ModelConfig) -> list[int]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.protocols.errors import Internal, InvalidArgument, Unavailable
+from inferd.protocols.errors import Internal, InvalidArgument, Unavailable, Unsupported
 
 MISSING_TENSORRT = (
     "tensorrt is not installed on this machine; install inferd[tensorrt] (NVIDIA's tensorrt "
@@ -142,7 +142,14 @@ class Context:
             context.set_tensor_address(name, pointer)
         results = []
         for name, dtype in outputs:
+            # The context, once every input has its shape, knows each output's by name; a
+            # dimension still -1 depends on the data (TensorRT would need an output allocator).
             shape = tuple(int(d) for d in context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise Unsupported(
+                    f"output '{name}' has a data-dependent shape {list(shape)}; inferd's "
+                    "TensorRT backend runs engines whose output shapes follow from the input "
+                    "shapes only")
             result = np.empty(shape, dtype)
             context.set_tensor_address(name, self._buffer(name, result.nbytes))
             results.append(result)
@@ -153,6 +160,7 @@ class Context:
             _check(cuda.cudaMemcpyAsync(result.ctypes.data, self._buffers[name][0],
                                         result.nbytes, device_to_host, self._stream),
                    "copy from the GPU")
+        # The copies are queued on the stream: the host may read the results only after it.
         _check(cuda.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
         return results
 

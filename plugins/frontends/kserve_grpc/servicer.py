@@ -234,8 +234,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with Rpc(context, "CudaSharedMemoryStatus"):
             message = admin.decode_shared_memory_status(request, "cuda")
-            await self.ask(message, SharedMemoryStatus)  # never lists a region
-            return service_pb2.CudaSharedMemoryStatusResponse()
+            status = await self.ask(message, SharedMemoryStatus)
+            return admin.encode_shared_memory_status(status, "cuda")
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         async with Rpc(context, "CudaSharedMemoryRegister"):

@@ -208,7 +208,8 @@ async def poll(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
 async def shared_memory_status(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
     memory, name = _shared_memory_arguments(request)
     reply = await app.ask(SharedMemoryStatusRequest(name, memory))
-    return json_response(admin.encode_shared_memory_status(_expect(reply, SharedMemoryStatus)))
+    status = _expect(reply, SharedMemoryStatus)
+    return json_response(admin.encode_shared_memory_status(status, memory))
 
 
 async def shared_memory_register(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
