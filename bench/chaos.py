@@ -239,9 +239,8 @@ def main() -> int:
     deadline = arguments.deadline
     with serving.temporary_folder("inferd-chaos-") as folder:
         repository = mix_traffic.build_repository(folder)
-        flags = ["--model-control-mode=explicit", f"--http-max-input-size={MAX_INPUT_SIZE}",
-                 f"--grpc-max-input-size={MAX_INPUT_SIZE}", "--exit-timeout-secs=10"]
-        flags += [f"--load-model={name}" for name in mix_traffic.MODELS]
+        flags = [*mix_traffic.SERVER_FLAGS, f"--http-max-input-size={MAX_INPUT_SIZE}",
+                 f"--grpc-max-input-size={MAX_INPUT_SIZE}"]
         server = serving.start(repository, *flags, log=folder / "server.log")
         exit_code: int | None = None
         try:

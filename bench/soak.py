@@ -60,9 +60,7 @@ def main() -> int:
     arguments = parser.parse_args()
     with serving.temporary_folder("inferd-soak-") as folder:
         repository = mix_traffic.build_repository(folder)
-        flags = ["--model-control-mode=explicit", "--exit-timeout-secs=10",
-                 *[f"--load-model={name}" for name in mix_traffic.MODELS]]
-        server = serving.start(repository, *flags, log=folder / "server.log")
+        server = serving.start(repository, *mix_traffic.SERVER_FLAGS, log=folder / "server.log")
         try:
             serving.wait_model_ready(server, mix_traffic.ENSEMBLE, via="http")
             target = mix_traffic.Target(server.address("http"), server.address("grpc"),

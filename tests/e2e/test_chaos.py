@@ -55,10 +55,7 @@ def test_chaos(inferd: Any, tmp_path: Path) -> None:
     server_tmp = tmp_path / "server-tmp"
     server_tmp.mkdir()
     repository = mix_traffic.build_repository(tmp_path / "mix")
-    server = inferd.start(
-        repository, "--model-control-mode=explicit", "--exit-timeout-secs=10",
-        *[f"--load-model={name}" for name in mix_traffic.MODELS],
-        env={"TMPDIR": str(server_tmp)})
+    server = inferd.start(repository, *mix_traffic.SERVER_FLAGS, env={"TMPDIR": str(server_tmp)})
     pid = server.process.pid
     target = mix_traffic.Target(server.http_url, server.grpc_url, server.url, DEADLINE_SECS)
     assert mix_chaos.wait_all_ready(target, 120), mix_chaos.not_ready(target)
