@@ -78,7 +78,7 @@ class Mix:
     seed: int
     http: int = 2
     grpc: int = 1
-    sequences: int = 1
+    sequences: int = 2  # two at once, so a state mixed between them shows as a wrong sum
     streams: int = 1
     native: int = 1
     shared_memory: int = 1
