@@ -59,8 +59,8 @@ SERVER_FLAGS = ("--model-control-mode=explicit", "--exit-timeout-secs=10",
 # 4xx answers the chaos itself causes: a model it unloaded or is reloading, a region it
 # unregistered, a sequence whose state a reload or an executor's death dropped.
 OWN_DOING = re.compile(
-    r"unknown model|not found|is not ready|not ready|unavailable|no longer|unloading|"
-    r"shared memory region|START flag|sequence", re.IGNORECASE)
+    r"unknown model|not found|not ready|unloading|shared memory region|START flag",
+    re.IGNORECASE)
 # What a stream's in-band errors say (they carry no status): an executor that died or
 # restarts, a model being reloaded; each asks the client to retry.
 RETRYABLE_IN_STREAM = re.compile(r"retry|exited with code|being reloaded|restarting",
