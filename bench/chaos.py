@@ -1,24 +1,16 @@
-"""A bounded chaos run against a real ``inferd serve``: steady HTTP and gRPC inference from
-client threads while, at random, executor processes are killed (SIGKILL), models are
-reloaded, unloaded and loaded again, and malformed and oversized requests are sent.
+"""A chaos run against a real ``inferd serve`` for as long as asked, with a report: the chaos
+test's mix (``mix_traffic``: HTTP, gRPC unary, sequence and streaming, the native zmq client,
+system shared memory and connections broken mid-request, on plain, batched, sequence,
+decoupled, ensemble and python models; ``mix_chaos``: executors SIGKILLed, models reloaded,
+unloaded and loaded, shared memory regions unregistered) plus malformed and oversized HTTP and
+gRPC requests, which must be refused (a 4xx or 503 with a message; gRPC INVALID_ARGUMENT,
+NOT_FOUND, UNAVAILABLE or RESOURCE_EXHAUSTED).
 
-The server serves bench/reliability_repository.py's models in EXPLICIT mode (two onnx models,
-a python-backend model in its own executor, and an ensemble of the python model and an onnx
-one). Every request ends in exactly one of:
-
-* succeeded: 200 (gRPC OK) with the right outputs (checked against numpy);
-* failed correctly: a 4xx or 503 (gRPC INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE,
-  RESOURCE_EXHAUSTED) with a message: a model being unloaded or reloaded, an executor that
-  was killed with the request in flight or is restarting, a malformed request;
-* wrong: a wrong answer, a 2xx for a malformed request, any other 5xx or gRPC code, or an
-  error without a message;
-* hung: no answer within ``--deadline`` seconds;
-* lost: the connection broke without an answer.
-
-wrong, hung and lost must be 0. The run prints a table of them per kind of traffic, the chaos
-actions taken, and the server's memory (RSS) and descriptors before (after a warm-up) and
-after (load stopped, every model loaded again); the exit code is 1 if anything was wrong,
-hung or lost, or the server died or did not exit 0 on SIGTERM.
+wrong, hung and lost must be 0. The run prints the requests by outcome per kind of traffic,
+the chaos actions with their recovery times, and the server's footprint after a warm-up and
+at the end (load stopped, every model loaded again); the exit code is 1 if anything was
+wrong, hung or lost, or the server died or did not exit 0 on SIGTERM.
+``tests/e2e/test_chaos.py`` runs the same mix for a minute in the suite.
 
     python bench/chaos.py --duration 180
 """
@@ -29,7 +21,6 @@ import argparse
 import faulthandler
 import gzip
 import json
-import os
 import random
 import re
 import signal
@@ -37,200 +28,24 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import psutil
 import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 sys.path.insert(0, str(Path(__file__).parent))
-import reliability_repository  # noqa: E402
+import mix_chaos  # noqa: E402
+import mix_measure  # noqa: E402
+import mix_traffic  # noqa: E402
 import serving  # noqa: E402
 
-ENSEMBLE = reliability_repository.ENSEMBLE
 MAX_INPUT_SIZE = 1 << 20  # --http-max-input-size and --grpc-max-input-size: oversize is cheap
-OUTCOMES = ("sent", "succeeded", "failed correctly", "wrong", "hung", "lost")
-CORRECT_GRPC = frozenset({"StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND",
+REFUSED_GRPC = frozenset({"StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND",
                           "StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED"})
 SHOWN_PROBLEMS = 12
-
-
-class Wrong(Exception):
-    """An answer that is not the right one."""
-
-
-@dataclass
-class Tally:
-    """Outcomes per kind of traffic, shared by the threads."""
-
-    counts: dict[str, Counter[str]] = field(default_factory=dict)
-    errors: dict[str, Counter[str]] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, kind: str, outcome: str, detail: str = "") -> None:
-        with self.lock:
-            counter = self.counts.setdefault(kind, Counter())
-            counter["sent"] += 1
-            counter[outcome] += 1
-            if outcome == "failed correctly":
-                self.errors.setdefault(kind, Counter())[_shape_of(detail)] += 1
-            elif outcome != "succeeded":
-                self.problems.append(f"{kind}: {outcome}: {detail[:300]}")
-
-
-def _shape_of(message: str) -> str:
-    """A message with its numbers and names blurred, to count errors by kind."""
-    return "".join("#" if c.isdigit() else c for c in message)[:90]
-
-
-# ---------------------------------------------------------------- requests and answers
-
-
-def inputs_for(model: str, rng: random.Random) -> dict[str, np.ndarray]:
-    if model == "simple":
-        return {"INPUT0": rng_array(rng, (1, 16), np.int32), "INPUT1": rng_array(rng, (1, 16),
-                                                                                 np.int32)}
-    if model == "identity_fp32":
-        return {"INPUT0": rng_array(rng, (rng.randint(1, 64),), np.float32)}
-    if model == "add_sub":
-        return {"INPUT0": rng_array(rng, (4,), np.float32), "INPUT1": rng_array(rng, (4,),
-                                                                                np.float32)}
-    return {"A": rng_array(rng, (4,), np.float32), "B": rng_array(rng, (4,), np.float32)}
-
-
-def rng_array(rng: random.Random, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    return np.array([rng.randint(-1000, 1000) for _ in range(int(np.prod(shape)))],
-                    dtype=dtype).reshape(shape)
-
-
-def expected_outputs(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    if model in ("simple", "add_sub"):
-        return {"OUTPUT0": inputs["INPUT0"] + inputs["INPUT1"],
-                "OUTPUT1": inputs["INPUT0"] - inputs["INPUT1"]}
-    if model == "identity_fp32":
-        return {"OUTPUT0": inputs["INPUT0"]}
-    return {"SUM": inputs["A"] + inputs["B"]}
-
-
-DATATYPE = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
-
-
-def http_infer(session: requests.Session, base: str, model: str, rng: random.Random,
-               deadline: float) -> tuple[int, str]:
-    """One inference, JSON or binary at random; ``(status, error message)``, raising
-    ``Wrong`` for a wrong 200."""
-    inputs = inputs_for(model, rng)
-    binary = rng.random() < 0.5
-    entries = []
-    for name, array in inputs.items():
-        entry: dict[str, Any] = {"name": name, "shape": list(array.shape),
-                                 "datatype": DATATYPE[array.dtype]}
-        if binary:
-            entry["parameters"] = {"binary_data_size": array.nbytes}
-        else:
-            entry["data"] = array.ravel().tolist()
-        entries.append(entry)
-    header = json.dumps({"inputs": entries}).encode()
-    if binary:
-        body = header + b"".join(array.tobytes() for array in inputs.values())
-        headers = {"Inference-Header-Content-Length": str(len(header)),
-                   "Content-Type": "application/octet-stream"}
-    else:
-        body, headers = header, {"Content-Type": "application/json"}
-    response = session.post(f"{base}/v2/models/{model}/infer", data=body, headers=headers,
-                            timeout=(5, deadline))
-    if response.status_code != 200:
-        return response.status_code, _error_of(response)
-    outputs = {o["name"]: o for o in response.json()["outputs"]}
-    for name, want in expected_outputs(model, inputs).items():
-        got = np.array(outputs[name]["data"], dtype=want.dtype).reshape(outputs[name]["shape"])
-        if not np.array_equal(got, want.reshape(got.shape)) or got.size != want.size:
-            raise Wrong(f"{model} {name}: got {got.ravel()[:4]}..., want {want.ravel()[:4]}...")
-    return 200, ""
-
-
-def _error_of(response: requests.Response) -> str:
-    try:
-        message = response.json()["error"]
-    except (ValueError, KeyError, TypeError):
-        return ""
-    return message if isinstance(message, str) else ""
-
-
-def grpc_infer(client: grpcclient.InferenceServerClient, model: str, rng: random.Random,
-               deadline: float) -> None:
-    inputs = inputs_for(model, rng)
-    tensors = []
-    for name, array in inputs.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), DATATYPE[array.dtype])
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    result = client.infer(model, tensors, client_timeout=deadline)
-    for name, want in expected_outputs(model, inputs).items():
-        got = result.as_numpy(name)
-        if got is None or got.size != want.size or not np.array_equal(got.ravel(), want.ravel()):
-            raise Wrong(f"{model} {name} over gRPC: got {got}, want {want.ravel()[:4]}...")
-
-
-def classify_http(status: int, message: str) -> str:
-    if status == 200:
-        return "succeeded"
-    if (400 <= status < 500 or status == 503) and message:
-        return "failed correctly"
-    return "wrong"
-
-
-def classify_grpc(error: InferenceServerException) -> str:
-    status = str(error.status())
-    if status == "StatusCode.DEADLINE_EXCEEDED":
-        return "hung"
-    if status in CORRECT_GRPC and error.message():
-        return "failed correctly"
-    return "wrong"
-
-
-# ---------------------------------------------------------------- load
-
-
-def http_worker(base: str, seed: int, stop: threading.Event, tally: Tally,
-                deadline: float) -> None:
-    rng = random.Random(seed)
-    session = requests.Session()
-    while not stop.is_set():
-        model = rng.choice(reliability_repository.MODELS)
-        try:
-            status, message = http_infer(session, base, model, rng, deadline)
-            tally.add("HTTP infer", classify_http(status, message), f"{status} {message}")
-        except Wrong as error:
-            tally.add("HTTP infer", "wrong", str(error))
-        except requests.Timeout as error:
-            tally.add("HTTP infer", "hung", f"{model}: {error}")
-        except requests.RequestException as error:
-            tally.add("HTTP infer", "lost", f"{model}: {error}")
-            session = requests.Session()
-
-
-def grpc_worker(address: str, seed: int, stop: threading.Event, tally: Tally,
-                deadline: float) -> None:
-    rng = random.Random(seed)
-    with grpcclient.InferenceServerClient(address) as client:
-        while not stop.is_set():
-            model = rng.choice(reliability_repository.MODELS)
-            try:
-                grpc_infer(client, model, rng, deadline)
-                tally.add("gRPC infer", "succeeded")
-            except Wrong as error:
-                tally.add("gRPC infer", "wrong", str(error))
-            except InferenceServerException as error:
-                outcome = classify_grpc(error)
-                tally.add("gRPC infer", outcome, f"{error.status()} {error.message()}")
+Tally = mix_traffic.Tally
 
 
 # ---------------------------------------------------------------- malformed requests
@@ -318,7 +133,7 @@ def malformed_http(base: str, address: tuple[str, int], rng: random.Random,
         what, body, headers = "unknown model", json.dumps(good).encode(), {}
         url = f"{base}/v2/models/no_such_model/infer"
     response = requests.post(url, data=body, headers=headers, timeout=(5, deadline))
-    return what, response.status_code, _error_of(response)
+    return what, response.status_code, mix_traffic.error_of(response)
 
 
 def malformed_grpc(client: grpcclient.InferenceServerClient, rng: random.Random,
@@ -356,7 +171,7 @@ def malformed_worker(base: str, address: tuple[str, int], grpc_address: str, see
                     continue
                 # 503: the model is being unloaded or reloaded, which is checked first (as
                 # Triton does) and is the right answer too.
-                outcome = ("failed correctly" if (400 <= status < 500 or status == 503)
+                outcome = ("refused" if (400 <= status < 500 or status == 503)
                            and message else "wrong")
                 tally.add("HTTP malformed", outcome, f"{what}: {status} {message}")
                 continue
@@ -364,133 +179,10 @@ def malformed_worker(base: str, address: tuple[str, int], grpc_address: str, see
                 what = malformed_grpc(client, rng, deadline)
                 tally.add("gRPC malformed", "wrong", f"{what}: accepted")
             except InferenceServerException as error:
-                outcome = classify_grpc(error)
-                tally.add("gRPC malformed", outcome, f"{error.status()} {error.message()}")
-
-
-# ---------------------------------------------------------------- chaos
-
-
-@dataclass
-class Chaos:
-    server_pid: int
-    base: str
-    tally: Tally
-    deadline: float
-    actions: Counter[str] = field(default_factory=Counter)
-
-    killed: set[int] = field(default_factory=set)
-
-    def kill_executor(self, rng: random.Random) -> None:
-        children = psutil.Process(self.server_pid).children(recursive=True)
-        executors = [c for c in children if "inferd.kernel.executor_process" in
-                     " ".join(_cmdline(c))]
-        if not executors:
-            return
-        victim = rng.choice(executors)
-        name = _cmdline(victim)[_cmdline(victim).index("--name") + 1]
-        try:
-            self.killed.add(victim.pid)
-            os.kill(victim.pid, signal.SIGKILL)
-            self.actions[f"killed {name}"] += 1
-        except ProcessLookupError:
-            pass
-
-    def control(self, action: str, model: str) -> None:
-        try:
-            response = requests.post(f"{self.base}/v2/repository/models/{model}/{action}",
-                                     timeout=(5, self.deadline * 4))
-        except requests.Timeout as error:
-            self.tally.add("control", "hung", f"{action} {model}: {error}")
-            return
-        except requests.RequestException as error:
-            self.tally.add("control", "lost", f"{action} {model}: {error}")
-            return
-        self.tally.add("control", classify_http(response.status_code, _error_of(response)),
-                       f"{action} {model}: {response.status_code} {_error_of(response)}")
-        self.actions[f"{action} {model}"] += 1
-
-    def run(self, seed: int, stop: threading.Event, interval: float) -> None:
-        rng = random.Random(seed)
-        while not stop.wait(rng.uniform(interval / 2, interval * 1.5)):
-            choice = rng.random()
-            model = rng.choice(reliability_repository.MODELS)
-            if choice < 0.4:
-                self.kill_executor(rng)
-            elif choice < 0.7:
-                self.control("load", model)  # a reload of a READY model
-            else:
-                self.control("unload", model)
-                if not stop.wait(rng.uniform(0.2, 2.0)):
-                    self.control("load", model)
-
-
-def _cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except psutil.Error:
-        return []
-
-
-# ---------------------------------------------------------------- measuring
-
-
-@dataclass(frozen=True)
-class Footprint:
-    main_rss: int
-    executors_rss: int
-    executors: int
-    descriptors: int
-    threads: int
-
-
-def footprint(pid: int) -> Footprint:
-    main = psutil.Process(pid)
-    executors = [c for c in main.children(recursive=True)]
-    rss = 0
-    for child in executors:
-        try:
-            rss += child.memory_info().rss
-        except psutil.Error:
-            pass
-    return Footprint(main.memory_info().rss, rss, len(executors), main.num_fds(),
-                     main.num_threads())
-
-
-def load_all(base: str, deadline: float) -> None:
-    """Every model loaded and answering again (bounded)."""
-    limit = time.monotonic() + deadline * 4
-    for model in reliability_repository.MODELS:
-        while True:
-            try:
-                if requests.post(f"{base}/v2/repository/models/{model}/load",
-                                 timeout=(5, deadline * 2)).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > limit:
-                raise TimeoutError(f"{model} could not be loaded again")
-            time.sleep(0.5)
-
-
-def verify_serving(base: str, grpc_address: str, deadline: float) -> None:
-    rng = random.Random(0)
-    session = requests.Session()
-    with grpcclient.InferenceServerClient(grpc_address) as client:
-        for model in reliability_repository.MODELS:
-            status, message = http_infer(session, base, model, rng, deadline)
-            if status != 200:
-                raise Wrong(f"after the run {model} answers {status} {message}")
-            grpc_infer(client, model, rng, deadline)
-
-
-def warm(base: str, seconds: float, deadline: float) -> None:
-    rng = random.Random(1)
-    session = requests.Session()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for model in reliability_repository.MODELS:
-            http_infer(session, base, model, rng, deadline)
+                status = str(error.status())
+                outcome = ("hung" if status == "StatusCode.DEADLINE_EXCEEDED" else "refused"
+                           if status in REFUSED_GRPC and error.message() else "wrong")
+                tally.add("gRPC malformed", outcome, f"{status} {error.message()}")
 
 
 # ---------------------------------------------------------------- report
@@ -505,42 +197,27 @@ def unexpected_exits(log: str, killed: set[int]) -> list[str]:
             for name, pid, code in EXIT_LINE.findall(log) if int(pid) not in killed]
 
 
-def print_report(tally: Tally, actions: Counter[str], before: Footprint, after: Footprint,
-                 seconds: float, exit_code: int | None, unexpected: list[str]) -> bool:
-    width = 16
+def print_report(tally: Tally, chaos: mix_chaos.Chaos, before: mix_measure.Footprint,
+                 after: mix_measure.Footprint, seconds: float, exit_code: int | None,
+                 unexpected: list[str]) -> bool:
     print(f"\nchaos run: {seconds:.0f} s\n")
-    print("| traffic | " + " | ".join(OUTCOMES) + " |")
-    print("|---|" + "---:|" * len(OUTCOMES))
-    totals: Counter[str] = Counter()
-    for kind in ("HTTP infer", "gRPC infer", "HTTP malformed", "gRPC malformed", "control"):
-        counter = tally.counts.get(kind, Counter())
-        totals.update(counter)
-        print(f"| {kind:<{width}} | " + " | ".join(str(counter[o]) for o in OUTCOMES) + " |")
-    print(f"| {'total':<{width}} | " + " | ".join(str(totals[o]) for o in OUTCOMES) + " |")
-    print("\n| chaos action | times |\n|---|---:|")
-    for action, times in sorted(actions.items()):
-        print(f"| {action} | {times} |")
-    print("\n| server | before | after |\n|---|---:|---:|")
-    mib = 1 << 20
-    print(f"| main process RSS (MiB) | {before.main_rss / mib:.1f} | {after.main_rss / mib:.1f} |")
-    print(f"| executors' RSS (MiB, {before.executors} / {after.executors} processes) | "
-          f"{before.executors_rss / mib:.1f} | {after.executors_rss / mib:.1f} |")
-    print(f"| main process open descriptors | {before.descriptors} | {after.descriptors} |")
-    print(f"| main process threads | {before.threads} | {after.threads} |")
-    print("\nerrors answered (failed correctly), by message:")
-    for kind, errors in tally.errors.items():
-        for message, times in errors.most_common(8):
-            print(f"  {kind}: {times} x {message}")
+    print("\n".join(mix_measure.outcome_rows(tally)))
+    print()
+    print("\n".join(mix_measure.recovery_rows(chaos)))
+    print()
+    print("\n".join(mix_measure.footprint_rows(before, after)))
+    print("\nerrors answered, by message:")
+    for message, times in tally.errors.most_common(20):
+        print(f"  {times} x {message}")
     print(f"\nexecutor exits not caused by a kill: {len(unexpected)}")
     for line in unexpected:
         print(f"  {line}")
     for problem in tally.problems[:SHOWN_PROBLEMS]:
         print(f"PROBLEM {problem}")
-    bad = totals["wrong"] + totals["hung"] + totals["lost"]
+    totals = tally.totals()
+    bad = sum(totals[outcome] for outcome in mix_traffic.BAD)
     print(f"\nwrong + hung + lost = {bad}; server exit code on SIGTERM: {exit_code}")
-    print(json.dumps({"sent": totals["sent"], "succeeded": totals["succeeded"],
-                      "failed_correctly": totals["failed correctly"], "wrong": totals["wrong"],
-                      "hung": totals["hung"], "lost": totals["lost"],
+    print(json.dumps({**{o: totals[o] for o in (*mix_traffic.OUTCOMES, "refused")},
                       "rss_before": before.main_rss, "rss_after": after.main_rss,
                       "exit_code": exit_code, "unexpected_exits": len(unexpected)}))
     return bad == 0 and exit_code == 0
@@ -549,8 +226,6 @@ def print_report(tally: Tally, actions: Counter[str], before: Footprint, after: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of chaos")
-    parser.add_argument("--http-clients", type=int, default=4)
-    parser.add_argument("--grpc-clients", type=int, default=2)
     parser.add_argument("--chaos-interval", type=float, default=2.0,
                         help="mean seconds between chaos actions (default 2)")
     parser.add_argument("--deadline", type=float, default=30.0,
@@ -563,55 +238,49 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the server on the way out
     deadline = arguments.deadline
     with serving.temporary_folder("inferd-chaos-") as folder:
-        repository = reliability_repository.build(folder)
-        flags = ["--model-control-mode=explicit", f"--http-max-input-size={MAX_INPUT_SIZE}",
-                 f"--grpc-max-input-size={MAX_INPUT_SIZE}", "--exit-timeout-secs=10"]
-        flags += [f"--load-model={name}" for name in reliability_repository.MODELS]
+        repository = mix_traffic.build_repository(folder)
+        flags = [*mix_traffic.SERVER_FLAGS, f"--http-max-input-size={MAX_INPUT_SIZE}",
+                 f"--grpc-max-input-size={MAX_INPUT_SIZE}"]
         server = serving.start(repository, *flags, log=folder / "server.log")
         exit_code: int | None = None
         try:
-            serving.wait_model_ready(server, ENSEMBLE, via="http")
-            base = f"http://{server.address('http')}"
+            serving.wait_model_ready(server, mix_traffic.ENSEMBLE, via="http")
+            target = mix_traffic.Target(server.address("http"), server.address("grpc"),
+                                        server.zmq_url, deadline)
+            if not mix_chaos.wait_all_ready(target, 120):
+                raise TimeoutError(f"not READY: {mix_chaos.not_ready(target)}")
+            mix, tally = mix_chaos.start_mix(target, arguments.seed)
+            time.sleep(5.0)  # warm-up
+            before = mix_measure.footprint(server.process.pid)
+            chaos = mix_chaos.Chaos(server.process.pid, target, tally)
+            stop = threading.Event()
             address = ("127.0.0.1", server.ports["http"])
-            grpc_address = server.address("grpc")
-            warm(base, 5.0, deadline)
-            before = footprint(server.process.pid)
-            tally, stop = Tally(), threading.Event()
-            chaos = Chaos(server.process.pid, base, tally, deadline)
-            threads: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-            seed = arguments.seed * 1000
-            for index in range(arguments.http_clients):
-                threads.append((http_worker, (base, seed + index, stop, tally, deadline)))
-            for index in range(arguments.grpc_clients):
-                threads.append((grpc_worker, (grpc_address, seed + 100 + index, stop, tally,
-                                              deadline)))
-            threads.append((malformed_worker, (base, address, grpc_address, seed + 200, stop,
-                                               tally, deadline)))
-            threads.append((chaos.run, (seed + 300, stop, arguments.chaos_interval)))
+            threads = [threading.Thread(target=malformed_worker, daemon=True, args=(
+                           target.base, address, target.grpc, arguments.seed, stop, tally,
+                           deadline)),
+                       threading.Thread(target=chaos.run, daemon=True, args=(
+                           random.Random(arguments.seed), stop, arguments.chaos_interval))]
             started = time.monotonic()
-            running = [threading.Thread(target=target, args=args, daemon=True)
-                       for target, args in threads]
-            for thread in running:
+            for thread in threads:
                 thread.start()
             stop.wait(arguments.duration)
             stop.set()
-            for thread in running:
+            for thread in threads:
                 thread.join(deadline * 5)
                 if thread.is_alive():
-                    tally.add("control", "hung", f"client thread {thread.name} never returned")
+                    tally.add("control", "hung", f"thread {thread.name} never returned")
+            for name in mix.finish():
+                tally.add("control", "hung", f"client thread {name} never returned")
             seconds = time.monotonic() - started
             if server.process.poll() is not None:
                 print(f"the server died:\n{server.log_tail()}")
                 return 1
-            try:
-                load_all(base, deadline)
-                verify_serving(base, grpc_address, deadline)
-            except (TimeoutError, Wrong, requests.RequestException,
-                    InferenceServerException) as error:
-                tally.add("control", "hung", f"after the run: {error}")
-            warm(base, 5.0, deadline)
-            time.sleep(2.0)
-            after = footprint(server.process.pid)
+            mix_chaos.load_all(target)
+            if not mix_chaos.wait_all_ready(target, deadline):
+                tally.add("control", "hung", f"not READY after the run: "
+                          f"{mix_chaos.not_ready(target)}")
+            time.sleep(2.0)  # connections the clients closed go
+            after = mix_measure.footprint(server.process.pid)
         finally:
             serving.stop_process(server.process, grace=30)
             exit_code = server.process.returncode
@@ -619,7 +288,7 @@ def main() -> int:
             if arguments.keep_log is not None:
                 arguments.keep_log.write_text(log)
         unexpected = unexpected_exits(log, chaos.killed)
-        fine = print_report(tally, chaos.actions, before, after, seconds, exit_code, unexpected)
+        fine = print_report(tally, chaos, before, after, seconds, exit_code, unexpected)
         return 0 if fine else 1
 
 

@@ -6,12 +6,13 @@ its recent ``execute`` durations, from which it decides whether a batch may run 
 loop instead (only when the instance allows it and its batches take less than a thread
 hand-off). A fast instance whose thread still has calls queued (its first batch always goes
 there: nothing is known of it yet) runs its next batches on the loop once those are done, in
-the order they came, so a steady flow of batches cannot keep it on the thread for good. It
-runs a batch (or a decoupled model's batch) on the instance, with the model named in the log
-context, and turns the outcome into the ``BatchResult`` the scheduler expects: one response
-or one failure per request, and the input/infer/output nanoseconds. It never loads or
-unloads a model and knows no address or message other than the batch it is given
-(``inferd.kernel.actors.executor`` owns those).
+the order they came, so a steady flow of batches cannot keep it on the thread for good; one
+measured slow on its thread whose thread CPU time per run says it is fast is tried on the loop
+again now and then. It runs a batch (or a decoupled model's batch) on the instance, with
+the model named in the log context, and turns the outcome into the ``BatchResult`` the
+scheduler expects: one response or one failure per request, and the input/infer/output
+nanoseconds. It never loads or unloads a model and knows no address or message other than
+the batch it is given (``inferd.kernel.actors.executor`` owns those).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ T = TypeVar("T")
 
 INLINE_BELOW_NS = 150_000
 RECENT_RUNS = 16
+# Runs on the thread after which an instance whose thread CPU time per run says it is fast
+# runs once on the loop again, to be measured there: a run on a thread of a busy process also
+# counts its waits for the GIL and to be scheduled, so an instance first measured under load
+# (its executor just restarted under the same clients) never measured fast again and stayed
+# on its thread. Only one whose runs took under a few GIL switch intervals (5 ms each) is
+# tried: one that waits that long on something else (a device, a file) would hold the loop.
+TRY_LOOP_AFTER_RUNS = 64
+TRY_LOOP_BELOW_NS = 10_000_000
 
 
 @dataclass(slots=True)
@@ -58,11 +67,14 @@ class InstanceSlot:
     # execute's durations of late: the fastest says what the model costs, as a busy machine
     # only ever makes a run slower (descheduled mid-run, waiting for the GIL)
     recent_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))
+    cpu_ns: int = 0  # the last batch's CPU time on the thread it ran on: no waits counted
+    thread_runs: int = 0  # calls run on the thread since the last on the loop
 
     async def run(self, function: Callable[[], T]) -> T:
         if self.waiting or (self.queued and self._fast()):
             return await self._after_queue(function)
         self.queued += 1
+        self.thread_runs += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self.thread, function)
         finally:
@@ -77,6 +89,7 @@ class InstanceSlot:
         self.waiting.append(turn)
         try:
             await turn
+            self.thread_runs = 0
             return function()
         finally:
             first = self.waiting[0] is turn
@@ -89,11 +102,20 @@ class InstanceSlot:
             self.waiting[0].set_result(None)
 
     def _fast(self) -> bool:
-        return (self.instance.runs_on_event_loop and len(self.recent_ns) > 0
-                and min(self.recent_ns) < INLINE_BELOW_NS)
+        if not self.instance.runs_on_event_loop or not self.recent_ns:
+            return False
+        fastest = min(self.recent_ns)
+        return fastest < INLINE_BELOW_NS or (
+            self.thread_runs >= TRY_LOOP_AFTER_RUNS and self.cpu_ns < INLINE_BELOW_NS
+            and fastest < TRY_LOOP_BELOW_NS)
 
     def runs_inline(self) -> bool:
         return self.queued == 0 and not self.waiting and self._fast()
+
+    def run_inline(self, batch: InferBatch) -> Outcome | BaseException:
+        """``batch`` run here, on the event loop (``runs_inline`` said so)."""
+        self.thread_runs = 0
+        return execute_batch(self, batch, NONE_CANCELLED)
 
     def observe(self, duration_ns: int) -> None:
         self.recent_ns.append(duration_ns)
@@ -109,6 +131,7 @@ def execute_batch(slot: InstanceSlot, batch: InferBatch,
     the exception the backend raised. ``cancelled`` names the requests whose clients went
     away, for the instance to see while it runs (``Instance.cancelled``)."""
     started = time.perf_counter_ns()
+    cpu_started = time.thread_time_ns()
     instance = slot.instance
     instance.phase_ns = None
     instance.cancelled = cancelled
@@ -119,6 +142,7 @@ def execute_batch(slot: InstanceSlot, batch: InferBatch,
         return error
     finally:
         instance.cancelled = NONE_CANCELLED
+        slot.cpu_ns = time.thread_time_ns() - cpu_started
     total = time.perf_counter_ns() - started
     return results, instance.phase_ns or (0, total, 0), started
 

@@ -33,7 +33,6 @@ from inferd.kernel import log_context
 from inferd.kernel.actor import Actor
 from inferd.kernel.addresses import INLINE_EXECUTOR, SCHEDULER
 from inferd.kernel.backend import (
-    NONE_CANCELLED,
     Backend,
     BackendRegistry,
     CancelledRequests,
@@ -308,7 +307,7 @@ class ExecutorActor(Actor):
         if type(batch) is InferBatch:
             slot = self._instances.get(batch.instance)
             if slot is not None and slot.runs_inline():
-                outcome = execute_batch(slot, batch, NONE_CANCELLED)
+                outcome = slot.run_inline(batch)
                 self.router.reply(envelope, batch_result(batch, slot, outcome))
                 return
             self._cancelled[(envelope.src, envelope.msg_id)] = CancelledRequests()

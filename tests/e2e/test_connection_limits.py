@@ -3,7 +3,9 @@ slowloris crowd (idle sockets, heads that never end, heads that trickle a line a
 far past ``--http-max-connections`` never stops a normal client from being served and is
 closed after the documented timeouts; gRPC connections that never set up HTTP/2 are closed
 after ``--grpc-handshake-timeout-secs`` and idle ones after
-``--grpc-max-connection-idle-secs``; running out of file descriptors is answered by refusing
+``--grpc-max-connection-idle-secs``, and a crowd of idle gRPC connections past
+``--grpc-max-connections`` is closed at once and never starves an HTTP client (issue 28);
+running out of file descriptors is answered by refusing
 or closing connections, never by a crash, and the server serves again once they are back.
 """
 
@@ -37,6 +39,7 @@ def server(module_inferd: Any) -> ServerHandle:
         f"--http-max-connections={CAP}",
         f"--grpc-handshake-timeout-secs={TIMEOUT_SECS}",
         f"--grpc-max-connection-idle-secs={TIMEOUT_SECS}",
+        f"--grpc-max-connections={CAP}",
     )
 
 
@@ -155,6 +158,38 @@ def test_an_idle_grpc_connection_is_closed_and_the_client_reconnects(
         assert established(server, port) == 0, "an idle gRPC connection was kept open"
         result = client.infer("simple", simple_inputs(grpcclient), client_timeout=WAIT_SECS)
         assert result.as_numpy("OUTPUT1").tolist() == [[0] * 16]
+
+
+# An HTTP/2 client's opening: the preface and an empty SETTINGS frame. The connection is then
+# set up and idle, as a gRPC channel between calls.
+HTTP2_OPENING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def test_an_idle_grpc_crowd_past_the_cap_is_closed_and_never_starves_http(
+        server: ServerHandle) -> None:
+    port = server.ports["grpc"]
+    crowd: list[socket.socket] = []
+    try:
+        for _ in range(CROWD):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_SECS)
+            sock.sendall(HTTP2_OPENING)
+            crowd.append(sock)
+        assert established(server, port) <= CAP
+        http_infer(server)  # the descriptors HTTP needs are still there
+        # Past the cap a connection is closed as soon as it is accepted, before the server
+        # sends a byte; the others get the server's SETTINGS, then are closed once idle for
+        # --grpc-max-connection-idle-secs.
+        answers = [closed_by_server(sock, TIMEOUT_SECS + 8) for sock in crowd]
+        assert all(answer is not None for answer in answers), "an idle gRPC connection was kept"
+        refused = sum(1 for answer in answers if answer == b"")
+        assert refused >= CROWD - CAP, f"only {refused} of {CROWD} connections were refused"
+        assert all(answer[3] == 4 for answer in answers if answer)  # a SETTINGS frame first
+    finally:
+        for sock in crowd:
+            sock.close()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        result = client.infer("simple", simple_inputs(grpcclient), client_timeout=WAIT_SECS)
+        assert result.as_numpy("OUTPUT0").tolist() == [list(range(0, 32, 2))]
 
 
 def test_out_of_descriptors_refuses_connections_then_serves_again(inferd: Any) -> None:

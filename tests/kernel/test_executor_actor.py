@@ -12,10 +12,13 @@ server through the scheduler. The end-to-end tests run the same actor in executo
 from __future__ import annotations
 
 import textwrap
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
@@ -27,6 +30,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.actors.executor import ExecutorActor
 from inferd.kernel.addresses import SCHEDULER, cpu_executor
 from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.instance_slot import TRY_LOOP_AFTER_RUNS
 from inferd.kernel.router import Router
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.testing import TESTING_BACKEND
@@ -400,3 +404,34 @@ async def test_a_model_s_own_requests_go_through_the_scheduler(tmp_path: Path) -
         outputs = {t.name: int(t.data.reshape(-1)[0]) for t in result.outputs}
         assert outputs == {"OUT": 40, "SUM": 1 + 2 + 3}  # the call, and the stream's parts
         assert [r.model for r in harness.scheduler.requests] == ["target", "target"]
+
+
+async def test_a_fast_model_measured_on_a_busy_thread_comes_back_to_the_loop(
+        tmp_path: Path) -> None:
+    """A run on the instance's thread also counts its waits (for the GIL, to be scheduled),
+    and they counted as the model's cost: a model whose first runs were on its thread under
+    load (its executor just restarted under the same clients) never measured fast again and
+    stayed off the loop for good (issue 28). Its thread's CPU time per run says it is fast,
+    so after TRY_LOOP_AFTER_RUNS on the thread it is tried on the loop, and stays there."""
+    async with running(tmp_path) as harness:
+        await harness.load(ECHO)
+        slot = harness.executor._instances[1]
+        loop_thread = threading.current_thread()
+        on_loop: list[bool] = []
+        execute = slot.instance.execute
+
+        def recorded(requests: Any) -> Any:
+            on_loop.append(threading.current_thread() is loop_thread)
+            if not on_loop[-1]:
+                time.sleep(0.001)  # what a run on a busy process's thread waits for
+            return execute(requests)
+
+        slot.instance.execute = recorded
+        for value in range(TRY_LOOP_AFTER_RUNS + 100):
+            result = await harness.batch(1, request(value))
+            assert echoed(result.results[0]) == [value, value]
+        # On the loop after TRY_LOOP_AFTER_RUNS on the thread (a little later if a run's CPU
+        # time was not short then), and there from then on.
+        back = on_loop.index(True) if True in on_loop else len(on_loop)
+        assert TRY_LOOP_AFTER_RUNS <= back < TRY_LOOP_AFTER_RUNS + 50, on_loop
+        assert all(on_loop[back:]), on_loop

@@ -1,6 +1,8 @@
 """Hook module of the KServe v2 gRPC frontend: registers it and its options
 (``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``, the connection
-timeouts ``--grpc-handshake-timeout-secs`` and ``--grpc-max-connection-idle-secs``, and
+bounds ``--grpc-handshake-timeout-secs``, ``--grpc-max-connection-idle-secs`` and
+``--grpc-max-connections``, tritonserver's keepalive flags ``--grpc-keepalive-time`` and
+``--grpc-keepalive-timeout``, and
 tritonserver's TLS flags ``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
 ``--grpc-server-key``, ``--grpc-root-cert``), and imports nothing else.
 
@@ -16,7 +18,7 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean, byte_count, positive_seconds
+from inferd.kernel.options import add_boolean, byte_count, positive_count, positive_seconds
 from inferd.protocols.restrictions import parse_restriction
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
@@ -27,6 +29,10 @@ DEFAULT_HANDSHAKE_TIMEOUT_SECS = 10.0
 # gRPC clients keep channels open between calls and reconnect after a GOAWAY on their own, so
 # an idle connection may stay a while; past this it only holds a descriptor.
 DEFAULT_MAX_CONNECTION_IDLE_SECS = 300.0
+# tritonserver's defaults, which are gRPC's own: a ping after two hours without a frame, and
+# a connection whose ping is not answered within 20 s is closed.
+DEFAULT_KEEPALIVE_TIME_MS = 7_200_000
+DEFAULT_KEEPALIVE_TIMEOUT_MS = 20_000
 
 
 @hookimpl
@@ -61,6 +67,22 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_CONNECTION_IDLE_SECS, metavar="SECS",
         help="close (GOAWAY) a connection without a call in flight for this long; clients "
         f"reconnect on their next call (default {DEFAULT_MAX_CONNECTION_IDLE_SECS:g})",
+    )
+    group.add_argument(
+        "--grpc-max-connections", type=positive_count, default=None, metavar="N",
+        help="most open gRPC connections; past it a new connection is closed as soon as it "
+        "is accepted (default a quarter of the open-file limit, at most 16384; HTTP's "
+        "default is half)",
+    )
+    group.add_argument(
+        "--grpc-keepalive-time", type=positive_count, default=DEFAULT_KEEPALIVE_TIME_MS,
+        metavar="MS", help="ping a connection after this many milliseconds without a frame "
+        f"(default {DEFAULT_KEEPALIVE_TIME_MS})",
+    )
+    group.add_argument(
+        "--grpc-keepalive-timeout", type=positive_count, default=DEFAULT_KEEPALIVE_TIMEOUT_MS,
+        metavar="MS", help="close a connection whose ping is not answered within this many "
+        f"milliseconds (default {DEFAULT_KEEPALIVE_TIMEOUT_MS})",
     )
     group.add_argument(
         "--grpc-restricted-protocol", action="append", default=[], type=parse_restriction,

@@ -1,7 +1,8 @@
 """The KServe v2 gRPC frontend: the server glue around the servicer (``servicer``), a
 ``grpc.aio`` server in the main process's event loop.
 
-Owns the server's options (the largest request, the handshake and idle-connection timeouts),
+Owns the server's options (the largest request, the handshake and idle-connection timeouts,
+keepalive, the connection cap sharing the descriptor budget with HTTP's),
 TLS from ``--grpc-use-ssl*``, the interceptor that refuses the API groups
 ``--grpc-restricted-protocol`` keeps from a call without its header, the bind (a busy port is
 an ``OSError``), the start, the stop with a short grace for replies still being written, and
@@ -22,11 +23,14 @@ import grpc.aio
 
 from inferd.kernel import log_context
 from inferd.kernel.frontend import Frontend
+from inferd.kernel.limits import default_connection_cap
 from inferd.kernel.request_log import request_failed
 from inferd.kernel.server import StartupFailed
 from inferd.kernel.tls import read_certificates, read_key_pair
 from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_HANDSHAKE_TIMEOUT_SECS,
+    DEFAULT_KEEPALIVE_TIME_MS,
+    DEFAULT_KEEPALIVE_TIMEOUT_MS,
     DEFAULT_MAX_CONNECTION_IDLE_SECS,
 )
 from inferd.plugins.frontends.kserve_grpc.service import service_handler
@@ -51,15 +55,26 @@ def server_options(
     max_input_size: int,
     handshake_timeout_secs: float = DEFAULT_HANDSHAKE_TIMEOUT_SECS,
     max_connection_idle_secs: float = DEFAULT_MAX_CONNECTION_IDLE_SECS,
+    max_connections: int | None = None,
+    keepalive_ms: tuple[int, int] = (DEFAULT_KEEPALIVE_TIME_MS, DEFAULT_KEEPALIVE_TIMEOUT_MS),
 ) -> Sequence[tuple[str, Any]]:
     """The ``grpc.aio.server`` options for requests of at most ``max_input_size`` bytes and
-    connections that must be set up within ``handshake_timeout_secs`` and are closed (GOAWAY;
-    clients reconnect on their next call) after ``max_connection_idle_secs`` without a call."""
+    connections that must be set up within ``handshake_timeout_secs``, are closed (GOAWAY;
+    clients reconnect on their next call) after ``max_connection_idle_secs`` without a call,
+    pinged as ``keepalive_ms`` says (time, timeout), and number at most ``max_connections``
+    (default: gRPC's share of the open-file limit)."""
     return (
         # A connection that never completes its HTTP/2 (and TLS) set-up holds a descriptor;
         # gRPC's own default waits two minutes.
         ("grpc.server_handshake_timeout_ms", int(handshake_timeout_secs * 1000)),
         ("grpc.max_connection_idle_ms", int(max_connection_idle_secs * 1000)),
+        # Without a cap, idle gRPC clients took every descriptor and HTTP's clients were
+        # refused; past it gRPC closes a new connection as soon as it is accepted.
+        ("grpc.max_allowed_incoming_connections",
+         max_connections or default_connection_cap("grpc")),
+        # A stream whose peer vanished without a FIN is not idle: only a ping finds it gone.
+        ("grpc.keepalive_time_ms", keepalive_ms[0]),
+        ("grpc.keepalive_timeout_ms", keepalive_ms[1]),
         # Replies carry the model's outputs, whose size the client chose by its inputs.
         ("grpc.max_send_message_length", -1),
         # gRPC refuses a larger request from its length prefix, with RESOURCE_EXHAUSTED,
@@ -104,6 +119,9 @@ class KserveGrpcFrontend(Frontend):
                       or DEFAULT_HANDSHAKE_TIMEOUT_SECS),
                 float(options.get("grpc_max_connection_idle_secs")
                       or DEFAULT_MAX_CONNECTION_IDLE_SECS),
+                int(options.get("grpc_max_connections") or 0) or None,
+                (int(options.get("grpc_keepalive_time") or DEFAULT_KEEPALIVE_TIME_MS),
+                 int(options.get("grpc_keepalive_timeout") or DEFAULT_KEEPALIVE_TIMEOUT_MS)),
             ),
             interceptors=interceptors)
         server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))

@@ -20,7 +20,7 @@ import anyio.abc
 import uvicorn
 
 from inferd.kernel.frontend import Frontend
-from inferd.kernel.limits import open_file_limit
+from inferd.kernel.limits import default_connection_cap
 from inferd.kernel.server import StartupFailed
 from inferd.kernel.tls import server_context
 from inferd.plugins.frontends.kserve_http.app import KserveHttpApp
@@ -36,9 +36,6 @@ if TYPE_CHECKING:
     from inferd.kernel.dataplane import DataPlane
     from inferd.kernel.settings import Settings
 
-# The default --http-max-connections: half the open-file limit leaves the other half to gRPC,
-# metrics, zmq, executors and model files; past 16384 the connections' memory matters more.
-MAX_CONNECTIONS_CEILING = 16384
 BACKLOG = 2048
 KEEP_ALIVE_BY_SWEEP = 24 * 3600
 
@@ -67,7 +64,7 @@ class KserveHttpFrontend(Frontend):
             ),
             max_connections=int(
                 options.get("http_max_connections")
-                or max(1, min(open_file_limit() // 2, MAX_CONNECTIONS_CEILING))
+                or default_connection_cap("http")
             ),
             keep_alive_timeout_secs=float(
                 options.get("http_keep_alive_timeout_secs") or defaults.keep_alive_timeout_secs
