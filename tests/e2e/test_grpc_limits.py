@@ -33,11 +33,12 @@ DEFAULT_LIMIT = 64 * 2**20
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 # Main-process peak growth for one large echo, in copies of its tensor: gRPC's receive
 # makes three (its slices, a bytearray, the bytes), the reply path three (the request bytes,
-# the executor's reply, the response bytes; then gRPC's own copy of those). 4.5 to 5 before
-# the frontend freed what it could. The tensor also crosses to and from the executor in two
-# shared memory segments (kernel/link_memory.py), mapped by both processes: counted apart.
-MAX_MAIN_COPIES = 3.5
-MAX_SHARED_COPIES = 2.2
+# onnxruntime's output, the response bytes; then gRPC's own copy of those): 4.0 seen. The
+# model runs in this process (a native backend's default placement), so no shared memory
+# segment carries the tensor; with --cpu-executor process the executor's output crosses in
+# one (kernel/link_memory.py) and the main process grew by under 3.5 copies plus 2 shared.
+MAX_MAIN_COPIES = 4.5
+MAX_SHARED_COPIES = 0.2
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,8 @@ def test_logging_flags_shape_every_processs_log(inferd: InferdHarness, tmp_path:
     log_file = tmp_path / "inferd.log"
     server = inferd.launch(inferd.repository("simple"), "--log-info=false",
                            "--log-format=ISO8601", f"--log-file={log_file}",
-                           "--rate-limit=execution_count")
+                           "--rate-limit=execution_count",
+                           "--cpu-executor=process")  # simple in an executor process
     client = httpclient.InferenceServerClient(server.http_url)
     deadline = time.monotonic() + WAIT_SECS
     while not ready(client):
