@@ -291,10 +291,8 @@ class ControlActor(Actor):
                 if model.override_dir != override_dir:
                     remove_override_folder(model.override_dir)
                 model.override_dir = override_dir
-        except InferdError as error:
+        except InferdError:
             remove_override_folder(override_dir)
-            if not isinstance(error, NotFound):  # in the repository, just not available
-                self.router.tell(SCHEDULER, ModelKnown(name))
             raise
         except BaseException:
             remove_override_folder(override_dir)
@@ -320,13 +318,18 @@ class ControlActor(Actor):
         except InferdError as error:
             model.error = error.message
             self._states.changed(name, None, State.UNAVAILABLE, error.message, failed=True)
+            self._known_after_failure(name, model)
             raise
         assert isinstance(resolved, ResolvedModel)
         try:
             await self._ensembles.prepare(name, model, resolved)
         except InferdError as error:
             self._states.changed(name, None, State.UNAVAILABLE, error.message, failed=True)
+            self._known_after_failure(name, model)
             raise
+        # Past its config, as in Triton: until a version serves, its requests hear "has no
+        # available versions" (while it loads and warms up, and if the load fails).
+        self.router.tell(SCHEDULER, ModelKnown(name, tuple(resolved.versions)))
         failures: dict[int, str] = {}
         brought_up: dict[int, VersionStatus] = {}
 
@@ -356,11 +359,19 @@ class ControlActor(Actor):
                 f" UNAVAILABLE state: {cause}"
             )
             await self._versions.abandon(name, model, brought_up, model.error)
+            self.router.tell(SCHEDULER, ModelKnown(name))
             raise InvalidArgument(model.error)
         for number in [n for n in model.versions if n not in resolved.versions]:
             await self._unload_version(name, model, number, reason="unloaded",
                                        cause="no longer selected by the version policy")
         model.error = ""
+
+    def _known_after_failure(self, name: str, model: ModelStatus) -> None:
+        """A load that failed before any version: a model that never had one stays unknown
+        to requests ("is not found", as Triton's config or duplicate failures), one that had
+        versions ends its wait for a reload."""
+        if model.versions:
+            self.router.tell(SCHEDULER, ModelKnown(name))
 
     def _forget_if_unknown(self, name: str, model: ModelStatus) -> None:
         """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless

@@ -141,8 +141,9 @@ class SchedulerActor(Actor):
         return Ack()
 
     async def on_model_known(self, message: ModelKnown, envelope: Envelope) -> None:
-        self._table.ever_served.setdefault(message.model, set())
-        self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
+        self._table.known.setdefault(message.model, set()).update(message.loading)
+        if not message.loading:
+            self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
 
     async def on_retire_version(self, message: RetireVersion, envelope: Envelope) -> Ack:
         version = self._table.served.get(message.model, {}).get(message.version)

@@ -24,14 +24,20 @@ class ServeVersion(Message):
     instances: tuple[tuple[str, int], ...]
     path: str = ""  # the model's folder (a sequence model's initial_state/ files are there)
     config_only: bool = False
+    # Its warm-up executions (VersionLoaded's), counted in its statistics as Triton counts them
+    warmup: tuple[tuple[int, int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ModelKnown(Message):
-    """Control -> scheduler: ``model`` is in the repository though no version of it serves
-    (its load failed): its requests hear "has no available versions", not "is not found"."""
+    """Control -> scheduler: ``model`` has versions though none of them may serve, as in
+    Triton once a load got past its config: its requests hear "has no available versions"
+    (a request naming one of ``loading``, "is not at ready state"), not "is not found".
+    Sent when a load starts bringing up ``loading``, and (without them) when a load failed,
+    which also ends the wait for a reload after an executor died."""
 
     model: str
+    loading: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
