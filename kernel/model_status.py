@@ -36,6 +36,7 @@ class VersionStatus:
     config: bytes = b""  # the auto-completed config the scheduler serves it with
     instances: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()  # its config's fields inferd ignores (for the index)
+    warmup: tuple[tuple[int, int, int, int, int], ...] = ()  # VersionLoaded's, to serve with
 
 
 @dataclass(slots=True)

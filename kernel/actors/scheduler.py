@@ -126,6 +126,7 @@ class SchedulerActor(Actor):
                 message.model, message.version, config, slots, self._progress)
             if self._metrics.summary_latencies:
                 current.statistics.summaries = LatencySummaries(self._metrics.summary_quantiles)
+        current.statistics.record_warmup(message.warmup)
         current.ensemble = ensemble
         current.sequences = sequences_of(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
