@@ -221,9 +221,9 @@ class ControlActor(Actor):
         else:
             self._required.add(name)
 
-    async def _poll_unload(self, name: str) -> None:
+    async def _poll_unload(self, name: str, cause: str) -> None:
         self._required.discard(name)
-        await self._unload(name, cause="poll: the model folder is gone")
+        await self._unload(name, cause=cause)
         model = self._models.get(name)
         if model is not None and not model.ready() and model.lock.statistics().tasks_waiting == 0:
             del self._models[name]  # gone from the repository: gone from the index

@@ -38,13 +38,13 @@ def index_entries(
         if error == TWO_ROOTS_PROBLEM and not problem:
             error = ""
         if model is not None and model.versions:
-            # A failed reload leaves the old version READY: its reason says what failed,
-            # or why the model cannot load now (its folder in a second root).
+            # As Triton's, a READY version has no reason: a failed reload's belongs to the
+            # version that failed. Only why the model cannot load now (its folder in a second
+            # root, EXPLICIT mode) shows beside it.
             entries.extend(
                 IndexEntry(name, str(number), version.state, version.reason)
                 if version.state != State.READY
-                else IndexEntry(name, str(number), version.state,
-                                version.reason or problem or error, version.warnings)
+                else IndexEntry(name, str(number), version.state, problem, version.warnings)
                 for number, version in sorted(model.versions.items())
             )
         elif error:
