@@ -73,6 +73,7 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     RemoteStreamRequest,
     RetireVersion,
+    Retired,
     ServeVersion,
     Statistics,
     StatisticsRequest,
@@ -146,7 +147,8 @@ class SchedulerActor(Actor):
         if not message.loading:
             self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
 
-    async def on_retire_version(self, message: RetireVersion, envelope: Envelope) -> Ack:
+    async def on_retire_version(self, message: RetireVersion, envelope: Envelope
+                                ) -> Ack | Retired:
         version = self._table.served.get(message.model, {}).get(message.version)
         reloading = self._table.reloading.setdefault(message.model, {})
         if message.reloading:
@@ -154,8 +156,10 @@ class SchedulerActor(Actor):
         else:
             reloading.pop(message.version, None)
         if version is None:
-            return Ack()
+            return Ack() if message.wait else Retired(False)
         version.retired = True
+        if not message.wait:
+            return Retired(version.busy())
         await self._progress.wait_until(lambda: not version.busy())
         versions = self._table.served[message.model]
         if versions.get(message.version) is version:

@@ -44,11 +44,20 @@ class ModelKnown(Message):
 class RetireVersion(Message):
     """Control -> scheduler: accept no new requests for this version; reply once the ones in
     flight have finished. With a ``reloading`` reason (its executor died and it is being
-    loaded again) its requests hear that, retryable, until it serves again."""
+    loaded again) its requests hear that, retryable, until it serves again. Without ``wait``
+    the reply (``Retired``) comes at once, saying whether requests are still in flight."""
 
     model: str
     version: int
     reloading: str = ""
+    wait: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Retired(Message):
+    """Scheduler -> control: the reply to a ``RetireVersion`` without ``wait``."""
+
+    in_flight: bool
 
 
 @dataclass(frozen=True, slots=True)
