@@ -38,13 +38,18 @@ def index_entries(
         if error == TWO_ROOTS_PROBLEM and not problem:
             error = ""
         if model is not None and model.versions:
-            # As Triton's, a READY version has no reason: a failed reload's belongs to the
-            # version that failed. Only why the model cannot load now (its folder in a second
-            # root, EXPLICIT mode) shows beside it.
+            # A failed reload leaves the old versions READY: beside them, why the model
+            # cannot load now (its folder in a second root) or what the reload failed on,
+            # unless that is a version's own failure, in its own entry (as Triton's).
+            owner = (model.versions.get(model.error_version)
+                     if model.error_version is not None else None)
+            if owner is not None and owner.state != State.READY:
+                error = ""
             entries.extend(
                 IndexEntry(name, str(number), version.state, version.reason)
                 if version.state != State.READY
-                else IndexEntry(name, str(number), version.state, problem, version.warnings)
+                else IndexEntry(name, str(number), version.state,
+                                version.reason or problem or error, version.warnings)
                 for number, version in sorted(model.versions.items())
             )
         elif error:
