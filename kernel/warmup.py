@@ -7,7 +7,7 @@ run together ``count`` times (at least once); an input is ``zero_data``, ``rando
 bytes, length-prefixed elements for strings); every dimension must be fixed. A sample whose
 requests fail (a ``batch_size`` above ``max_batch_size`` fails as Triton's backends refuse
 it) fails the load with Triton's "failed to run warmup sample '<name>': ...". Warm-up runs
-straight on the instances in the executor; each execution is handed back (``Executions``)
+straight on the instances in the executor; each execution is handed back (an ``Execution``)
 so the version's statistics count it, as Triton's do. No sockets: it calls
 ``Instance.execute`` and waits.
 """
