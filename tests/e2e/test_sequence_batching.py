@@ -192,6 +192,7 @@ def test_sequence_parameters_of_the_wrong_json_type_are_refused_naming_them(
          f"Unable to parse 'sequence_end': {not_boolean}"),
         ({"sequence_id": -81}, not_id),
         ({"sequence_id": 81.0}, not_id),
+        ({"sequence_id": 2**64}, not_id),
         ({"sequence_id": True, "sequence_end": True}, not_id),
     ]
     for parameters, message in refused:
