@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from tritonclient.grpc import model_config_pb2
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelQueuePolicy
 
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import model_name_problem, quoted
@@ -223,16 +223,34 @@ def _check_dynamic_batching(config: ModelConfig, model: str) -> None:
     _check_preferred_sizes(
         batching.preferred_batch_size, "dynamic_batching", config.max_batch_size, model
     )
+    # Triton's refusals of the queue policies, in its words (model_config_utils.cc).
     levels = batching.priority_levels
-    if levels == 0:
-        return
-    if not 1 <= batching.default_priority_level <= levels:
-        _fail(model, f"'dynamic_batching.default_priority_level' must be in [1, {levels}], got "
-              f"{batching.default_priority_level}")
-    for level in batching.priority_queue_policy:
-        if not 1 <= level <= levels:
-            _fail(model, f"'dynamic_batching.priority_queue_policy' has priority level {level}, "
-                  f"outside [1, {levels}]")
+    name = config.name or model
+    if levels != 0:
+        if not 1 <= batching.default_priority_level <= levels:
+            raise InvalidArgument(
+                f"default priority level must be in range [1, {levels}] for {name}")
+        for level in batching.priority_queue_policy:
+            if not 1 <= level <= levels:
+                raise InvalidArgument("priority queue policy must have priority level in "
+                                      f"range [1, {levels}] for {name}")
+    policies = [("dynamic_batching.default_queue_policy", batching.default_queue_policy),
+                *((f"dynamic_batching.priority_queue_policy[{level}]", policy)
+                  for level, policy in sorted(batching.priority_queue_policy.items()))]
+    known_actions = ModelQueuePolicy.TimeoutAction.values()
+    for where, policy in policies:
+        # proto3 lets any number through; Triton would take it as REJECT.
+        if policy.timeout_action not in known_actions:
+            raise InvalidArgument(f"model '{model}': unknown timeout_action "
+                                  f"{policy.timeout_action} in {where} (REJECT or DELAY)")
+    if batching.preserve_ordering:
+        if levels > 1:
+            raise InvalidArgument("Only one priority level is allowed when "
+                                  f"'preserve_ordering' is true for {name}")
+        if any(policy.default_timeout_microseconds != 0
+               and policy.timeout_action == ModelQueuePolicy.DELAY for _, policy in policies):
+            raise InvalidArgument("Queue policy can not have DELAY as timeout action when "
+                                  f"'preserve_ordering' is true for {name}")
 
 
 def _check_sequence_batching(config: ModelConfig, model: str) -> None:

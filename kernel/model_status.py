@@ -36,15 +36,20 @@ class VersionStatus:
     config: bytes = b""  # the auto-completed config the scheduler serves it with
     instances: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()  # its config's fields inferd ignores (for the index)
+    warmup: tuple[tuple[int, int, int, int, int], ...] = ()  # VersionLoaded's, to serve with
 
 
 @dataclass(slots=True)
 class ModelStatus:
     versions: dict[int, VersionStatus] = field(default_factory=dict)
     error: str = ""  # a failure before any version was known (bad config, ...)
+    error_version: int | None = None  # the version whose own failure ``error`` reports
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     override_dir: str = ""
     cause: str = ""  # why the load under way (or the last one) happens, for the log
+    # Set by an unload once every version takes no new request and some have requests in
+    # flight: an unload request is answered then (as Triton's), not when they finish.
+    draining: anyio.Event = field(default_factory=anyio.Event)
 
     def ready(self) -> bool:
         return any(v.state == State.READY for v in self.versions.values())

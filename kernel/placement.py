@@ -106,4 +106,5 @@ def merged(config: ModelConfig, loaded: list[tuple[str, VersionLoaded]]) -> Vers
     completed.instance_group.extend(config.instance_group)
     instances = tuple((name, i) for name, part in loaded for i in part.instance_ids)
     return VersionLoaded(completed.SerializeToString(), tuple(i for _, i in instances),
-                         loaded[0][0], instances)
+                         loaded[0][0], instances,
+                         tuple(run for _, part in loaded for run in part.warmup))

@@ -117,6 +117,16 @@ class VersionStatistics(RequestDurations):
             self.summaries.observe("request", total_ns, now)
             self.summaries.observe("queue", queue_ns, now)
 
+    def record_warmup(self, executions: tuple[tuple[int, int, int, int, int], ...]) -> None:
+        """The warm-up executions of a new copy of the version, ``(batch size, requests,
+        input, infer, output ns)`` each: Triton counts them as it counts inferences (each
+        request a success whose time is the execution's, with no time queued)."""
+        for batch_size, requests, *compute_ns in executions:
+            phases = (compute_ns[0], compute_ns[1], compute_ns[2])
+            self.record_batch(batch_size, requests, phases)
+            for _ in range(requests):
+                self.record_request(True, sum(phases), 0)
+
     def record_cache_hit(self, total_ns: int, queue_ns: int, hit_ns: int) -> None:
         """A request answered from the response cache: as in Triton a success (its whole
         time, and as queue time what passed before the lookup) and a ``cache_hit`` (the

@@ -5,14 +5,19 @@ sample of batch size 0 is skipped), each with a batch dimension of 1 when the mo
 run together ``count`` times (at least once); an input is ``zero_data``, ``random_data``
 (zeros for strings) or ``input_data_file``, a file of the model's ``warmup/`` folder (raw
 bytes, length-prefixed elements for strings); every dimension must be fixed. A sample whose
-requests fail fails the load with Triton's "failed to run warmup sample '<name>': ...".
-Warm-up runs straight on the instances in the executor, so it is never counted in the
-statistics (as in Triton). No sockets: it calls ``Instance.execute`` and waits.
+requests fail (a ``batch_size`` above ``max_batch_size`` fails as Triton's backends refuse
+it) fails the load with Triton's "failed to run warmup sample '<name>': ...". Warm-up runs
+straight on the instances in the executor; each execution is handed back (an ``Execution``)
+so the version's statistics count it, as Triton's do. No sockets: it calls
+``Instance.execute`` and waits.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,8 @@ from inferd.protocols.tensors import config_type_to_datatype, deserialize_bytes,
 
 WARMUP_FOLDER = "warmup"
 DECOUPLED_WAIT_SECS = 60.0
+# One execution: (batch size, requests, input ns, infer ns, output ns), for the statistics.
+Execution = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,31 +94,64 @@ def _tensor(name: str, spec: model_config_pb2.ModelWarmup.Input, config: ModelCo
 
 
 def _file_bytes(model_dir: Path, filename: str, name: str, needed: int | None) -> bytes:
+    path = model_dir / WARMUP_FOLDER / filename
+    if not path.is_file():  # Triton's words for a file it cannot open, then which input
+        reason = os.strerror(errno.EISDIR if path.is_dir() else errno.ENOENT)
+        raise InvalidArgument(f"failed to open text file for read {path}: {reason} "
+                              f"(the input_data_file of warmup input '{name}')")
     data: bytes = read_model_data(model_dir, WARMUP_FOLDER, filename,
-                           f"warmup input_data_file of input '{name}'")
+                                  f"warmup input_data_file of input '{name}'")
     if needed is not None and len(data) < needed:
         raise InvalidArgument(f"warmup setting expects {needed} bytes, but the data provided "
                               f"from {filename}only has {len(data)} bytes")
     return data
 
 
+def instance_names(config: ModelConfig, model: str) -> list[str]:
+    """Triton's name of each instance, in order: ``<group name>_<index in the group>``, a
+    group without a name being ``<model>_<group index>``."""
+    names = [f"{group.name or f'{model}_{number}'}_{index}"
+             for number, group in enumerate(config.instance_group)
+             for index in range(max(1, group.count))]
+    return names or [f"{model}_0_0"]
+
+
 def warm_up(instances: Sequence[Instance], samples: Sequence[WarmupSample],
-            decoupled: bool) -> None:
-    """Run every sample on every instance; raise Triton's error for the first that fails."""
-    for instance in instances:
+            config: ModelConfig) -> list[Execution]:
+    """Run every sample on every instance; raise Triton's error for the first that fails.
+    The executions that ran, for the statistics."""
+    decoupled = config.model_transaction_policy.decoupled
+    names = instance_names(config, config.name)
+    executions: list[Execution] = []
+    for index, instance in enumerate(instances):
         for sample in samples:
             for _ in range(sample.count):
-                errors = _run(instance, sample.requests, decoupled)
+                size = len(sample.requests)
+                if size != 1 and size > config.max_batch_size:
+                    # What Triton's backends answer each request of a batch too big.
+                    name = names[index] if index < len(names) else names[-1]
+                    errors = [f"batch size {size} for '{name}', max allowed is "
+                              f"{config.max_batch_size}"] * size
+                else:
+                    errors, compute_ns = _run(instance, sample.requests, decoupled)
                 if errors:
                     raise InvalidArgument(
                         "Invalid argument: failed to run warmup sample "
                         f"'{sample.name}': " + "".join(f"{error}; " for error in errors))
+                executions.append((size, size, *compute_ns))
+    return executions
 
 
-def _run(instance: Instance, requests: Sequence[InferRequest], decoupled: bool) -> list[str]:
+def _run(instance: Instance, requests: Sequence[InferRequest], decoupled: bool
+         ) -> tuple[list[str], tuple[int, int, int]]:
+    """The errors of one execution and its (input, infer, output) nanoseconds."""
+    started = time.perf_counter_ns()
     if not decoupled:
+        instance.phase_ns = None
         results = instance.execute(requests)
-        return [result.message for result in results if isinstance(result, InferdError)]
+        total = time.perf_counter_ns() - started
+        return ([result.message for result in results if isinstance(result, InferdError)],
+                instance.phase_ns or (0, total, 0))
     errors: list[str] = []
     finished: set[int] = set()
     done = threading.Event()
@@ -130,4 +170,4 @@ def _run(instance: Instance, requests: Sequence[InferRequest], decoupled: bool) 
     if not done.wait(DECOUPLED_WAIT_SECS):
         errors.append(f"the decoupled model sent no final response within "
                       f"{DECOUPLED_WAIT_SECS:g} s")
-    return errors
+    return errors, (0, time.perf_counter_ns() - started, 0)

@@ -71,6 +71,21 @@ def non_negative_int(value: Any, what: str) -> int:
     return value
 
 
+def check_sequence_parameters(parameters: dict[str, Any]) -> None:
+    """Triton's types for the sequence extension's request parameters, in its words: a
+    uint64 or a string ``sequence_id``, boolean ``sequence_start``/``sequence_end``
+    (Triton answers 500 for these; a client's mistake is a 400 here)."""
+    if "sequence_id" in parameters:
+        value = parameters["sequence_id"]
+        if not isinstance(value, str) and (type(value) is not int or not 0 <= value < 2**64):
+            raise InvalidArgument(
+                "Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+    for key in ("sequence_start", "sequence_end"):
+        if key in parameters and not isinstance(parameters[key], bool):
+            raise InvalidArgument(
+                f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+
+
 def dumps(document: Any) -> bytes:
     """Compact JSON; values JSON cannot hold (bytes, numpy scalars) are printed as text. A NaN
     or infinity here is a bug (tensors spell theirs out first): it raises ``ValueError``

@@ -21,6 +21,7 @@ from typing import Any
 
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.json_bodies import (
+    check_sequence_parameters,
     dumps,
     json_boolean,
     json_object,
@@ -164,6 +165,7 @@ def _request_parameters(value: Any) -> tuple[dict[str, Any], int, int, bool]:
                 f"parameter '{key}' has invalid type. It should be either 'int', 'bool', "
                 "'double' or 'string'."
             )
+    check_sequence_parameters(parameters)
     default_binary = json_boolean(
         parameters.pop("binary_data_output", False), "parameter 'binary_data_output'"
     )

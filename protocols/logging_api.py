@@ -4,10 +4,11 @@
 Owns the six setting names, the type each takes and Triton's words for a wrong one, so both
 frontends refuse the same updates: ``log_info``, ``log_warning`` and ``log_error`` booleans,
 ``log_verbose_level`` a whole number from 0, ``log_format`` ``default``, ``ISO8601`` or
-(inferd's) ``json``, ``log_file`` a path. A JSON ``null`` leaves a setting as it is (as
-Triton); an unknown setting is refused (Triton ignores it; a misspelt name would otherwise
-change nothing without a word). Whether ``log_file`` may change at all is the server's
-decision, not the codec's. Pure: no I/O.
+(inferd's) ``json``, ``log_file`` a path. A JSON ``null`` leaves a setting as it is, and an
+unknown setting is ignored (both as Triton). Where Triton answers a client's mistake with a
+5xx (a wrong type, an unknown format) or wraps a number silently (a ``log_verbose_level``
+above int32's), the refusal is a 400 here. Whether ``log_file`` may change at all is the
+server's decision, not the codec's. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -36,16 +37,11 @@ def _kind(name: str) -> str:
     return "boolean" if name in _BOOLEANS else "string" if name in _STRINGS else "integer"
 
 
-def _unknown(name: str) -> InvalidArgument:
-    return InvalidArgument(f"unknown log setting '{name}'; the settings are "
-                           f"{', '.join(SETTING_NAMES)}")
-
-
 def _checked(name: str, value: bool | int | str, format_flag: str) -> bool | int | str:
     """``value`` for ``name`` if it is of the setting's type, else Triton's refusal."""
     kind = _kind(name)
     fits = {"boolean": isinstance(value, bool),
-            "integer": type(value) is int and 0 <= value < 2**32,
+            "integer": type(value) is int and 0 <= value < 2**31,
             "string": isinstance(value, str)}[kind]
     if not fits:
         raise InvalidArgument(f"expect {_EXPECTED[kind]} for '{name}'")
@@ -66,9 +62,7 @@ def decode_http_request(body: bytes | memoryview) -> LogSettingsRequest:
         raise InvalidArgument("the log settings request must be a JSON object")
     updates: dict[str, bool | int | str] = {}
     for name, value in document.items():
-        if name not in SETTING_NAMES:
-            raise _unknown(name)
-        if value is not None:
+        if name in SETTING_NAMES and value is not None:
             updates[name] = _checked(name, value, "--log_format")
     return LogSettingsRequest(updates)
 
@@ -86,7 +80,7 @@ def decode_grpc_request(request: Any) -> LogSettingsRequest:
     updates: dict[str, bool | int | str] = {}
     for name in sorted(request.settings):
         if name not in SETTING_NAMES:
-            raise _unknown(name)
+            continue  # as Triton
         setting = request.settings[name]
         choice = setting.WhichOneof("parameter_choice")
         if choice is None:

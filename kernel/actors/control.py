@@ -9,8 +9,10 @@ beside the one serving), and serves them only once all are up; if one fails the 
 again, so what served stays READY. Loads of one model are serialized; loads of different
 models run side by side, none on the inference path. The parts it owns and calls, each given
 what it needs: ``EnsembleLifecycle`` (``inferd.kernel.ensembles.control``), ``DesiredState``
-(``--model-control-state``), ``RepositoryPoller`` (POLL mode) and ``ExecutorRecovery`` (a
-lost executor); ``control_views`` words its state for the index, the catalog and metrics.
+(``--model-control-state``), ``RepositoryPoller`` (POLL mode), ``ExecutorRecovery`` (a
+lost executor) and ``VersionUnloader`` (``control_unload``: an unload request is answered
+once the model takes no new request); ``control_views`` words its state for the index, the
+catalog and metrics.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.actors.control_desired import DesiredState
 from inferd.kernel.actors.control_poll import RepositoryPoller
 from inferd.kernel.actors.control_recovery import ExecutorRecovery
+from inferd.kernel.actors.control_unload import VersionUnloader, answer_when_retired
 from inferd.kernel.actors.control_versions import VersionLoader
 from inferd.kernel.actors.control_views import (
     index_entries,
@@ -32,14 +35,14 @@ from inferd.kernel.actors.control_views import (
     load_failure,
     with_state,
 )
-from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
+from inferd.kernel.addresses import CONTROL, REPOSITORY, SCHEDULER
 from inferd.kernel.control_state import Record, Store
 from inferd.kernel.ensembles.control import EnsembleLifecycle
-from inferd.kernel.model_status import ModelStatus, State, VersionStatus
+from inferd.kernel.model_status import ModelStatus, VersionStatus
 from inferd.kernel.overrides import remove_override_folder, write_override_files
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
-from inferd.kernel.state_log import UNLOADED, ModelStateLog
+from inferd.kernel.state_log import ModelStateLog
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
@@ -65,11 +68,9 @@ from inferd.protocols.messages import (
     ReadCatalogs,
     ResolvedModel,
     ResolveModel,
-    RetireVersion,
     Shutdown,
     StartupReport,
     UnloadRequest,
-    UnloadVersion,
 )
 from inferd.protocols.names import check_model_name
 
@@ -98,6 +99,9 @@ class ControlActor(Actor):
             load=lambda name, cause: self._load(name, cause=cause),
             unload=self._unload_no_longer_required,
         )
+        self._unloader = VersionUnloader(router, self._states,
+                                         is_served=self._ensembles.is_served,
+                                         version_unloaded=self._ensembles.version_unloaded)
         self._versions = VersionLoader(router, settings, self._states,
                                        refresh_dependents=self._ensembles.refresh_dependents)
         self._poller = RepositoryPoller(router, settings.repository_poll_secs,
@@ -168,13 +172,20 @@ class ControlActor(Actor):
         return Ack()
 
     async def on_unload_request(self, request: UnloadRequest, envelope: Envelope) -> Ack:
+        """As Triton's, the answer comes once the model takes no new request: at once when
+        none is in flight (the unload is then done), else while its versions are UNLOADING,
+        waiting for those requests in the background."""
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
         self._required.discard(request.model)
-        async with self._desired.recording(request.model):
-            unloaded = await self._ensembles.unload_with_dependents(
-                request.model, request.unload_dependents)
-            await self._desired.record_unload(request.model, unloaded)
+
+        async def unload() -> None:
+            async with self._desired.recording(request.model):
+                unloaded = await self._ensembles.unload_with_dependents(
+                    request.model, request.unload_dependents)
+                await self._desired.record_unload(request.model, unloaded)
+
+        await answer_when_retired(unload, self._models.get(request.model), self.spawn)
         return Ack()
 
     async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:
@@ -221,9 +232,9 @@ class ControlActor(Actor):
         else:
             self._required.add(name)
 
-    async def _poll_unload(self, name: str) -> None:
+    async def _poll_unload(self, name: str, cause: str) -> None:
         self._required.discard(name)
-        await self._unload(name, cause="poll: the model folder is gone")
+        await self._unload(name, cause=cause)
         model = self._models.get(name)
         if model is not None and not model.ready() and model.lock.statistics().tasks_waiting == 0:
             del self._models[name]  # gone from the repository: gone from the index
@@ -266,7 +277,7 @@ class ControlActor(Actor):
             del self._models[name]  # it never loaded here: its error goes too
 
     def _note_failure(self, name: str, why: str) -> None:
-        self._model(name).error = why
+        self._model(name).error, self._model(name).error_version = why, None
 
     # ------------------------------------------------------------------ load and unload
 
@@ -291,10 +302,8 @@ class ControlActor(Actor):
                 if model.override_dir != override_dir:
                     remove_override_folder(model.override_dir)
                 model.override_dir = override_dir
-        except InferdError as error:
+        except InferdError:
             remove_override_folder(override_dir)
-            if not isinstance(error, NotFound):  # in the repository, just not available
-                self.router.tell(SCHEDULER, ModelKnown(name))
             raise
         except BaseException:
             remove_override_folder(override_dir)
@@ -318,15 +327,20 @@ class ControlActor(Actor):
             self._forget_if_unknown(name, model)
             raise
         except InferdError as error:
-            model.error = error.message
+            model.error, model.error_version = error.message, None
             self._states.load_failed(name, model.serving(), error.message)
+            self._known_after_failure(name, model)
             raise
         assert isinstance(resolved, ResolvedModel)
         try:
             await self._ensembles.prepare(name, model, resolved)
         except InferdError as error:
             self._states.load_failed(name, model.serving(), error.message)
+            self._known_after_failure(name, model)
             raise
+        # Past its config, as in Triton: until a version serves, its requests hear "has no
+        # available versions" (while it loads and warms up, and if the load fails).
+        self.router.tell(SCHEDULER, ModelKnown(name, tuple(resolved.versions)))
         failures: dict[int, str] = {}
         brought_up: dict[int, VersionStatus] = {}
 
@@ -355,12 +369,21 @@ class ControlActor(Actor):
                 f"load failed for model '{name}': version {number} is at"
                 f" UNAVAILABLE state: {cause}"
             )
+            model.error_version = number
             await self._versions.abandon(name, model, brought_up, model.error)
+            self.router.tell(SCHEDULER, ModelKnown(name))
             raise InvalidArgument(model.error)
         for number in [n for n in model.versions if n not in resolved.versions]:
-            await self._unload_version(name, model, number, reason="unloaded",
-                                       cause="no longer selected by the version policy")
+            await self._unloader.unload_version(name, model, number, reason="unloaded",
+                                                cause="no longer selected by the version policy")
         model.error = ""
+
+    def _known_after_failure(self, name: str, model: ModelStatus) -> None:
+        """A load that failed before any version: a model that never had one stays unknown
+        to requests ("is not found", as Triton's config or duplicate failures), one that had
+        versions ends its wait for a reload."""
+        if model.versions:
+            self.router.tell(SCHEDULER, ModelKnown(name))
 
     def _forget_if_unknown(self, name: str, model: ModelStatus) -> None:
         """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless
@@ -375,28 +398,9 @@ class ControlActor(Actor):
         if model is None:
             return
         async with model.lock:
-            async with anyio.create_task_group() as tasks:
-                for number in list(model.versions):
-                    tasks.start_soon(self._unload_version, name, model, number, "unloaded",
-                                     cause)
+            await self._unloader.unload_all(name, model, cause)
             remove_override_folder(model.override_dir)
             model.override_dir = ""
-
-    async def _unload_version(self, name: str, model: ModelStatus, number: int, reason: str,
-                              cause: str = "unload requested") -> None:
-        version = model.versions.get(number)
-        if version is None or version.state not in (State.READY, State.UNAVAILABLE):
-            return
-        was_ready = version.state == State.READY or self._ensembles.is_served(name, number)
-        version.state = State.UNLOADING
-        self._states.changed(name, number, State.UNLOADING, cause)
-        if was_ready:
-            await self.router.ask(SCHEDULER, RetireVersion(name, number))
-        if version.load_id:
-            await self.router.ask(EXECUTORS, UnloadVersion(version.load_id))
-        model.versions[number] = VersionStatus(State.UNAVAILABLE, reason)
-        self._states.changed(name, number, UNLOADED)
-        self._ensembles.version_unloaded(name, number)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""

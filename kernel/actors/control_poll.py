@@ -4,9 +4,10 @@ Owns what polling the repository means: each model folder's fingerprint at the l
 the one last acted on; acting on every folder that changed before the last poll and not since
 (the stable-folder rule): loading what is new, reloading what changed, unloading what is gone;
 the loop that polls every ``--repository-poll-secs``, and a poll on request, which waits a
-short settle interval instead of a whole period. A model with a problem (its folder in a
-second root, a remote root that does not answer) is left as it is. Loading and unloading
-one model are the actor's, passed in.
+short settle interval instead of a whole period. A model whose folder appears in a second
+root is unloaded (Triton's rule: duplicates may not serve) and loaded again once it is
+unique; one whose remote root does not answer is left as it is. Loading and unloading one
+model are the actor's, passed in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import anyio
 
 from inferd.kernel.addresses import REPOSITORY
+from inferd.kernel.repository import TWO_ROOTS_PROBLEM
 from inferd.kernel.router import Router
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import FingerprintModels, Fingerprints
@@ -27,13 +29,15 @@ log = logging.getLogger(__name__)
 POLL_SETTLE_SECS = 1.0
 
 ChangeModel = Callable[[str], Coroutine[Any, Any, None]]
-"""``load(name)`` or ``unload(name)``: act on one model folder that is new, changed or gone
-(a failure is the callee's to log)."""
+"""``load(name)``: act on one model folder that is new or changed (a failure is the callee's
+to log)."""
+UnloadModel = Callable[[str, str], Coroutine[Any, Any, None]]
+"""``unload(name, cause)``: unload a model whose folder is gone, or is no longer unique."""
 
 
 class RepositoryPoller:
     def __init__(self, router: Router, period_secs: float, *, load: ChangeModel,
-                 unload: ChangeModel) -> None:
+                 unload: UnloadModel) -> None:
         self._router = router
         self._period_secs = period_secs
         self._load = load
@@ -73,9 +77,9 @@ class RepositoryPoller:
 
     async def _poll_once(self) -> None:
         """Act on every folder that changed before the last poll and not since (SPEC 2.2):
-        load what is new, reload what changed, unload what is gone. A model with a problem
-        (its folder in a second root) is left as it is: what serves keeps serving, and the
-        index says why it cannot load."""
+        load what is new, reload what changed, unload what is gone or in a second root. A
+        model whose remote root does not answer is left as it is: what serves keeps
+        serving."""
         previous = self._seen
         current, problems = await self._fingerprints()
         self._seen = _keep_unreadable(previous, current, problems)
@@ -89,10 +93,15 @@ class RepositoryPoller:
             for name in self._acted_on
             if name not in current and name not in previous and name not in problems
         ]
+        duplicated = [name for name, problem in problems.items()
+                      if problem == TWO_ROOTS_PROBLEM and name in self._acted_on]
         for name in changed:
             self._acted_on[name] = current[name]
-        for name in removed:
-            del self._acted_on[name]
+        for name in [*removed, *duplicated]:
+            del self._acted_on[name]  # loaded again as new, should its folder come back
+        for name in duplicated:
+            log.error("failed to poll model '%s': not unique across all model repositories",
+                      name)
         if changed or removed:
             log.info(
                 "poll: loading %s; unloading %s",
@@ -103,7 +112,9 @@ class RepositoryPoller:
             for name in changed:
                 tasks.start_soon(self._load, name)
             for name in removed:
-                tasks.start_soon(self._unload, name)
+                tasks.start_soon(self._unload, name, "poll: the model folder is gone")
+            for name in duplicated:
+                tasks.start_soon(self._unload, name, f"poll: {TWO_ROOTS_PROBLEM}")
 
 
 def _keep_unreadable(

@@ -126,7 +126,7 @@ class VersionLoader:
             State.READY, "", load_id, tuple(dict.fromkeys(e for e, _ in instances)),
             time.monotonic() - started, signature=signature, fingerprint=fingerprint,
             path=resolved.path, config=loaded.config, instances=instances,
-            warnings=tuple(warnings),
+            warnings=tuple(warnings), warmup=loaded.warmup,
         )
 
     async def serve(
@@ -145,7 +145,8 @@ class VersionLoader:
             current.config = ready.config
             return
         await self._router.ask(SCHEDULER, ServeVersion(name, number, ready.config,
-                                                      ready.instances, resolved.path))
+                                                      ready.instances, resolved.path,
+                                                      warmup=ready.warmup))
         old_load = current.load_id if current is not None else 0
         model.versions[number] = ready
         self._states.changed(name, number, State.READY)

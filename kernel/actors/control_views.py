@@ -38,8 +38,13 @@ def index_entries(
         if error == TWO_ROOTS_PROBLEM and not problem:
             error = ""
         if model is not None and model.versions:
-            # A failed reload leaves the old version READY: its reason says what failed,
-            # or why the model cannot load now (its folder in a second root).
+            # A failed reload leaves the old versions READY: beside them, why the model
+            # cannot load now (its folder in a second root) or what the reload failed on,
+            # unless that is a version's own failure, in its own entry (as Triton's).
+            owner = (model.versions.get(model.error_version)
+                     if model.error_version is not None else None)
+            if owner is not None and owner.state != State.READY:
+                error = ""
             entries.extend(
                 IndexEntry(name, str(number), version.state, version.reason)
                 if version.state != State.READY

@@ -52,7 +52,7 @@ from inferd.kernel.load_priority import BackgroundWorker
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.router import Router
 from inferd.kernel.sequence_plan import client_config, execution_config
-from inferd.kernel.warmup import warm_up, warmup_samples
+from inferd.kernel.warmup import Execution, warm_up, warmup_samples
 from inferd.protocols.errors import (
     DeadlineExceeded,
     InferdError,
@@ -175,18 +175,19 @@ class ExecutorActor(Actor):
             infer_stream=self._infer_stream_function(asyncio.get_running_loop()),
         )
 
-        def load() -> tuple[Model, list[Instance]]:
+        def load() -> tuple[Model, list[Instance], list[Execution]]:
             with log_context.bound(message.model, message.version):  # the load's lines name it
                 return load_model()
 
-        def load_model() -> tuple[Model, list[Instance]]:
+        def load_model() -> tuple[Model, list[Instance], list[Execution]]:
             started = time.perf_counter()
             model = self._backend(message.backend).load_model(context)
             instances = [model.create_instance(i) for i in range(message.instance_count)]
             samples = warmup_samples(model.config, message.version, Path(message.path))
+            executions: list[Execution] = []
             if samples:
                 try:
-                    warm_up(instances, samples, model.config.model_transaction_policy.decoupled)
+                    executions = warm_up(instances, samples, model.config)
                 except BaseException:
                     for instance in instances:
                         instance.close()
@@ -197,10 +198,10 @@ class ExecutorActor(Actor):
             log.info("loaded %s version %d (%d instance%s) in %.2f s", message.model,
                      message.version, len(instances), "" if len(instances) == 1 else "s",
                      time.perf_counter() - started)
-            return model, instances
+            return model, instances, executions
 
         try:
-            model, instances = await self._background.run(load)
+            model, instances, executions = await self._background.run(load)
         except InferdError:
             raise
         except Exception as error:  # a backend exception is the load's reason, verbatim
@@ -211,7 +212,8 @@ class ExecutorActor(Actor):
             self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
         served = client_config(model.config, config)
-        return VersionLoaded(served.SerializeToString(), ids, self.address)
+        return VersionLoaded(served.SerializeToString(), ids, self.address,
+                             warmup=tuple(executions))
 
     def _infer_function(
         self, loop: asyncio.AbstractEventLoop

@@ -73,6 +73,7 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     RemoteStreamRequest,
     RetireVersion,
+    Retired,
     ServeVersion,
     Statistics,
     StatisticsRequest,
@@ -126,6 +127,7 @@ class SchedulerActor(Actor):
                 message.model, message.version, config, slots, self._progress)
             if self._metrics.summary_latencies:
                 current.statistics.summaries = LatencySummaries(self._metrics.summary_quantiles)
+        current.statistics.record_warmup(message.warmup)
         current.ensemble = ensemble
         current.sequences = sequences_of(config, message.path, slots, current.sequences)
         current.decoupled = config.model_transaction_policy.decoupled
@@ -141,10 +143,12 @@ class SchedulerActor(Actor):
         return Ack()
 
     async def on_model_known(self, message: ModelKnown, envelope: Envelope) -> None:
-        self._table.ever_served.setdefault(message.model, set())
-        self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
+        self._table.known.setdefault(message.model, set()).update(message.loading)
+        if not message.loading:
+            self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
 
-    async def on_retire_version(self, message: RetireVersion, envelope: Envelope) -> Ack:
+    async def on_retire_version(self, message: RetireVersion, envelope: Envelope
+                                ) -> Ack | Retired:
         version = self._table.served.get(message.model, {}).get(message.version)
         reloading = self._table.reloading.setdefault(message.model, {})
         if message.reloading:
@@ -152,8 +156,10 @@ class SchedulerActor(Actor):
         else:
             reloading.pop(message.version, None)
         if version is None:
-            return Ack()
+            return Ack() if message.wait else Retired(False)
         version.retired = True
+        if not message.wait:
+            return Retired(version.busy())
         await self._progress.wait_until(lambda: not version.busy())
         versions = self._table.served[message.model]
         if versions.get(message.version) is version:

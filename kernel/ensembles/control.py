@@ -87,7 +87,7 @@ class EnsembleLifecycle:
                 self._dependencies.abandon_load(name, previous)
                 raise
         except InferdError as error:
-            model.error = error.message
+            model.error, model.error_version = error.message, None
             raise
 
     async def _known_models(self) -> set[str]:

@@ -1,7 +1,8 @@
 """The scheduler's routing table: which versions of which models it serves, and which one a
 request names (the highest live one when it names none), with Triton's refusals for the
-rest: an unknown model, a version never served, a version not ready, a version being loaded
-again after its executor died. Pure bookkeeping over ``Version`` records."""
+rest: an unknown model, a version never served, a version not ready (loading, or its load
+failed), a version being loaded again after its executor died. Pure bookkeeping over
+``Version`` records."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ class RoutingTable:
     def __init__(self) -> None:
         self.served: dict[str, dict[int, Version]] = {}
         self.ever_served: dict[str, set[int]] = {}
+        # Models whose load got past their config, and the versions it tried: their
+        # requests hear Triton's words for a known model with nothing ready.
+        self.known: dict[str, set[int]] = {}
         # Versions retired because their executor died, until they serve again: the reason.
         self.reloading: dict[str, dict[int, str]] = {}
 
@@ -31,7 +35,7 @@ class RoutingTable:
         """The version a request for ``model`` and ``version`` ("" for the latest) goes to."""
         number = version_number(version) if version else -1
         versions = self.served.get(model)
-        if not versions and model not in self.ever_served:
+        if not versions and model not in self.ever_served and model not in self.known:
             raise NotFound(f"Request for unknown model: '{model}' is not found")
         live = {n: v for n, v in (versions or {}).items() if not v.retired}
         if not version:
@@ -42,7 +46,7 @@ class RoutingTable:
         if number in live:
             return live[number]
         self._raise_if_reloading(model, number)
-        if number in self.ever_served.get(model, ()):
+        if number in self.ever_served.get(model, ()) or number in self.known.get(model, ()):
             raise Unavailable(
                 f"Request for unknown model: '{model}' version {number} is not at ready state"
             )

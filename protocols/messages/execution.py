@@ -61,6 +61,9 @@ class VersionLoaded(Message):
     executor: str = ""
     # (executor, instance id) of every instance, for a load the pool split over executors
     instances: tuple[tuple[str, int], ...] = ()
+    # The warm-up executions, (batch size, requests, input, infer, output ns), which the
+    # version's statistics count (as Triton's do)
+    warmup: tuple[tuple[int, int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,25 +24,40 @@ class ServeVersion(Message):
     instances: tuple[tuple[str, int], ...]
     path: str = ""  # the model's folder (a sequence model's initial_state/ files are there)
     config_only: bool = False
+    # Its warm-up executions (VersionLoaded's), counted in its statistics as Triton counts them
+    warmup: tuple[tuple[int, int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ModelKnown(Message):
-    """Control -> scheduler: ``model`` is in the repository though no version of it serves
-    (its load failed): its requests hear "has no available versions", not "is not found"."""
+    """Control -> scheduler: ``model`` has versions though none of them may serve, as in
+    Triton once a load got past its config: its requests hear "has no available versions"
+    (a request naming one of ``loading``, "is not at ready state"), not "is not found".
+    Sent when a load starts bringing up ``loading``, and (without them) when a load failed,
+    which also ends the wait for a reload after an executor died."""
 
     model: str
+    loading: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class RetireVersion(Message):
     """Control -> scheduler: accept no new requests for this version; reply once the ones in
     flight have finished. With a ``reloading`` reason (its executor died and it is being
-    loaded again) its requests hear that, retryable, until it serves again."""
+    loaded again) its requests hear that, retryable, until it serves again. Without ``wait``
+    the reply (``Retired``) comes at once, saying whether requests are still in flight."""
 
     model: str
     version: int
     reloading: str = ""
+    wait: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Retired(Message):
+    """Scheduler -> control: the reply to a ``RetireVersion`` without ``wait``."""
+
+    in_flight: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from inferd.protocols.client import Client
 from inferd.protocols.errors import InvalidArgument, NotFound
@@ -180,33 +184,54 @@ def test_a_failed_load_of_an_unknown_model_leaves_no_index_entry(client: Client)
     assert index_entry(client, "typo-in-the-name") == []
 
 
-def test_while_an_unload_waits_for_a_request_the_index_says_unloading(
+def test_an_unload_answers_while_a_request_is_in_flight_and_the_index_says_unloading(
         inferd: Any) -> None:
-    slow = inferd.testing_config("slowpoke", "slow", delay_ms="1500")
+    """As Triton's: the unload returns once the model takes no new request, its version
+    UNLOADING in the index (over HTTP and gRPC) until the request in flight has its answer;
+    then UNAVAILABLE, "unloaded". A new request meanwhile hears "has no available
+    versions"."""
+    slow = inferd.testing_config("slowpoke", "slow", delay_ms="2000")
     server = inferd.start(inferd.repository(configs={"slowpoke": slow}),
                           "--model-control-mode", "explicit", "--load-model", "slowpoke")
-    seen: list[str] = []
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    answered: list[Any] = []
 
     def infer() -> None:
-        with server.client(timeout=30) as client:
-            client.infer("slowpoke", {"INPUT0": np.ones(4, np.float32)})
+        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, np.float32))
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+        answered.append(client.infer("slowpoke", [tensor]).as_numpy("OUTPUT0").tolist())
 
-    def unload() -> None:
-        with server.client(timeout=30) as client:
-            client.unload("slowpoke")
+    def states() -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+        over_http = [(e["version"], e["state"], e.get("reason", ""))
+                     for e in http.get_model_repository_index() if e["name"] == "slowpoke"]
+        over_grpc = [(e.version, e.state) for e in grpc.get_model_repository_index().models
+                     if e.name == "slowpoke"]
+        return over_http, over_grpc
 
     running = threading.Thread(target=infer)
     running.start()
-    time.sleep(0.3)  # the request is in the model now
-    unloading = threading.Thread(target=unload)
-    unloading.start()
-    with server.client(timeout=30) as client:
-        deadline = time.monotonic() + 10
-        while unloading.is_alive() and time.monotonic() < deadline:
-            seen += [entry.state for entry in index_entry(client, "slowpoke")]
-            time.sleep(0.05)
-        running.join(10)
-        unloading.join(10)
-        assert "UNLOADING" in seen, seen
-        assert index_entry(client, "slowpoke") == [
-            IndexEntry("slowpoke", "1", "UNAVAILABLE", "unloaded")]
+    metrics = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
+    pending = 'nv_inference_pending_request_count{model="slowpoke",version="1"} 1'
+    deadline = time.monotonic() + 30
+    while pending not in urllib.request.urlopen(metrics, timeout=30).read().decode():
+        assert time.monotonic() < deadline and running.is_alive(), "the request never ran"
+        time.sleep(0.02)
+
+    http.unload_model("slowpoke")
+
+    assert running.is_alive(), "the unload waited for the request in flight"
+    assert states() == ([("1", "UNLOADING", "")], [("1", "UNLOADING")])
+    tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+    tensor.set_data_from_numpy(np.ones(4, np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        grpc.infer("slowpoke", [tensor])
+    assert (refused.value.status(), refused.value.message()) == (
+        "StatusCode.NOT_FOUND", "Request for unknown model: 'slowpoke' has no available versions")
+    running.join(30)
+    assert answered == [[1.0, 1.0, 1.0, 1.0]]
+    deadline = time.monotonic() + 30
+    while states()[0] != [("1", "UNAVAILABLE", "unloaded")]:
+        assert time.monotonic() < deadline, states()
+        time.sleep(0.02)

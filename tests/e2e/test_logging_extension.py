@@ -1,8 +1,10 @@
 """Triton's logging extension against a real server, through tritonclient over HTTP and gRPC:
 ``GET/POST v2/logging`` and ``LogSettings`` report Triton's defaults; changing the verbosity,
 a severity, the format or (where allowed) the log file at run time changes what the executor
-processes write as well as the main process; a bad update is refused in Triton's words and
-changes nothing; the ``logging`` API group can be restricted; server metadata lists it.
+processes write as well as the main process; verbose logging writes Triton's line for each
+HTTP and gRPC request; a bad update is refused in Triton's words (a 400 where Triton answers
+5xx) and changes nothing, an unknown setting is ignored; the ``logging`` API group can be
+restricted; server metadata lists it.
 
 The ``speaker`` model is a python model, so it runs in an executor process; each request logs
 ``V <token>`` (verbose), ``I <token>`` (info) and ``W <token>`` (warning), in that order, so
@@ -161,9 +163,7 @@ def test_severities_and_format_change_at_run_time(server: ServerHandle, http: An
     ({"log_verbose_level": -1}, "400", "expect int32 for 'log_verbose_level'"),
     ({"log_verbose_level": True}, "400", "expect int32 for 'log_verbose_level'"),
     ({"log_format": 1}, "400", "expect string for 'log_format'"),
-    ({"log_info": False, "log_verbose": 1}, "400",
-     "unknown log setting 'log_verbose'; the settings are log_file, log_info, log_warning, "
-     "log_error, log_verbose_level, log_format"),
+    ({"log_verbose_level": 2**31}, "400", "expect int32 for 'log_verbose_level'"),
     ({"log_info": False, "log_file": "/tmp/elsewhere.log"}, "501",
      "log file location can not be updated through network protocol"),
 ])
@@ -173,6 +173,41 @@ def test_bad_http_update_changes_nothing(http: Any, body: dict[str, Any], status
         http.update_log_settings(body)
     assert (refused.value.status(), refused.value.message()) == (status, message)
     assert http.get_log_settings() == DEFAULTS
+
+
+def test_an_unknown_setting_is_ignored_as_triton_ignores_it(http: Any, grpc: Any) -> None:
+    assert http.update_log_settings({"log_verbose": 1, "log_warning": False}) == {
+        **DEFAULTS, "log_warning": False}
+    reply = grpc_settings(grpc.update_log_settings({"log_warnings": True, "log_warning": True}))
+    assert reply == DEFAULTS
+    assert http.update_log_settings({"log_verbose": 1}) == DEFAULTS
+
+
+def test_verbose_logging_writes_tritons_line_for_each_request(
+        server: ServerHandle, http: Any, grpc: Any) -> None:
+    """At ``log_verbose_level`` 1 and up, as Triton: ``HTTP request: <evhtp method number>
+    <path>`` per HTTP request, ``Process for <handler>, rpc_ok=1, <id> step START`` per gRPC
+    call; at 0, neither."""
+    infer_line = "HTTP request: 2 /v2/models/speaker/infer"
+    before = server.log().count(infer_line)  # the module's server: earlier tests logged too
+    quiet = speak(http)
+    assert wait_for(server.log, f"W {quiet}").count(infer_line) == before
+    http.update_log_settings({"log_verbose_level": 1})
+    loud = speak(http)
+    assert wait_for(server.log, f"W {loud}").count(infer_line) == before + 1
+    assert grpc.is_server_live()
+    tensor = grpcclient.InferInput("TOKEN", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"over-grpc"], dtype=object))
+    grpc.infer("speaker", [tensor])
+    log = wait_for(server.log, "Process for ModelInferHandler, rpc_ok=1, ")
+    assert re.search(r"Process for ServerLive, rpc_ok=1, \d+ step START$", log, re.M), log
+    assert re.search(r"Process for ModelInferHandler, rpc_ok=1, \d+ step START$", log, re.M)
+    http.get_log_settings()
+    wait_for(server.log, "HTTP request: 0 /v2/logging")
+    grpc.update_log_settings({"log_verbose_level": 0})
+    before = server.log().count(infer_line)
+    again = speak(http)
+    assert wait_for(server.log, f"W {again}").count(infer_line) == before
 
 
 def test_malformed_http_bodies_are_refused(server: ServerHandle, http: Any) -> None:
@@ -202,9 +237,6 @@ def test_bad_grpc_update_changes_nothing(grpc: Any) -> None:
          "invalid argument for log_format, got: xml"),
         ({"log_file": "/tmp/elsewhere.log"}, "StatusCode.UNIMPLEMENTED",
          "log file location can not be updated through network protocol"),
-        ({"log_warnings": False}, "StatusCode.INVALID_ARGUMENT",
-         "unknown log setting 'log_warnings'; the settings are log_file, log_info, "
-         "log_warning, log_error, log_verbose_level, log_format"),
     ):
         with pytest.raises(InferenceServerException) as refused:
             grpc.update_log_settings(settings)

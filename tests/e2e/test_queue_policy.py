@@ -3,11 +3,13 @@
 against DELAY (the order requests complete in, seen by the client), ``allow_timeout_override``
 (the request's ``timeout`` applies only when it is true; without dynamic batching it never
 does), and ``preserve_ordering`` over two instances whose later requests finish first, for a
-plain and for a decoupled model. Slow models make the queues form; the client's sleeps only
+plain and for a decoupled model; the policies Triton refuses fail a load with its reasons,
+the model loaded before serving on. Slow models make the queues form; the client's sleeps only
 order the arrivals, every wait is bounded and the assertions are on outcomes and order."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -310,3 +312,44 @@ def test_preserve_ordering_on_a_decoupled_model_streams_requests_one_after_anoth
     assert ordered["slow", 1] - ordered["slow", 0] > 0.2, ordered
     assert ordered["slow", 2] - ordered["slow", 1] > 0.2, ordered
     assert min(ordered["quick", n] for n in range(3)) > ordered["slow", 2] - 0.1, ordered
+
+
+# ------------------------------------------------------------------ refused at load
+
+REFUSED_POLICIES = [
+    ({"priority_levels": 2, "default_priority_level": 3},
+     "default priority level must be in range [1, 2] for levels"),
+    ({"priority_levels": 2, "default_priority_level": 1,
+      "priority_queue_policy": {"3": {"max_queue_size": 1}}},
+     "priority queue policy must have priority level in range [1, 2] for levels"),
+    ({"priority_levels": 2, "default_priority_level": 1, "preserve_ordering": True},
+     "Only one priority level is allowed when 'preserve_ordering' is true for levels"),
+    ({"default_queue_policy": {"timeout_action": 7}},
+     "model 'levels': unknown timeout_action 7 in dynamic_batching.default_queue_policy "
+     "(REJECT or DELAY)"),
+]
+
+
+def test_queue_policies_triton_refuses_fail_the_load_and_leave_the_model_serving(
+        inferd: InferdHarness) -> None:
+    """Triton's reasons, as a client error (400 / INVALID_ARGUMENT) naming them; the version
+    loaded before keeps serving with its own config."""
+    root = inferd.repository(configs={"levels": SLOW.format(name="levels", delay_ms=0,
+                                                             batching=LEVELS)})
+    server = inferd.start(root, "--model-control-mode", "explicit", "--load-model", "levels")
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    base = http.get_model_config("levels")
+    for batching, reason in REFUSED_POLICIES:
+        override = json.dumps({**{k: v for k, v in base.items() if k != "dynamic_batching"},
+                               "dynamic_batching": batching})
+        for client, status in ((http, "400"), (grpc, "StatusCode.INVALID_ARGUMENT")):
+            with pytest.raises(InferenceServerException) as refused:
+                client.load_model("levels", config=override)
+            assert refused.value.status() == status
+            assert refused.value.message() == f"failed to load 'levels': {reason}"
+    assert http.is_model_ready("levels") and grpc.is_model_ready("levels")
+    assert http.get_model_config("levels") == base
+    outcome = Outcome()
+    send("grpc", server, "levels", "after", outcome, priority=1)
+    assert outcome.ok, outcome.error

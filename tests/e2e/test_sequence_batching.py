@@ -10,6 +10,8 @@
   requests;
 - ``state_counter`` (a python model with implicit state through the state names, its initial
   state read from a file in its ``initial_state/`` folder);
+- ``request.flags()`` in a python model (START, END, both), and sequence parameters of the
+  wrong type refused with Triton's words over HTTP and gRPC, the sequence untouched;
 - Triton's errors (no correlation id, no START first, batch above 1), a START on a live id
   (Triton's warning, the sequence restarts), idle expiry, statistics; ``simple`` serves
   throughout.
@@ -18,14 +20,19 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
@@ -140,6 +147,82 @@ def test_the_model_sees_tritons_control_values(server: ServerHandle, protocol: s
     corrid = str(sequence).encode()
     assert seen == [(1, 0.0, True, corrid), (0, 0.0, True, corrid), (0, 1.0, True, corrid)]
     assert [total(r) for r in (first, middle, last)] == [1.5, 3.5, 4.0]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_python_model_sees_tritons_request_flags(server: ServerHandle, protocol: str) -> None:
+    """``request.flags()``: START (1) on the first request, END (2) on the last, both (3) on
+    a one-request sequence; ``pb_utils`` has the constants, with Triton's values."""
+    client = connect(server, protocol)
+    sequence = 33 if protocol == "http" else 34
+    results = [send(client, "sequence_echo", 1.0, sequence, start=True),
+               send(client, "sequence_echo", 1.0, sequence),
+               send(client, "sequence_echo", 1.0, sequence, end=True),
+               send(client, "sequence_echo", 1.0, sequence + 100, start=True, end=True)]
+    seen = [r.as_numpy("FLAGS_SEEN")[0].tolist() for r in results]
+    assert seen == [[1, 1, 2], [0, 1, 2], [2, 1, 2], [3, 1, 2]]
+
+
+def raw_infer(server: ServerHandle, value: float, parameters: dict[str, Any]
+              ) -> tuple[int, Any]:
+    """POST an ``accumulate`` request with these parameters: (status, body)."""
+    body = {"parameters": parameters,
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "FP32", "data": [value]}]}
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/accumulate/infer",
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())["outputs"][0]["data"]
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_sequence_parameters_of_the_wrong_json_type_are_refused_naming_them(
+        server: ServerHandle) -> None:
+    """Triton's words (Triton answers 500: a client's mistake is a 400 here); the sequence
+    the refused requests name goes on as if they had not been sent."""
+    assert raw_infer(server, 1.0, {"sequence_id": 81, "sequence_start": True}) == (200, [1.0])
+    not_boolean = "attempt to access JSON non-boolean as boolean"
+    not_id = "Unable to parse 'sequence_id': attempt to access JSON non-string as string"
+    refused = [
+        ({"sequence_id": 81, "sequence_start": 1},
+         f"Unable to parse 'sequence_start': {not_boolean}"),
+        ({"sequence_id": 81, "sequence_end": "true"},
+         f"Unable to parse 'sequence_end': {not_boolean}"),
+        ({"sequence_id": -81}, not_id),
+        ({"sequence_id": 81.0}, not_id),
+        ({"sequence_id": 2**64}, not_id),
+        ({"sequence_id": True, "sequence_end": True}, not_id),
+    ]
+    for parameters, message in refused:
+        assert raw_infer(server, 100.0, parameters) == (400, {"error": message}), parameters
+    assert raw_infer(server, 2.0, {"sequence_id": 81}) == (200, [3.0])
+    assert raw_infer(server, 4.0, {"sequence_id": 81, "sequence_end": True}) == (200, [7.0])
+
+
+@pytest.mark.parametrize(("parameter", "choice", "value", "expected"), [
+    ("sequence_start", "int64_param", 1, "bool_param"),
+    ("sequence_end", "string_param", "true", "bool_param"),
+    ("sequence_id", "bool_param", True, "int64_param or string_param")])
+def test_sequence_parameters_of_the_wrong_type_over_grpc_get_tritons_error(
+        server: ServerHandle, parameter: str, choice: str, value: Any, expected: str) -> None:
+    """A raw ModelInferRequest (tritonclient refuses to send these keys as parameters)."""
+    client = connect(server, "grpc")
+    send(client, "accumulate", 1.0, 82, start=True)
+    request = service_pb2.ModelInferRequest(model_name="accumulate")
+    request.parameters["sequence_id"].int64_param = 82
+    setattr(request.parameters[parameter], choice, value)
+    tensor = request.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
+    tensor.contents.fp32_contents.append(100.0)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request, timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details() == (
+        f"invalid value type for '{parameter}' parameter, expected {expected}.")
+    assert total(send(client, "accumulate", 2.0, 82, end=True)) == 3.0
 
 
 def test_direct_strategy_fills_an_idle_slot_with_a_null_request(server: ServerHandle) -> None:

@@ -54,6 +54,7 @@ from inferd.protocols.messages import (
     ReadCatalogs,
     ResolvedModel,
     ResolveModel,
+    Retired,
     RetireVersion,
     ServeVersion,
     StartupReport,
@@ -154,19 +155,22 @@ class FakeScheduler(Actor):
         super().__init__(router)
         self.served: dict[tuple[str, int], ServeVersion] = {}
         self.retired: list[RetireVersion] = []
-        self.known: list[str] = []
+        self.known: list[tuple[str, tuple[int, ...]]] = []
 
     async def on_serve_version(self, message: ServeVersion, envelope: Envelope) -> Ack:
         self.served[message.model, message.version] = message
         return Ack()
 
-    async def on_retire_version(self, message: RetireVersion, envelope: Envelope) -> Ack:
+    async def on_retire_version(self, message: RetireVersion, envelope: Envelope
+                                ) -> Ack | Retired:
+        if not message.wait:  # nothing is ever in flight here
+            return Retired(False)
         self.retired.append(message)
         self.served.pop((message.model, message.version), None)
         return Ack()
 
     async def on_model_known(self, message: ModelKnown, envelope: Envelope) -> None:
-        self.known.append(message.model)
+        self.known.append((message.model, message.loading))
 
 
 class FakeExecutors(Actor):
@@ -284,7 +288,8 @@ async def test_a_failed_load_leaves_the_version_unavailable_with_its_reason(
         )
         assert await harness.entry("bad") == ("1", "UNAVAILABLE", "the backend says no")
         assert ("bad", 1) not in harness.scheduler.served
-        assert harness.scheduler.known == ["bad"]  # its requests hear it is not available
+        # Its requests hear it is not available: while it loads, and after.
+        assert harness.scheduler.known == [("bad", (1,)), ("bad", ())]
 
 
 async def test_a_load_of_an_unknown_model_leaves_no_trace(tmp_path: Path) -> None:

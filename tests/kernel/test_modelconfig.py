@@ -318,8 +318,6 @@ def test_a_normal_config_validates() -> None:
          "'dynamic_batching.preferred_batch_size' 16 must be <= max_batch_size (8)"),
         ("dynamic_batching { preferred_batch_size: [ 0 ] }",
          "'dynamic_batching.preferred_batch_size' 0 must be > 0"),
-        ("dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
-         "'dynamic_batching.default_priority_level' must be in [1, 2], got 3"),
         ('instance_group [ { count: -2 } ]', "has 'count' -2"),
         ('instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]', "has kind KIND_CPU but lists 'gpus'"),
         ("version_policy { specific { versions: [ -1 ] } }",
@@ -336,6 +334,34 @@ def test_validation_failures_name_model_and_field(change: str, expected: str) ->
     message = invalid(normalize(config, folder_name="simple", backends=registry()))
     assert message.startswith("model 'simple': ")
     assert expected in message
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+         "default priority level must be in range [1, 2] for simple"),
+        ("dynamic_batching { priority_levels: 2 }",
+         "default priority level must be in range [1, 2] for simple"),
+        ("dynamic_batching { priority_levels: 2 default_priority_level: 1 "
+         "priority_queue_policy { key: 3 value { max_queue_size: 1 } } }",
+         "priority queue policy must have priority level in range [1, 2] for simple"),
+        ("dynamic_batching { priority_levels: 2 default_priority_level: 1 "
+         "preserve_ordering: true }",
+         "Only one priority level is allowed when 'preserve_ordering' is true for simple"),
+        ("dynamic_batching { preserve_ordering: true default_queue_policy { "
+         "timeout_action: DELAY default_timeout_microseconds: 100 } }",
+         "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true "
+         "for simple"),
+        ("dynamic_batching { default_queue_policy { timeout_action: 7 } }",
+         "model 'simple': unknown timeout_action 7 in dynamic_batching.default_queue_policy "
+         "(REJECT or DELAY)"),
+    ],
+)
+def test_queue_policies_are_refused_in_tritons_words(change: str, expected: str) -> None:
+    config = parse_config_text(SIMPLE, "c")
+    text_format.Merge(change, config)
+    assert invalid(normalize(config, folder_name="simple", backends=registry())) == expected
 
 
 def test_missing_backend_and_platform() -> None:

@@ -332,6 +332,8 @@ def test_error_response_fails_only_its_request(tmp_path: Path) -> None:
 
 
 def test_exception_in_execute_fails_every_request_of_the_call(tmp_path: Path) -> None:
+    """In Triton's python backend's words: the instance, then the exception as pybind11
+    words it, with the model's frames after "At:"."""
     _, instance = load(tmp_path, "raising", ONE_IO_CONFIG.format(name="raising"), RAISING_MODEL)
     results = instance.execute([request("raising", fp32("IN", [1])),
                                 request("raising", fp32("IN", [2]))])
@@ -339,7 +341,8 @@ def test_exception_in_execute_fails_every_request_of_the_call(tmp_path: Path) ->
     for result in results:
         assert isinstance(result, InferdError) and result.code == ErrorCode.INTERNAL
         assert result.message == (
-            "Failed to process the request(s) for model 'raising', message: ValueError: boom"
+            "Failed to process the request(s) for model 'raising_0_0', message: "
+            f"ValueError: boom\n\nAt:\n  {tmp_path / 'raising' / '1' / 'model.py'}(7): execute\n"
         )
     instance.close()
 

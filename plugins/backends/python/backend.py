@@ -39,6 +39,7 @@ from inferd.kernel.backend import Backend, Emit, Instance, Model, ModelContext
 from inferd.kernel.modelconfig import config_to_json
 from inferd.plugins.backends.python import scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
+from inferd.plugins.backends.python.pb_errors import exception_text
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import config_type_to_datatype
@@ -212,19 +213,21 @@ class PythonModel(Model):
                                              self.context.infer_stream)
         if instance_scope.infer is not None:
             scope.set_process_default(instance_scope)
+        args = instance_args(self.config, self.context, index)
         try:
             triton_model = getattr(module, MODEL_CLASS_NAME)()
             initialize = getattr(triton_model, "initialize", None)
             if initialize is not None:
                 with scope.bound(instance_scope):
-                    initialize(instance_args(self.config, self.context, index))
+                    initialize(args)
         except Exception as error:
             forget_module(module)
             raise InvalidArgument(
                 f"model '{self.context.name}': initialize failed: "
                 f"{type(error).__name__}: {error}"
             ) from error
-        return PythonInstance(self, triton_model, module, instance_scope)
+        return PythonInstance(self, triton_model, module, instance_scope,
+                              args["model_instance_name"])
 
     def unload(self) -> None:
         if self._spare_module is not None:
@@ -233,24 +236,27 @@ class PythonModel(Model):
 
     # ------------------------------------------------------------------ responses
 
-    def failure(self, problem: str) -> Internal:
+    @staticmethod
+    def failure(instance: str, problem: str) -> Internal:
+        """Triton's python backend names the instance (``<model>_<group>_<index>``)."""
         return Internal(
-            f"Failed to process the request(s) for model '{self.context.name}', "
-            f"message: {problem}"
+            f"Failed to process the request(s) for model '{instance}', message: {problem}"
         )
 
     def results(
-        self, requests: Sequence[InferRequest], returned: Any
+        self, instance: str, requests: Sequence[InferRequest], returned: Any
     ) -> list[InferResponse | InferdError]:
         """One response or error per request from what ``execute`` returned."""
         count = len(requests)
         if not isinstance(returned, (list, tuple)):
             failure = self.failure(
+                instance,
                 f"Expected a list in the execute return, found type '{type(returned)}'."
             )
             return [failure] * count
         if len(returned) != count:
             failure = self.failure(
+                instance,
                 "Number of InferenceResponse objects do not match the number of "
                 f"InferenceRequest objects. InferenceRequest(s) size is:{count}, and "
                 f"InferenceResponse(s) size is:{len(returned)}"
@@ -259,20 +265,22 @@ class PythonModel(Model):
         for response in returned:
             if response is not None and not isinstance(response, pb_utils.InferenceResponse):
                 failure = self.failure(
+                    instance,
                     "Expected an 'InferenceResponse' object in the execute function return "
                     f"list, found type '{type(response)}'."
                 )
                 return [failure] * count
         return [
-            self.result(request, response)
+            self.result(instance, request, response)
             for request, response in zip(requests, returned, strict=True)
         ]
 
     def result(
-        self, request: InferRequest, response: pb_utils.InferenceResponse | None
+        self, instance: str, request: InferRequest, response: pb_utils.InferenceResponse | None
     ) -> InferResponse | InferdError:
         if response is None:
-            return self.failure("execute returned None for a request instead of its response")
+            return self.failure(instance,
+                                "execute returned None for a request instead of its response")
         error = response.error()
         if error is not None:
             return error.to_inferd()
@@ -284,7 +292,7 @@ class PythonModel(Model):
                 if tensor is not None:
                     outputs.append(tensor.to_inferd(self.output_datatypes.get(name)))
         except InferdError as problem:
-            return self.failure(problem.message)
+            return self.failure(instance, problem.message)
         return InferResponse(
             model=self.context.name,
             version=self.version,
@@ -305,8 +313,10 @@ class PythonInstance(Instance):
         triton_model: Any,
         module: ModuleType,
         instance_scope: scope.InstanceScope,
+        name: str,
     ) -> None:
         self._model = model
+        self._name = name
         self._triton_model = triton_model
         self._module = module
         self._scope = instance_scope
@@ -329,12 +339,11 @@ class PythonInstance(Instance):
                 if inspect.isawaitable(returned):
                     returned = self._event_loop().run_until_complete(returned)
         except Exception as error:  # noqa: BLE001 - Triton fails the whole call
-            log.error("model '%s' failed to execute %d request(s)", model.context.name,
-                      len(requests), exc_info=error)
-            failure = model.failure(f"{type(error).__name__}: {error}")
+            failure = model.failure(self._name, exception_text(error))
+            log.error("%s", failure.message)  # as Triton's python backend logs it
             return [failure] * len(requests)
         executed = time.perf_counter_ns()
-        results = model.results(requests, returned)
+        results = model.results(self._name, requests, returned)
         # As Triton's python backend reports them: making the requests, execute, the outputs.
         self.phase_ns = (prepared - started, executed - prepared,
                          time.perf_counter_ns() - executed)
@@ -360,18 +369,19 @@ class PythonInstance(Instance):
                 if inspect.isawaitable(returned):
                     returned = self._event_loop().run_until_complete(returned)
         except Exception as error:  # noqa: BLE001 - Triton fails the requests still open
-            log.error("model '%s' failed to execute %d request(s)", model.context.name,
-                      len(requests), exc_info=error)
-            self._close_open(senders, emit, model.failure(f"{type(error).__name__}: {error}"))
+            failure = model.failure(self._name, exception_text(error))
+            log.error("%s", failure.message)
+            self._close_open(senders, emit, failure)
             return
         if returned is not None:
             self._close_open(senders, emit, model.failure(
+                self._name,
                 "Python model '" + model.context.name + "' is using the decoupled mode and "
                 "the execute function must return None."))
 
     def _send(self, emit: Emit, index: int, request: InferRequest,
               response: pb_utils.InferenceResponse | None, final: bool) -> None:
-        result = None if response is None else self._model.result(request, response)
+        result = None if response is None else self._model.result(self._name, request, response)
         emit(index, result, final)
 
     @staticmethod

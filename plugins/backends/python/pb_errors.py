@@ -3,12 +3,17 @@ map to inferd's.
 
 A ``TritonError`` in a response fails that one request with its message and the status
 Triton's frontends give its code; inferd errors coming back from a BLS call become
-``TritonError``s the same way round. Pure: no I/O.
+``TritonError``s the same way round. An exception out of model code is worded as Triton's
+python backend words it (``exception_text``). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import traceback
+from itertools import dropwhile
+from pathlib import Path
 
 from inferd.protocols.errors import ErrorCode, InferdError
 
@@ -97,3 +102,22 @@ _TRITON_CODES: dict[ErrorCode, _ErrorCode] = {
     ErrorCode.DEADLINE_EXCEEDED: _ErrorCode.UNAVAILABLE,
     ErrorCode.ALREADY_EXISTS: _ErrorCode.ALREADY_EXISTS,
 }
+
+
+# The frames above the model's own: this backend's and the event loop's of ``async def``.
+_SERVER_FOLDERS = tuple({str(Path(__file__).parent), str(Path(__file__).resolve().parent),
+                         str(Path(asyncio.__file__).parent)})
+
+
+def exception_text(error: BaseException) -> str:
+    """``error`` as Triton's python backend reports an exception out of model code (the
+    text pybind11 gives it): ``Type: message``, then "At:" and one line per frame of the
+    model's code, innermost first, as ``  file(line): function``."""
+    text = f"{type(error).__name__}: {error}" if str(error) else (
+        f"{type(error).__name__}: <EMPTY MESSAGE>")
+    frames = list(dropwhile(lambda frame: frame.filename.startswith(_SERVER_FOLDERS),
+                            traceback.extract_tb(error.__traceback__)))
+    if frames:
+        text += "\n\nAt:\n" + "".join(
+            f"  {frame.filename}({frame.lineno}): {frame.name}\n" for frame in reversed(frames))
+    return text

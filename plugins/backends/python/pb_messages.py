@@ -22,6 +22,8 @@ from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferRequest, InferResponse
 
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 
 
@@ -176,7 +178,14 @@ class InferenceRequest:
         """The request ``execute`` sees; ``output_names`` are the outputs to produce (Triton
         lists every output when the client names none)."""
         version = int(request.version) if request.version.isdigit() else -1
-        sequence_id = request.parameters.get("sequence_id", 0)
+        parameters = request.parameters
+        sequence_id = parameters.get("sequence_id", 0)
+        # Triton's request flags: what the client said of its sequence (a null request of
+        # the sequence batcher has no parameters, so no flags, as in Triton).
+        flags = ((TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if parameters.get("sequence_start")
+                  else 0)
+                 | (TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if parameters.get("sequence_end")
+                    else 0))
         received = cls(
             request_id=request.id,
             correlation_id=sequence_id if isinstance(sequence_id, (int, str)) else 0,
@@ -184,6 +193,7 @@ class InferenceRequest:
             requested_output_names=request.outputs or output_names,
             model_name=request.model,
             model_version=version,
+            flags=flags,
             timeout=request.timeout_us,
         )
         received._parameters = dict(request.parameters)  # what the client sent, unchecked

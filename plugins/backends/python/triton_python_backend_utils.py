@@ -24,6 +24,8 @@ from inferd.plugins.backends.python import scope
 from inferd.plugins.backends.python.model_config import ModelConfig
 from inferd.plugins.backends.python.pb_errors import TritonError, TritonModelException
 from inferd.plugins.backends.python.pb_messages import (
+    TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
+    TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
     TRITONSERVER_REQUEST_RELEASE_ALL,
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     InferenceRequest,
@@ -82,8 +84,6 @@ TRITON_STRING_TO_NUMPY: dict[str, Any] = {
 
 _DATATYPE_BY_TRITON_NUMBER = {number: name for name, number in TRITON_TYPE_NUMBERS.items()}
 
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 

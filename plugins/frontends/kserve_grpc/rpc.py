@@ -1,7 +1,8 @@
 """How one unary RPC of the KServe gRPC frontend ends: ``async with Rpc(context, name):`` sets
 the request's log context and, when the RPC raised, aborts it with the gRPC status the
 error's code maps to (``inferd.protocols.errors``), INTERNAL for any other exception, and
-writes the request's one error line (``inferd.kernel.request_log``). The one place this
+writes the request's one error line (``inferd.kernel.request_log``); with verbose logging each
+call's opening line is Triton's (``log_call``). The one place this
 frontend turns exceptions into statuses; a stream request's failure is a response instead
 (``streams``). It knows nothing of what the RPC does.
 """
@@ -9,6 +10,8 @@ frontend turns exceptions into statuses; a stream request's failure is a respons
 from __future__ import annotations
 
 import contextvars
+import itertools
+import logging
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +21,19 @@ import grpc.aio
 from inferd.kernel import log_context
 from inferd.kernel.request_log import request_failed
 from inferd.protocols.errors import InferdError, grpc_status_name, http_status
+
+log = logging.getLogger(__name__)
+# Triton's handler names where they are not the RPC's own, for its verbose line per call.
+_HANDLER_NAMES = {"ModelInfer": "ModelInferHandler", "ModelStreamInfer": "ModelStreamInferHandler",
+                  "LogSettings": "Logging", "TraceSetting": "Trace"}
+_call_ids = itertools.count()
+
+
+def log_call(name: str) -> None:
+    """With ``log_verbose_level`` 1 and up, the line Triton logs as each call starts."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("Process for %s, rpc_ok=1, %d step START", _HANDLER_NAMES.get(name, name),
+                  next(_call_ids))
 
 
 class Rpc:
@@ -30,6 +46,7 @@ class Rpc:
         self._token: contextvars.Token[log_context.RequestContext | None] | None = None
 
     async def __aenter__(self) -> None:
+        log_call(self._name)
         self._token = log_context.CURRENT.set(log_context.RequestContext("gRPC", self._name))
 
     async def __aexit__(

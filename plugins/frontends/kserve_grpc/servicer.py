@@ -20,7 +20,7 @@ import anyio.lowlevel
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.kernel.tracing import traced
-from inferd.plugins.frontends.kserve_grpc.rpc import Rpc
+from inferd.plugins.frontends.kserve_grpc.rpc import Rpc, log_call
 from inferd.plugins.frontends.kserve_grpc.service import LARGE_MESSAGE_BYTES
 from inferd.plugins.frontends.kserve_grpc.streams import STREAM_WINDOW, StreamSlot, stream_answer
 from inferd.protocols import kserve_grpc as convert
@@ -173,6 +173,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             return response
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
+        log_call("ModelStreamInfer")
         # Requests run concurrently; their responses are written in request order (a
         # decoupled model's as they come, once the requests before it have finished).
         send, receive = anyio.create_memory_object_stream[StreamSlot](STREAM_WINDOW)

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from inferd.kernel.dataplane import DataPlane
 
 logger = logging.getLogger(__name__)
+# The numbers libevhtp gives these methods, which Triton's verbose request line prints.
+_EVHTP_METHODS = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4}
 # Responses smaller than this are written in one piece; larger ones part by part, so tensor
 # buffers are never copied into one big bytes object.
 JOIN_BODY_BELOW = 256 * 1024
@@ -119,6 +121,9 @@ class KserveHttpApp:
 
     async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
         path = bytes(scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        if logger.isEnabledFor(logging.DEBUG):  # log_verbose_level 1 and up: Triton's line
+            method = scope["method"]
+            logger.debug("HTTP request: %s %s", _EVHTP_METHODS.get(method, method), path)
         route = match(path)
         if route is None:
             return failed(404, "Not Found")

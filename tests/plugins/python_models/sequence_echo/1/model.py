@@ -1,7 +1,8 @@
 # A sequence model that shows what the sequence batcher hands it: per request, the running
 # sum of INPUT over its sequence (kept in the model, by correlation id: the batcher binds a
 # sequence to one instance), the control values it received (START, END, READY, CORRID), and
-# how many requests the execute call got (null requests of the direct strategy included).
+# how many requests the execute call got (null requests of the direct strategy included),
+# and request.flags() beside pb_utils' START and END flag constants.
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -35,6 +36,10 @@ class TritonPythonModel:
                 "READY_SEEN": np.array([[ready]], np.bool_),
                 "CORRID_SEEN": np.array([[str(corrid).encode()]], np.object_),
                 "BATCH": np.array([[len(requests)]], np.int32),
+                "FLAGS_SEEN": np.array([[request.flags(),
+                                         pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+                                         pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END]],
+                                       np.int32),
             }
             responses.append(pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()]))
