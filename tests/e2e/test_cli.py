@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle, free_port
 
-from tests.e2e.conftest import InferdHarness, ServerHandle, free_port
 
 INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
 PROTOCOLS = ("tcp", "http", "grpc")

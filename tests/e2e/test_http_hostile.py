@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import ServerHandle
 
-ServerHandle = Any  # tests/e2e/conftest.py is not importable as a module
 TIMEOUT_SECS = 1.0
 CAP = 12
 WAIT_SECS = 10.0  # the longest any single wait here may take

@@ -30,11 +30,9 @@ import tritonclient.grpc.aio as aiogrpcclient
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 LIVE_TIMEOUT_SECS = 30.0
 

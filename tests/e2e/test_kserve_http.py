@@ -32,10 +32,8 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 SMALL_LIMIT = 64 * 1024
 
 # datatype -> ONNX element type; BF16 is not here: onnxruntime's Python binding has no

@@ -27,9 +27,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.protocols.client import Client
 from inferd.protocols.errors import InferdError
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 WAIT_SECS = 30.0
 # A value no log line has any reason to hold, unless it leaked a tensor's data.
 DISTINCTIVE = 918273645

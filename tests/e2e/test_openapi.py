@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import fuzz_http  # noqa: E402
 import reliability_repository  # noqa: E402
+from tests.e2e.inferd_harness import ServerHandle  # noqa: E402
 
-ServerHandle = Any  # tests/e2e/conftest.py is not importable as a module
 FUZZ_SECS = 45  # the bounded run's generation budget; the whole test stays near a minute
 
 

@@ -21,13 +21,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-x509 = pytest.importorskip("cryptography.x509")
+from tests.services import import_or_missing
+
+x509 = import_or_missing("cryptography.x509", "pip install cryptography; make setup installs it")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 EXIT_SECS = 60.0
 
 
