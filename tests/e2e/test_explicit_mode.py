@@ -6,7 +6,6 @@ test reads the index before any load, so it must stay first."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from inferd.protocols.client import Client
 from inferd.protocols.errors import InvalidArgument, NotFound
 from inferd.protocols.messages import IndexEntry
+from tests.e2e.inferd_harness import wait_for, wait_started
 
 # The typo is on line 2, column 1.
 BAD_CONFIG = 'name: "misspelt"\nmax_bach_size: 8\nplatform: "onnxruntime_onnx"\n'
@@ -182,7 +182,9 @@ def test_a_failed_load_of_an_unknown_model_leaves_no_index_entry(client: Client)
 
 def test_while_an_unload_waits_for_a_request_the_index_says_unloading(
         inferd: Any) -> None:
-    slow = inferd.testing_config("slowpoke", "slow", delay_ms="1500")
+    started, release = inferd.folder / "slowpoke.started", inferd.folder / "slowpoke.release"
+    slow = inferd.testing_config("slowpoke", "slow", delay_ms="30000", started_file=str(started),
+                                 release_file=str(release))
     server = inferd.start(inferd.repository(configs={"slowpoke": slow}),
                           "--model-control-mode", "explicit", "--load-model", "slowpoke")
     seen: list[str] = []
@@ -197,16 +199,19 @@ def test_while_an_unload_waits_for_a_request_the_index_says_unloading(
 
     running = threading.Thread(target=infer)
     running.start()
-    time.sleep(0.3)  # the request is in the model now
+    wait_started(started, 1, server)  # the request is in the model, held there
     unloading = threading.Thread(target=unload)
     unloading.start()
     with server.client(timeout=30) as client:
-        deadline = time.monotonic() + 10
-        while unloading.is_alive() and time.monotonic() < deadline:
-            seen += [entry.state for entry in index_entry(client, "slowpoke")]
-            time.sleep(0.05)
-        running.join(10)
-        unloading.join(10)
-        assert "UNLOADING" in seen, seen
+        def unloading_seen() -> bool:
+            seen.extend(entry.state for entry in index_entry(client, "slowpoke"))
+            return "UNLOADING" in seen
+
+        wait_for(unloading_seen, "the index to say UNLOADING", server)
+        assert unloading.is_alive()  # the unload waits for the held request
+        release.touch()
+        running.join(30)
+        unloading.join(30)
+        assert not running.is_alive() and not unloading.is_alive()
         assert index_entry(client, "slowpoke") == [
             IndexEntry("slowpoke", "1", "UNAVAILABLE", "unloaded")]
