@@ -67,15 +67,25 @@ class _OutOfTime(Exception):
 @dataclass
 class Tally:
     cases: int = 0
+    negative: int = 0  # of the cases, those off the description
     failures: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Run:
+    """Every operation's tally, and whether the time budget cut the run short."""
+
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    out_of_time: bool = False
+
+
 def fuzz(base_url: str, max_examples: int, time_budget: float, models: tuple[str, ...],
-         seed: int | None) -> dict[str, Tally]:
+         seed: int | None) -> Run:
     schema = schemathesis.openapi.from_path(str(DESCRIPTION))
     session = requests.Session()
     deadline = time.monotonic() + time_budget
-    tallies: dict[str, Tally] = {}
+    result = Run()
+    tallies = result.tallies
     operations = [result.ok() for result in schema.get_all_operations()]
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
         for operation in operations:
@@ -87,19 +97,20 @@ def fuzz(base_url: str, max_examples: int, time_budget: float, models: tuple[str
                 strategies += [operation.as_strategy(mode, path_parameters={"model": model})
                                for model in models]
             run = _runner(st.one_of(strategies), base_url, session, tally, deadline,
-                          max_examples, seed)
+                          max_examples, seed, negative=mode == GenerationMode.NEGATIVE)
             try:
                 run()
             except _OutOfTime:
-                return tallies
+                result.out_of_time = True
+                return result
             except Unsatisfiable:
                 continue  # nothing to negate: an operation without parameters or body
-    return tallies
+    return result
 
 
 def _runner(strategy: st.SearchStrategy[Any], base_url: str, session: requests.Session,
             tally: Tally, deadline: float, max_examples: int,
-            seed: int | None) -> Callable[[], None]:
+            seed: int | None, negative: bool) -> Callable[[], None]:
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.explicit, Phase.generate], derandomize=seed is not None,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
@@ -109,6 +120,7 @@ def _runner(strategy: st.SearchStrategy[Any], base_url: str, session: requests.S
         if time.monotonic() > deadline:
             raise _OutOfTime
         tally.cases += 1
+        tally.negative += negative
         try:
             response = case.call(base_url=base_url, session=session,
                                  timeout=REQUEST_TIMEOUT_SECS)
@@ -132,7 +144,8 @@ def is_live(base_url: str) -> bool:
         return False
 
 
-def report(tallies: dict[str, Tally], elapsed: float, live: bool) -> tuple[int, int]:
+def report(run: Run, elapsed: float, live: bool) -> tuple[int, int]:
+    tallies = run.tallies
     cases = sum(t.cases for t in tallies.values())
     failures = sum(len(t.failures) for t in tallies.values())
     width = max(len(label) for label in tallies)
@@ -145,7 +158,11 @@ def report(tallies: dict[str, Tally], elapsed: float, live: bool) -> tuple[int, 
         print("\nFAILURE " + failure)
     print(f"\nschemathesis: {cases} cases tried, {failures} failures found, "
           f"{len(tallies)} operations, {elapsed:.0f} s; server live after: {live}")
-    print(json.dumps({"cases": cases, "failures": failures, "live": live}))
+    if run.out_of_time:
+        print("the time budget ran out before every operation and mode was tried")
+    print(json.dumps({"cases": cases, "failures": failures, "live": live,
+                      "negative": sum(t.negative for t in tallies.values()),
+                      "operations": len(tallies), "out_of_time": run.out_of_time}))
     return cases, failures
 
 
@@ -183,9 +200,8 @@ def main() -> int:
 
 def _run(base_url: str, arguments: argparse.Namespace, models: tuple[str, ...]) -> int:
     started = time.monotonic()
-    tallies = fuzz(base_url, arguments.max_examples, arguments.time_budget, models,
-                   arguments.seed)
-    _, failures = report(tallies, time.monotonic() - started, live := is_live(base_url))
+    run = fuzz(base_url, arguments.max_examples, arguments.time_budget, models, arguments.seed)
+    _, failures = report(run, time.monotonic() - started, live := is_live(base_url))
     return 0 if failures == 0 and live else 1
 
 

@@ -2,8 +2,11 @@
 while it runs, and the removal of the folders of servers that died without removing theirs.
 
 The folder is ``$TMPDIR/inferd-<pid>-<random>/`` (``tempfile.gettempdir()``, mode 0700). It
-holds the ZeroMQ IPC socket its executors connect to (``hub``) and the private folders of
-loads with file overrides (``overrides/``). The server removes it at exit; a server killed
+holds the ZeroMQ IPC socket its executors connect to (``hub``), the private folders of
+loads with file overrides (``overrides/``) and ``tmp/``, which ``hold_temporary_files`` makes
+the ``$TMPDIR`` of the server and of every process it starts, so what frameworks and libraries
+write there (onnxruntime, torch, the python backend's stubs) goes with the run folder rather
+than being left in the user's ``$TMPDIR``. The server removes it at exit; a server killed
 with SIGKILL cannot, so every start removes the run folders, owned by this user, whose pid no
 longer names a live process. A folder whose pid is alive is left alone, even if that pid now
 belongs to another program: removing too little is the safe mistake.
@@ -23,6 +26,7 @@ log = logging.getLogger(__name__)
 PREFIX = "inferd-"
 HUB_SOCKET = "hub"
 OVERRIDES = "overrides"
+TEMPORARY = "tmp"
 _RUN_FOLDER = re.compile(re.escape(PREFIX) + r"([0-9]+)-[A-Za-z0-9_]+")
 
 
@@ -34,6 +38,16 @@ def create_run_folder(parent: str | Path | None = None) -> Path:
         log.info("removed %d run folder(s) left by servers that died: %s", len(removed),
                  ", ".join(str(folder) for folder in removed))
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent))
+
+
+def hold_temporary_files(run_folder: Path) -> Path:
+    """Make ``run_folder/tmp`` this process's temporary folder: ``$TMPDIR`` (read by native
+    libraries, and inherited by the executors this process starts) and ``tempfile``'s own."""
+    folder = run_folder / TEMPORARY
+    folder.mkdir(mode=0o700)
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    return folder
 
 
 def remove_stale_run_folders(parent: str | Path) -> list[Path]:

@@ -34,7 +34,12 @@ from inferd.kernel.plugins import Plugins
 from inferd.kernel.response_cache import CacheUnavailable, ResponseCache, open_cache
 from inferd.kernel.process_link import LinkMemory, ProcessLink
 from inferd.kernel.router import Router
-from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
+from inferd.kernel.run_folder import (
+    HUB_SOCKET,
+    OVERRIDES,
+    create_run_folder,
+    hold_temporary_files,
+)
 from inferd.kernel.settings import Settings
 from inferd.kernel.tracing import tracer_from_options
 from inferd.protocols.messages import (
@@ -84,6 +89,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     router = Router("main")
     context = zmq.Context()
     run_folder = create_run_folder()
+    hold_temporary_files(run_folder)  # before any framework is imported, or executor started
     hub = f"ipc://{run_folder / HUB_SOCKET}"
     removed = link_memory.remove_stale()
     if removed:

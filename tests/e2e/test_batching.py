@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime
 import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 EXAMPLE = Path(__file__).resolve().parents[2] / "model_repository" / "mlp" / "1" / "model.onnx"
 REQUESTS = 48
 FEATURES = 64

@@ -34,9 +34,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.protocols.client import AsyncClient, Client
 from inferd.protocols.errors import DeadlineExceeded
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
 WAIT_SECS = 20.0
 

@@ -19,8 +19,8 @@ import tritonclient.http as httpclient
 
 from inferd.protocols.client import AsyncClient
 from inferd.protocols.messages import CatalogEntry, TensorSpec
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
 
-from .conftest import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
 
 HEADER = {"catalog-key": "let-me-in"}
 BARE_CATALOG = """\

@@ -8,9 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.conftest import S3Server
+from tests.services import S3Server
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, INFERD
 
-from .conftest import EXAMPLE_REPOSITORY, INFERD
 
 TIMEOUT_SECS = 120
 

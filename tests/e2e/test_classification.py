@@ -19,9 +19,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocols.errors import InferdError
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 
 LABELS = ["zero", "one", "", "three"]  # index 2 has an empty label: none is shown
 

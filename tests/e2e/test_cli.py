@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle, free_port
 
-from tests.e2e.conftest import InferdHarness, ServerHandle, free_port
 
 INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
 PROTOCOLS = ("tcp", "http", "grpc")
@@ -40,8 +40,10 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
     h = module_inferd
     repository = h.repository("simple", "mlp", "identity_fp32", configs={
         "slow": h.testing_config("slow", "slow_load", load_delay_ms="1500"),
-        **{f"slower_{protocol}": h.testing_config(f"slower_{protocol}", "slow_load",
-                                                  load_delay_ms="4000")
+        # Loads held until their release file exists (30 s at most).
+        **{f"slower_{protocol}": h.testing_config(
+            f"slower_{protocol}", "slow_load", load_delay_ms="30000",
+            release_file=str(h.folder / f"slower_{protocol}.release"))
            for protocol in PROTOCOLS},
         "broken": h.testing_config("broken", "fail_load", message="this model never loads"),
     })
@@ -106,10 +108,12 @@ def test_load_shows_its_progress_until_ready(server: ServerHandle, protocol: str
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_load_that_outlasts_its_timeout_exits_1(server: ServerHandle, protocol: str) -> None:
-    started = time.monotonic()
-    late = run("load", f"slower_{protocol}", "--timeout", "0.5", "--url", url(server, protocol))
+    try:  # the load is held until released: the command cannot have waited for its end
+        late = run("load", f"slower_{protocol}", "--timeout", "0.5", "--url",
+                   url(server, protocol))
+    finally:
+        (server.log_path.parents[1] / f"slower_{protocol}.release").touch()
     assert late.returncode == 1, late.stderr
-    assert time.monotonic() - started < 3.5  # well before the 4 s load ends
     assert late.stderr.splitlines()[-1] == (
         f"error: the load of slower_{protocol} did not end within 0.5 s (now LOADING "
         "(version 1); the server goes on loading it)")
@@ -232,7 +236,12 @@ def test_stats_count_what_ran(server: ServerHandle, protocol: str) -> None:
     assert now["inference_count"] == then["inference_count"] + 1
     assert now["execution_count"] == then["execution_count"] + 1
     assert now["fail"] == then["fail"]
-    assert now["avg_compute_us"] > 0 and now["avg_queue_us"] >= 0
+    # The averages are the server's statistics per success, in microseconds.
+    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(
+        "simple")["model_stats"][0]["inference_stats"]
+    assert now["avg_queue_us"] == stats["queue"]["ns"] / now["success"] / 1000 > 0
+    compute_ns = sum(stats[f"compute_{phase}"]["ns"] for phase in ("input", "infer", "output"))
+    assert now["avg_compute_us"] == compute_ns / now["success"] / 1000 > 0
     table = run("stats", "--url", url(server, protocol))
     assert table.returncode == 0, table.stderr
     rows = table_rows(table.stdout)

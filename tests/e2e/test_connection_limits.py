@@ -22,8 +22,8 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import ServerHandle
 
-ServerHandle = Any  # tests/e2e/conftest.py is not importable as a module
 TIMEOUT_SECS = 2.0
 CAP = 24
 CROWD = 90  # idle, stuck and trickling sockets together, well past the cap

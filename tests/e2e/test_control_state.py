@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.kernel.control_state import Entry, Record, digest, dump, parse
-from tests.e2e.conftest import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
 
 WAIT_SECS = 45.0
 POLL = "0.3"  # --model-control-state-poll-secs of the following replicas

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from inferd.kernel.devices import visible_gpus
+from tests.e2e.inferd_harness import InferdHarness
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
 EXAMPLES = Path(__file__).resolve().parents[2] / "model_repository"
 
 pytestmark = pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU")

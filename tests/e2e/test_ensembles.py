@@ -20,6 +20,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.inferd_harness import wait_for
+
 BRANCH_DELAY_MS = 300
 RELOAD_CLIENTS = 4
 
@@ -367,18 +369,21 @@ def test_reloading_a_composing_model_under_traffic_fails_no_request(
 ) -> None:
     stop = threading.Event()
     outcomes: list[str] = []
+    spans: list[tuple[float, float]] = []  # each request's (start, end), to show it overlapped
     not_ready: list[str] = []
 
     def send(module: Any, url: str, seed: int) -> None:
         client = module.InferenceServerClient(url)
         a, b = sample(seed=seed)
         while not stop.is_set():
+            start = time.monotonic()
             try:
                 result = client.infer("chain", ab_inputs(module, a, b))
                 good = np.array_equal(result.as_numpy("OUT_SUM"), 2 * a)
                 outcomes.append("ok" if good else "wrong result")
             except InferenceServerException as error:
                 outcomes.append(f"{error.status()}: {error.message()}")
+            spans.append((start, time.monotonic()))
 
     def watch() -> None:
         client = httpclient.InferenceServerClient(server.http_url)
@@ -391,25 +396,36 @@ def test_reloading_a_composing_model_under_traffic_fails_no_request(
     threads = [threading.Thread(target=send, args=(*urls[i % 2], i)) for i in range(RELOAD_CLIENTS)]
     threads.append(threading.Thread(target=watch))
     simple = repository / "simple"
+    loads: list[tuple[float, float]] = []
+
+    def load() -> None:
+        start = time.monotonic()
+        http.load_model("simple")
+        loads.append((start, time.monotonic()))
+        answered = len(spans)  # the clients go on past the load before the next change
+        wait_for(lambda: len(spans) >= answered + RELOAD_CLIENTS, "requests after a load")
+
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.3)
+        wait_for(lambda: len(spans) >= RELOAD_CLIENTS, "the clients' first requests")
         shutil.copytree(simple / "1", simple / "2")
-        http.load_model("simple")  # a new version: 2 replaces 1
+        load()  # a new version: 2 replaces 1
         config = simple / "config.pbtxt"
         config.write_text(config.read_text() + "dynamic_batching { }\n")
-        http.load_model("simple")  # a config change of version 2
+        load()  # a config change of version 2
         shutil.copytree(simple / "1", simple / "3")
-        http.load_model("simple")  # version 3 replaces 2
-        time.sleep(0.3)
+        load()  # version 3 replaces 2
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=30)
     failures = [outcome for outcome in outcomes if outcome != "ok"]
     assert not failures, f"{len(failures)} of {len(outcomes)} requests failed: {failures[:5]}"
-    assert len(outcomes) > 3 * RELOAD_CLIENTS, "the clients hardly sent anything"
+    # Each load had requests in flight: started before it ended, answered after it began.
+    overlapping = [sum(1 for start, end in spans if start < load_end and end > load_start)
+                   for load_start, load_end in loads]
+    assert all(overlapping), f"requests in flight during each load: {overlapping}"
     assert not not_ready, f"chain was not READY {len(not_ready)} times: {not_ready[:5]}"
     versions = [(e["version"], e["state"]) for e in http.get_model_repository_index()
                 if e["name"] == "simple"]

@@ -11,13 +11,13 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
+from tests.e2e.inferd_harness import InferdHarness
+
 PROBE = "inferd_env_probe"
 MODEL = f"""\
 import sys

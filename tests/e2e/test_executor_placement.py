@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import urllib.request
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,9 +17,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.protocols.errors import InvalidArgument
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle, wait_for
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 WAIT_SECS = 60.0
 ONES = np.ones((1, 16), np.int32)
 
@@ -82,16 +79,10 @@ def test_cpu_executor_process_contains_a_crash(inferd: InferdHarness) -> None:
 
     os.kill(executor_pid(server, "executor/cpu0"), signal.SIGKILL)
 
+    wait_for(lambda: started_executors(server) == ["executor/cpu0"] * 2,
+             "executor/cpu0 restarted", server, WAIT_SECS)
     with server.client(timeout=WAIT_SECS) as client:
-        deadline = time.monotonic() + WAIT_SECS
-        while started_executors(server) != ["executor/cpu0", "executor/cpu0"]:
-            if time.monotonic() > deadline:
-                pytest.fail(f"executor/cpu0 was not restarted; log:\n{server.log()}")
-            time.sleep(0.05)
-        while not client.is_model_ready("simple"):
-            if time.monotonic() > deadline:
-                pytest.fail(f"simple did not come back; log:\n{server.log()}")
-            time.sleep(0.05)
+        wait_for(lambda: client.is_model_ready("simple"), "simple READY again", server, WAIT_SECS)
     assert server.process.poll() is None  # the server itself never went
     simple_over_both(server)
 

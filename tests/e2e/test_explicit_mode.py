@@ -6,8 +6,6 @@ test reads the index before any load, so it must stay first."""
 from __future__ import annotations
 
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.protocols.client import Client
 from inferd.protocols.errors import InvalidArgument, NotFound
 from inferd.protocols.messages import IndexEntry
+from tests.e2e.inferd_harness import wait_for, wait_started
 
 # The typo is on line 2, column 1.
 BAD_CONFIG = 'name: "misspelt"\nmax_bach_size: 8\nplatform: "onnxruntime_onnx"\n'
@@ -189,8 +188,10 @@ def test_an_unload_answers_while_a_request_is_in_flight_and_the_index_says_unloa
     """As Triton's: the unload returns once the model takes no new request, its version
     UNLOADING in the index (over HTTP and gRPC) until the request in flight has its answer;
     then UNAVAILABLE, "unloaded". A new request meanwhile hears "has no available
-    versions"."""
-    slow = inferd.testing_config("slowpoke", "slow", delay_ms="2000")
+    versions". The request is held in the model (the testing backend's release_file)."""
+    started, release = inferd.folder / "slowpoke.started", inferd.folder / "slowpoke.release"
+    slow = inferd.testing_config("slowpoke", "slow", delay_ms="30000", started_file=str(started),
+                                 release_file=str(release))
     server = inferd.start(inferd.repository(configs={"slowpoke": slow}),
                           "--model-control-mode", "explicit", "--load-model", "slowpoke")
     http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
@@ -212,12 +213,7 @@ def test_an_unload_answers_while_a_request_is_in_flight_and_the_index_says_unloa
 
     running = threading.Thread(target=infer)
     running.start()
-    metrics = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
-    pending = 'nv_inference_pending_request_count{model="slowpoke",version="1"} 1'
-    deadline = time.monotonic() + 30
-    while pending not in urllib.request.urlopen(metrics, timeout=30).read().decode():
-        assert time.monotonic() < deadline and running.is_alive(), "the request never ran"
-        time.sleep(0.02)
+    wait_started(started, 1, server)  # the request is in the model, held there
 
     http.unload_model("slowpoke")
 
@@ -229,9 +225,8 @@ def test_an_unload_answers_while_a_request_is_in_flight_and_the_index_says_unloa
         grpc.infer("slowpoke", [tensor])
     assert (refused.value.status(), refused.value.message()) == (
         "StatusCode.NOT_FOUND", "Request for unknown model: 'slowpoke' has no available versions")
+    release.touch()
     running.join(30)
     assert answered == [[1.0, 1.0, 1.0, 1.0]]
-    deadline = time.monotonic() + 30
-    while states()[0] != [("1", "UNAVAILABLE", "unloaded")]:
-        assert time.monotonic() < deadline, states()
-        time.sleep(0.02)
+    wait_for(lambda: states()[0] == [("1", "UNAVAILABLE", "unloaded")],
+             "the index to say UNAVAILABLE, unloaded", server)

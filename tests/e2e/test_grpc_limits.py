@@ -23,10 +23,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import _utils as grpcclient_utils
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 
 LIMIT = 2**20
 DEFAULT_LIMIT = 64 * 2**20

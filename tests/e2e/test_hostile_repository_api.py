@@ -28,10 +28,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.protocols.client import Client
 from inferd.protocols.errors import InferdError
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 ZMQ_LIMIT = 1 << 20
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 

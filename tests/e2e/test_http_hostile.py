@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import ServerHandle, wait_for
 
-ServerHandle = Any  # tests/e2e/conftest.py is not importable as a module
 TIMEOUT_SECS = 1.0
 CAP = 12
 WAIT_SECS = 10.0  # the longest any single wait here may take
@@ -125,8 +125,8 @@ def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(server: Serve
     with connect(server) as sock:
         started = time.monotonic()
         data, state = read_until_closed(sock)
-    assert (data, state) == (b"", "closed")
-    assert TIMEOUT_SECS <= time.monotonic() - started < TIMEOUT_SECS + 3
+    assert (data, state) == (b"", "closed")  # closed, not left "open" past WAIT_SECS
+    assert time.monotonic() - started >= TIMEOUT_SECS
     assert_serves(server)
 
 
@@ -152,12 +152,10 @@ def test_the_head_timeout_runs_from_the_previous_response(server: ServerHandle) 
 def test_a_body_shorter_than_its_content_length_gets_408(server: ServerHandle) -> None:
     with connect(server) as sock:
         sock.sendall(infer_request()[:-10])
-        started = time.monotonic()
         data, state = read_until_closed(sock)
-    assert state == "closed"
+    assert state == "closed"  # closed, not left "open" past WAIT_SECS
     assert statuses(data) == [408]
     assert "--http-body-timeout-secs" in last_error(data)
-    assert time.monotonic() - started < TIMEOUT_SECS + 3
     assert_serves(server)
 
 
@@ -166,8 +164,10 @@ def test_a_body_that_keeps_coming_is_not_cut_off(server: ServerHandle) -> None:
     with connect(server) as sock:
         head_end = request.index(b"\r\n\r\n") + 4
         sock.sendall(request[:head_end])
-        for offset in range(head_end, len(request), 40):  # 40-byte pieces, 0.4 s apart
-            time.sleep(TIMEOUT_SECS * 0.4)
+        # 40-byte pieces, a quarter of the timeout apart: longer than it in all, never idle
+        # for as long as it (the client's pace is what is tested, not a wait for an event).
+        for offset in range(head_end, len(request), 40):
+            time.sleep(TIMEOUT_SECS * 0.25)
             sock.sendall(request[offset : offset + 40])
         data, state = read_until_closed(sock)
     assert statuses(data) == [200]
@@ -187,9 +187,10 @@ def test_at_the_cap_a_new_connection_replaces_the_longest_idle_one(
 ) -> None:
     held = []
     try:
-        for _ in range(CAP):
+        for _ in range(CAP):  # each answered once, in order: the first is the longest idle
             held.append(connect(capped))
-            time.sleep(0.02)  # in order: the first is the longest idle
+            held[-1].sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\n")
+            assert held[-1].recv(1 << 16).startswith(b"HTTP/1.1 200 ")
         with connect(capped) as newcomer:
             newcomer.sendall(infer_request())
             assert newcomer.recv(1 << 16).startswith(b"HTTP/1.1 200 ")
@@ -253,8 +254,10 @@ def test_metrics_connections_past_its_cap_are_refused(server: ServerHandle) -> N
 
     address = ("127.0.0.1", server.ports["metrics"])
     held = [socket.create_connection(address, timeout=WAIT_SECS) for _ in range(MAX_CONNECTIONS)]
-    try:
-        time.sleep(0.2)  # let the server register them before the excess arrives
+    port, clients = server.ports["metrics"], [sock.getsockname()[1] for sock in held]
+    try:  # the server has taken every one before the excess arrives
+        wait_for(lambda: all(server_holds(server, client, port) for client in clients),
+                 "the server to accept the connections", server)
         with socket.create_connection(address, timeout=WAIT_SECS) as excess:
             data, state = read_until_closed(excess)
         assert state in ("closed", "reset")
@@ -262,7 +265,8 @@ def test_metrics_connections_past_its_cap_are_refused(server: ServerHandle) -> N
     finally:
         for sock in held:
             sock.close()
-    time.sleep(0.2)
+    wait_for(lambda: not any(server_holds(server, client, port) for client in clients),
+             "the server to close them", server)
     metrics = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
     with urllib.request.urlopen(metrics, timeout=WAIT_SECS) as response:
         assert response.status == 200
@@ -339,12 +343,15 @@ def resident_bytes(server: ServerHandle) -> int:
     return int(found.group(1)) * 1024
 
 
-def server_holds(server: ServerHandle, sock: socket.socket) -> bool:
-    """Whether the server process still has ``sock``'s peer socket open. A socket the server
-    closed with unsent data lingers in the kernel (the client sees nothing until it reads)
-    but no longer belongs to a process: /proc/net/tcp shows it with inode 0."""
-    local = f":{server.ports['http']:04X}"
-    remote = f":{sock.getsockname()[1]:04X}"
+def server_holds(server: ServerHandle, sock: socket.socket | int, port: int | None = None
+                 ) -> bool:
+    """Whether the server process has the peer socket of ``sock`` (or of a client port) on
+    ``port`` (HTTP's by default) open. One not accepted yet, or one the server closed with
+    unsent data (it lingers in the kernel; the client sees nothing until it reads), belongs to
+    no process: /proc/net/tcp shows it with inode 0."""
+    local = f":{port or server.ports['http']:04X}"
+    client = sock if isinstance(sock, int) else sock.getsockname()[1]
+    remote = f":{client:04X}"
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         if fields[1].endswith(local) and fields[2].endswith(remote):

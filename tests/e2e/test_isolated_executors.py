@@ -16,9 +16,8 @@ import pytest
 from inferd.plugins.backends.testing.backends import CRASH_EXIT_STATUS
 from inferd.protocols.client import AsyncClient
 from inferd.protocols.errors import InvalidArgument, Unavailable
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 ISOLATED = 'parameters { key: "INFERD_EXECUTOR" value { string_value: "isolated" } }\n'
 WAIT_SECS = 30.0
 

@@ -15,7 +15,6 @@ import queue
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,9 @@ import tritonclient.grpc.aio as aiogrpcclient
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle, wait_for, wait_started
 
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 LIVE_TIMEOUT_SECS = 30.0
 
@@ -135,7 +132,11 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
             "failing": module_inferd.testing_config("failing", "fail"),
             "reloadable": module_inferd.testing_config("reloadable", "echo"),
             "identity_all": identity_all_config(),
-            "slow3": module_inferd.testing_config("slow3", "slow", instances=3, delay_ms="600"),
+            # Held (until slow3.release exists) so a test can see three running at once.
+            "slow3": module_inferd.testing_config(
+                "slow3", "slow", instances=3, delay_ms="30000",
+                started_file=str(module_inferd.folder / "slow3.started"),
+                release_file=str(module_inferd.folder / "slow3.release")),
         },
     )
     (root / "identity_all" / "1" / "model.onnx").write_bytes(identity_all_model())
@@ -594,20 +595,22 @@ def test_stream_infer_in_order_with_a_failure(server: ServerHandle) -> None:
 
 def test_stream_requests_run_concurrently(server: ServerHandle) -> None:
     results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    folder = server.log_path.parents[1]
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
-        started = time.monotonic()
         for index in range(3):
             values = np.full(4, index, np.float32)
             client.async_stream_infer("slow3", [infer_input("INPUT0", values, "FP32")],
                                       request_id=str(index))
+        # All three run at once, held on the model's three instances; one after another, the
+        # second would not start before the first was let go.
+        assert sorted(wait_started(folder / "slow3.started", 3, server)) == ["0", "1", "2"]
+        (folder / "slow3.release").touch()
         received = [results.get(timeout=30) for _ in range(3)]
-        elapsed = time.monotonic() - started
         # A request left in flight when the client cancels the stream harms nothing.
         client.async_stream_infer("slow3", [infer_input("INPUT0", values, "FP32")])
         client.stop_stream(cancel_requests=True)
     assert [result.get_response().id for result, _ in received] == ["0", "1", "2"]
-    assert elapsed < 1.5, f"three 0.6 s requests on three instances took {elapsed:.2f} s"
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         assert client.is_server_live()
 
@@ -824,7 +827,9 @@ def test_allow_grpc_false(inferd: InferdHarness) -> None:
 
 
 def test_shutdown_refuses_new_requests_and_finishes_in_flight(inferd: InferdHarness) -> None:
-    slow = inferd.testing_config("slow", "slow", delay_ms="2000")
+    started, release = inferd.folder / "slow.started", inferd.folder / "slow.release"
+    slow = inferd.testing_config("slow", "slow", delay_ms="30000", started_file=str(started),
+                                 release_file=str(release))
     server = inferd.start(inferd.repository(configs={"slow": slow}))
     outcome: dict[str, Any] = {}
 
@@ -835,15 +840,16 @@ def test_shutdown_refuses_new_requests_and_finishes_in_flight(inferd: InferdHarn
 
     thread = threading.Thread(target=in_flight)
     thread.start()
-    time.sleep(0.5)  # the request is now executing
+    wait_started(started, 1, server)  # the request is executing (held until released)
     server.process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    wait_for(lambda: "SIGTERM received: shutting down" in server.log(), "the shutdown", server)
     with (
         grpcclient.InferenceServerClient(server.grpc_url) as client,
         pytest.raises(InferenceServerException) as error,
     ):
         client.infer("slow", [infer_input("INPUT0", np.ones(4, np.float32), "FP32")])
     assert_error(error, "UNAVAILABLE", "server is shutting down")
+    release.touch()
     thread.join(30)
     np.testing.assert_array_equal(outcome["result"], np.ones(4, np.float32))
     assert server.wait_exit(30) == 0

@@ -18,7 +18,6 @@ import json
 import signal
 import socket
 import threading
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,10 +32,8 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle, wait_for, wait_started
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 SMALL_LIMIT = 64 * 1024
 
 # datatype -> ONNX element type; BF16 is not here: onnxruntime's Python binding has no
@@ -133,7 +130,11 @@ def small_server(module_inferd: InferdHarness) -> ServerHandle:
     """A server that takes bodies of at most ``SMALL_LIMIT`` bytes and has a slow model."""
     root = module_inferd.repository(
         "identity_fp32",
-        configs={"slow": module_inferd.testing_config("slow", "slow", delay_ms="1500")},
+        # Held until slow.release exists (the shutdown test lets it go).
+        configs={"slow": module_inferd.testing_config(
+            "slow", "slow", delay_ms="30000",
+            started_file=str(module_inferd.folder / "slow.started"),
+            release_file=str(module_inferd.folder / "slow.release"))},
     )
     server = module_inferd.start(root, f"--http-max-input-size={SMALL_LIMIT}")
     return server
@@ -845,17 +846,19 @@ def test_shutdown_refuses_new_requests_and_finishes_in_flight(small_server: Serv
             except Exception as error:  # noqa: BLE001 - reported by the assertion below
                 outcome["error"] = error
 
+    def refusal() -> tuple[int, str] | None:
+        try:
+            return raw_error(small_server, "GET", "/v2/health/live")
+        except (ConnectionError, json.JSONDecodeError):
+            return None
+
+    folder = small_server.log_path.parents[1]
     worker = threading.Thread(target=slow_request)
     worker.start()
-    time.sleep(0.5)  # the request is now running on the slow model (1.5 s)
+    wait_started(folder / "slow.started", 1, small_server)  # running, held until released
     small_server.process.send_signal(signal.SIGTERM)
-    refused = None
-    deadline = time.monotonic() + 5
-    while refused is None and time.monotonic() < deadline:
-        try:
-            refused = raw_error(small_server, "GET", "/v2/health/live")
-        except (ConnectionError, json.JSONDecodeError):
-            time.sleep(0.02)
+    refused = wait_for(refusal, "a refusal while shutting down", small_server)
+    (folder / "slow.release").touch()
     worker.join(30)
     assert refused == (503, "server is shutting down")
     assert "error" not in outcome, outcome.get("error")

@@ -10,15 +10,13 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 SHM_ROOT = Path("/dev/shm")
 ELEMENTS = 262_144  # FP32: 1 MiB
 WAIT_SECS = 20.0

@@ -29,9 +29,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 WAIT_SECS = 30.0
 DEFAULTS = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
             "log_verbose_level": 0, "log_format": "default"}

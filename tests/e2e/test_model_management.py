@@ -16,6 +16,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.inferd_harness import pending, started_batches, wait_for
+
 RELOADS = 20
 CLIENTS = 4
 
@@ -29,21 +31,24 @@ def simple_inputs(module: Any, value: int) -> list[Any]:
     return inputs
 
 
-def sender(module: Any, url: str, stop: threading.Event, outcomes: list[str]) -> Callable[[], None]:
+def sender(module: Any, url: str, stop: threading.Event, outcomes: list[str],
+           spans: list[tuple[float, float]]) -> Callable[[], None]:
     """A client sending ``simple`` requests back to back until ``stop``, recording each
-    outcome ("ok" or the error) in ``outcomes``."""
+    outcome ("ok" or the error) in ``outcomes`` and its (start, end) in ``spans``."""
 
     def run() -> None:
         client = module.InferenceServerClient(url)
         value = 0
         while not stop.is_set():
             value += 1
+            start = time.monotonic()
             try:
                 result = client.infer("simple", simple_inputs(module, value))
                 got = result.as_numpy("OUTPUT0")[0].tolist()
                 outcomes.append("ok" if got == [value + 1] * 16 else f"wrong sums {got}")
             except InferenceServerException as error:
                 outcomes.append(f"{error.status()}: {error.message()}")
+            spans.append((start, time.monotonic()))
 
     return run
 
@@ -68,14 +73,17 @@ def test_reloads_under_load_fail_no_request(inferd: Any) -> None:
                           "--load-model", "simple")
     stop = threading.Event()
     outcomes: list[str] = []
+    spans: list[tuple[float, float]] = []
+    loads: list[tuple[float, float]] = []
     unready: list[float] = []
     targets = [(httpclient, server.http_url), (grpcclient, server.grpc_url)] * (CLIENTS // 2)
-    threads = [threading.Thread(target=sender(module, url, stop, outcomes)) for module, url in targets]
+    threads = [threading.Thread(target=sender(module, url, stop, outcomes, spans))
+               for module, url in targets]
     threads.append(threading.Thread(target=readiness_watcher(server.http_url, stop, unready)))
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.5)
+        wait_for(lambda: len(spans) >= CLIENTS, "the clients' first requests", server)
         controls = [httpclient.InferenceServerClient(server.http_url),
                     grpcclient.InferenceServerClient(server.grpc_url)]
         for reload in range(RELOADS):
@@ -83,15 +91,21 @@ def test_reloads_under_load_fail_no_request(inferd: Any) -> None:
             # loads it again (a load that changes nothing keeps the version, as Triton).
             stamp = time.time_ns() + reload
             os.utime(model_file, ns=(stamp, stamp))
+            start = time.monotonic()
             controls[reload % 2].load_model("simple")
-        time.sleep(0.3)
+            loads.append((start, time.monotonic()))
+        answered = len(spans)
+        wait_for(lambda: len(spans) >= answered + CLIENTS, "requests after the reloads", server)
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=30)
     failures = [outcome for outcome in outcomes if outcome != "ok"]
     assert not failures, f"{len(failures)} of {len(outcomes)} requests failed: {failures[:5]}"
-    assert len(outcomes) > 4 * RELOADS, "the clients hardly sent anything during the reloads"
+    # Every reload had requests in flight: started before it ended, answered after it began.
+    overlapped = sum(any(start < end_ and end > start_ for start, end in spans)
+                     for start_, end_ in loads)
+    assert overlapped == RELOADS, f"only {overlapped} of {RELOADS} reloads had requests"
     assert not unready, "a reload made the server unready (SPEC 6.2)"
     with server.client() as client:
         assert [(e.version, e.state) for e in client.index() if e.name == "simple"] == [("1", "READY")]
@@ -125,17 +139,20 @@ def test_a_reload_with_a_bad_config_override_keeps_the_old_version(inferd: Any) 
 
 
 def test_a_load_that_outlives_the_load_timeout_is_unavailable(inferd: Any) -> None:
-    sleepy = inferd.testing_config("sleepy", "slow_load", load_delay_ms="4000")
+    release = inferd.folder / "sleepy.release"  # the load is held until it exists
+    sleepy = inferd.testing_config("sleepy", "slow_load", load_delay_ms="30000",
+                                   release_file=str(release))
     server = inferd.start(
         inferd.repository("simple", configs={"sleepy": sleepy}),
         "--model-control-mode", "explicit", "--load-model", "simple",
         "--model-load-timeout-secs", "1",
     )
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    started = time.monotonic()
-    with pytest.raises(InferenceServerException) as refused:
-        grpc.load_model("sleepy")
-    assert time.monotonic() - started < 3.5
+    try:  # refused while the load is held: at the timeout, not at the load's end
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.load_model("sleepy")
+    finally:
+        release.touch()
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "did not finish within 1 s (--model-load-timeout-secs)" in refused.value.message()
     entries = grpc.get_model_repository_index(as_json=True)["models"]
@@ -203,32 +220,40 @@ input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
 output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
 dynamic_batching { priority_levels: 2 default_priority_level: 2 }
 parameters { key: "mode" value { string_value: "slow" } }
-parameters { key: "delay_ms" value { string_value: "300" } }
+parameters { key: "delay_ms" value { string_value: "30000" } }
+parameters { key: "release_file" value { string_value: "FOLDER/release" } }
+parameters { key: "started_file" value { string_value: "FOLDER/started" } }
 """
 
 
 def test_higher_priority_requests_leave_the_queue_first(inferd: Any) -> None:
-    server = inferd.start(inferd.repository(configs={"prioritized": PRIORITIZED}))
-    finished: dict[str, float] = {}
+    config = PRIORITIZED.replace("FOLDER", str(inferd.folder))
+    server = inferd.start(inferd.repository(configs={"prioritized": config}))
+    finished: set[str] = set()
 
     def send(name: str, priority: int) -> None:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
         tensor.set_data_from_numpy(np.zeros(4, dtype=np.float32))
         client.infer("prioritized", [tensor], priority=priority, request_id=name)
-        finished[name] = time.monotonic()
+        finished.add(name)
 
-    # One request runs, one waits (under priority levels nothing is sent to a busy instance);
-    # then a low- and a high-priority request queue up, the low one first.
+    # One request runs (held until released), one waits (under priority levels nothing is
+    # sent to a busy instance); then a low- and a high-priority request queue up, the low one
+    # first (each sent once the one before is in the server).
     threads = []
-    for name, priority in (("first", 2), ("second", 2), ("low", 2), ("high", 1)):
+    for number, (name, priority) in enumerate(
+            (("first", 2), ("second", 2), ("low", 2), ("high", 1)), 1):
         threads.append(threading.Thread(target=send, args=(name, priority)))
         threads[-1].start()
-        time.sleep(0.05)
+        wait_for(lambda n=number: pending(server, "prioritized") >= n, f"{name} queued", server)
+    (inferd.folder / "release").touch()
     for thread in threads:
         thread.join(timeout=30)
-    assert set(finished) == {"first", "second", "low", "high"}
-    assert finished["high"] < finished["low"], finished
+    assert finished == {"first", "second", "low", "high"}
+    # The order the model ran them in: the high-priority one ahead of both that waited at the
+    # lower level, those two in their order.
+    assert started_batches(inferd.folder / "started") == ["first", "high", "second", "low"]
 
 
 QUEUE_LIMITED = """
@@ -240,12 +265,15 @@ output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
 dynamic_batching { default_queue_policy { max_queue_size: 1
   default_timeout_microseconds: 30000000 allow_timeout_override: true } }
 parameters { key: "mode" value { string_value: "slow" } }
-parameters { key: "delay_ms" value { string_value: "400" } }
+parameters { key: "delay_ms" value { string_value: "30000" } }
+parameters { key: "release_file" value { string_value: "FOLDER/release" } }
+parameters { key: "started_file" value { string_value: "FOLDER/started" } }
 """
 
 
 def test_queue_size_and_request_timeouts_refuse_with_triton_messages(inferd: Any) -> None:
-    server = inferd.start(inferd.repository(configs={"limited": QUEUE_LIMITED}))
+    config = QUEUE_LIMITED.replace("FOLDER", str(inferd.folder))
+    server = inferd.start(inferd.repository(configs={"limited": config}))
     outcomes: dict[str, str] = {}
 
     def send(name: str, timeout_us: int) -> None:
@@ -259,13 +287,19 @@ def test_queue_size_and_request_timeouts_refuse_with_triton_messages(inferd: Any
             outcomes[name] = f"{error.status()} {error.message()}"
 
     # One request runs (under a queue policy nothing is sent to a busy instance, as in
-    # Triton), the second waits in the queue of one with a 100 ms timeout (shorter than the
+    # Triton), the second waits in the queue of one with a 1 s timeout (shorter than the
     # default, which allow_timeout_override lets it shorten), the third finds the queue full.
+    # Each is sent once the one before is in the server (pending, or answered: the queued one
+    # may time out first); the running one is held until the other two are answered.
     threads = []
-    for name, timeout_us in (("running", 0), ("queued", 100_000), ("full", 0)):
+    for number, (name, timeout_us) in enumerate(
+            (("running", 0), ("queued", 1_000_000), ("full", 0)), 1):
         threads.append(threading.Thread(target=send, args=(name, timeout_us)))
         threads[-1].start()
-        time.sleep(0.05)
+        wait_for(lambda n=number: pending(server, "limited") + len(outcomes) >= n,
+                 f"{name} in the server", server)
+    wait_for(lambda: len(outcomes) == 2, "the queued and the full one answered", server)
+    (inferd.folder / "release").touch()
     for thread in threads:
         thread.join(timeout=30)
     assert outcomes["running"] == "ok"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY
 
-from .conftest import EXAMPLE_REPOSITORY
 
 PIPELINE = ("preprocess", "craft", "refinenet", "postprocess_0", "ocr")
 TEXTS = np.array([[b"hello world"], [bytes(range(256)) * 4], [b""]], dtype=np.object_)

@@ -24,9 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import fuzz_http  # noqa: E402
 import reliability_repository  # noqa: E402
+from tests.e2e.inferd_harness import ServerHandle  # noqa: E402
 
-ServerHandle = Any  # tests/e2e/conftest.py is not importable as a module
-FUZZ_SECS = 45  # the bounded run's generation budget; the whole test stays near a minute
+# The bounded run: a few generated requests per operation and mode, seeded, so what it tries
+# is fixed; its time budget only guards against a hang (the run takes well under a minute),
+# and running out of it fails the test rather than leaving the negative pass out.
+FUZZ_EXAMPLES = 2
+FUZZ_SECS = 240
 
 
 @pytest.fixture(scope="module")
@@ -171,15 +175,19 @@ def test_shared_memory_logging_and_trace_validate(server: ServerHandle, schema: 
          body={"trace_rate": "not a number"}, media_type="application/json")
 
 
-def test_a_bounded_schemathesis_run_finds_nothing(server: ServerHandle) -> None:
+def test_a_bounded_schemathesis_run_finds_nothing(server: ServerHandle, schema: Any) -> None:
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fuzz_http.py"), "--url", base(server),
-         "--max-examples", "10", "--time-budget", str(FUZZ_SECS), "--seed", "13"],
-        capture_output=True, text=True, timeout=FUZZ_SECS + 120,
+         "--max-examples", str(FUZZ_EXAMPLES), "--time-budget", str(FUZZ_SECS), "--seed", "13"],
+        capture_output=True, text=True, timeout=FUZZ_SECS + 30,
     )
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert run.returncode == 0 and summary["failures"] == 0, run.stdout[-6000:] + run.stderr
-    assert summary["cases"] > 300 and summary["live"]
+    assert summary["live"]
+    # Every operation was tried, valid and invalid: the budget did not cut the run short.
+    assert not summary["out_of_time"], run.stdout[-6000:]
+    assert summary["operations"] == len(list(schema.get_all_operations()))
+    assert summary["negative"] > 0
     # The fuzzing loaded and unloaded models at random: load them back, then infer.
     for name in reliability_repository.MODELS:
         requests.post(f"{base(server)}/v2/repository/models/{name}/load", timeout=60)

@@ -20,8 +20,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocols.client import Client
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY
 
-from .conftest import EXAMPLE_REPOSITORY
 
 POLL_SECS = 1.0
 WAIT_SECS = 20.0

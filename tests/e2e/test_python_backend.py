@@ -25,10 +25,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 PROTOCOLS = ("http", "grpc")
 # The models, as a Triton user writes them; tests/plugins/test_python_backend.py runs some too.
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"

@@ -17,12 +17,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.kernel.devices import visible_gpus
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
+from tests.services import import_or_missing
 
-torch = pytest.importorskip("torch")
+torch = import_or_missing("torch", "make setup installs it unless WITH_TORCH=0")
 
-# The harness types live in tests/e2e/conftest.py, which is not importable as a module.
-InferdHarness = Any
-ServerHandle = Any
 PROTOCOLS = ("http", "grpc")
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
 

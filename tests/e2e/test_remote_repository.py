@@ -25,9 +25,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import S3Server
+from tests.services import S3Server
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, PROJECT_ROOT
 
-from .conftest import EXAMPLE_REPOSITORY, PROJECT_ROOT
 
 PYTHON_MODELS = PROJECT_ROOT / "tests" / "plugins" / "python_models"
 POLL_SECS = 0.5

@@ -12,7 +12,6 @@ issue's setting), and a shared local folder (``local_repository``).
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -24,6 +23,8 @@ from typing import Any
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
+from tests.services import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -90,9 +91,7 @@ def cluster(
     shared: SharedRepository, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[list[replica_harness.Replica], replica_harness.Nginx]]:
     if replica_harness.nginx_executable() is None:
-        if os.environ.get("CI"):
-            pytest.fail("nginx is not installed (Debian's nginx package); .ci/run installs it")
-        pytest.skip("nginx is not installed (apt-get install nginx)")
+        missing("nginx", "apt-get install nginx; .ci/run installs it")
     folder = tmp_path_factory.mktemp("replicas")
     flags = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"]
     replicas = replica_harness.start_replicas(REPLICAS, shared.location, *flags,

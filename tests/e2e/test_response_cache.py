@@ -22,6 +22,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
+from tests.e2e.inferd_harness import wait_started
+
 CACHE_BYTES = 4096
 CACHED = "response_cache { enable: true }\n"
 WAIT_SECS = 30.0
@@ -276,13 +278,19 @@ def test_the_size_bound_evicts_and_an_entry_larger_than_the_cache_is_not_kept(
 
 
 def test_metrics_show_the_cache(server: Any) -> None:
+    http_infer(server, "cached", 77)
+    http_infer(server, "cached", 77)  # at least one hit and one miss, whatever ran before
     hits, misses, _, _ = counts(server, "cached")
+    durations = stats(server, "cached")["inference_stats"]
     text = scrape(server)
     assert "# TYPE nv_cache_num_hits_per_model counter" in text
     assert metric(text, "nv_cache_num_hits_per_model", "cached") == hits
     assert metric(text, "nv_cache_num_misses_per_model", "cached") == misses
-    assert (metric(text, "nv_cache_hit_duration_per_model", "cached") or 0) >= 0
-    assert (metric(text, "nv_cache_miss_duration_per_model", "cached") or 0) > 0
+    # The durations are the statistics extension's, in microseconds (and never absent).
+    assert metric(text, "nv_cache_hit_duration_per_model", "cached") == \
+        durations["cache_hit"]["ns"] // 1000 > 0
+    assert metric(text, "nv_cache_miss_duration_per_model", "cached") == \
+        durations["cache_miss"]["ns"] // 1000 > 0
     assert metric(text, "nv_cache_num_hits_per_model", "simple") is None  # not cached
     assert metric(text, "nv_cache_num_hits_per_model", "cached_ensemble") == 1
     entries = metric(text, "nv_cache_num_entries")
@@ -290,8 +298,9 @@ def test_metrics_show_the_cache(server: Any) -> None:
     total_hits = metric(text, "nv_cache_num_hits")
     assert total_hits is not None and total_hits >= hits + 1  # the ensemble's hit too
     lookups = metric(text, "nv_cache_num_lookups")
-    assert lookups is not None and lookups >= total_hits + (metric(text, "nv_cache_num_misses")
-                                                            or 0)
+    total_misses = metric(text, "nv_cache_num_misses")
+    assert lookups is not None and total_misses is not None
+    assert lookups >= total_hits + total_misses
 
 
 # ------------------------------------------------------------------------ without a cache
@@ -392,7 +401,9 @@ def test_an_unreachable_redis_stops_the_start(inferd: Any, redis_servers: Any) -
 
 def test_a_hit_keeps_its_place_under_preserve_ordering(inferd: Any) -> None:
     """As Triton: a hit answers after the requests already sent to an instance."""
-    config = inferd.testing_config("ordered_cached", "slow", delay_ms="1500") + (
+    started = inferd.folder / "ordered_cached.started"
+    config = inferd.testing_config("ordered_cached", "slow", delay_ms="1500",
+                                   started_file=str(started)) + (
         "dynamic_batching { preserve_ordering: true }\n" + CACHED)
     server = inferd.start(inferd.repository(configs={"ordered_cached": config}),
                           f"--cache-config=local,size={CACHE_BYTES}")
@@ -408,10 +419,10 @@ def test_a_hit_keeps_its_place_under_preserve_ordering(inferd: Any) -> None:
             finished[f"{name} failed"] = error
         finished[name] = time.monotonic()
 
-    infer("first", 1.0)  # now in the cache
+    infer("first", 1.0)  # now in the cache (the model's first batch)
     slow = threading.Thread(target=infer, args=("slow", 2.0))  # a miss: 1.5 s
     slow.start()
-    time.sleep(0.5)  # it has reached its instance (not an assertion: the order below is)
+    wait_started(started, 2, server)  # it is running on its instance
     infer("hit", 1.0)
     slow.join(WAIT_SECS)
     assert not [key for key in finished if key.endswith("failed")], finished

@@ -12,9 +12,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 WAIT_SECS = 30.0
 
 

@@ -34,9 +34,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 PROTOCOLS = ("http", "grpc")
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
 IDLE_SECS = 0.6  # sequence_echo's max_sequence_idle_microseconds

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,11 +25,9 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle, started_batches, wait_started
 
 from inferd.kernel.devices import visible_gpus
-
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 SHM_ROOT = Path("/dev/shm")
 _KEYS = count()
 
@@ -40,7 +37,11 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
     root = module_inferd.repository(
         "simple",
         "identity_fp32",
-        configs={"slow": module_inferd.testing_config("slow", "slow", delay_ms="800")},
+        # Held until slow.release exists, so a test acts while a request is in it.
+        configs={"slow": module_inferd.testing_config(
+            "slow", "slow", delay_ms="30000",
+            started_file=str(module_inferd.folder / "slow.started"),
+            release_file=str(module_inferd.folder / "slow.release"))},
     )
     return module_inferd.start(root, "--model-control-mode=explicit", "--load-model=*")
 
@@ -375,10 +376,14 @@ def test_unregister_during_inference(server: ServerHandle, regions: Regions) -> 
         output.set_shared_memory("inflight", 16, 16)
         worker = threading.Thread(target=lambda: results.append(
             http_call(server, "slow", [tensor], [output])))
+        folder = server.log_path.parents[1]
+        (folder / "slow.release").unlink(missing_ok=True)
+        batches = len(started_batches(folder / "slow.started"))
         worker.start()
-        time.sleep(0.3)
+        wait_started(folder / "slow.started", batches + 1, server)  # in the model, held there
         http.unregister_system_shared_memory()
         assert http.get_system_shared_memory_status() == []
+        (folder / "slow.release").touch()
         worker.join(timeout=30)
         assert results and not isinstance(results[0], Exception), results
         np.testing.assert_array_equal(

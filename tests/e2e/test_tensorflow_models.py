@@ -29,14 +29,14 @@ import tritonclient.http as httpclient
 
 from inferd.protocols.client import AsyncClient
 from inferd.protocols.errors import Unavailable
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
+from tests.services import import_or_missing, missing
 
 # Looked up, not imported: TensorFlow must stay out of this process.
 if importlib.util.find_spec("tensorflow") is None:
-    pytest.skip("tensorflow-cpu is not installed (make setup installs it)", allow_module_level=True)
-torch = pytest.importorskip("torch")
+    missing("tensorflow-cpu", "make setup installs it unless WITH_TF=0")
+torch = import_or_missing("torch", "make setup installs it unless WITH_TORCH=0")
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 PROTOCOLS = ("http", "grpc")
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
 WRITER = Path(__file__).with_name("write_tensorflow_models.py")

@@ -22,9 +22,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 
 FILE_WAIT_SECS = 20.0
 DEFAULTS = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
@@ -440,8 +439,12 @@ def test_rate_samples_one_request_in_n_and_count_runs_out(
     settings = http.get_trace_settings("simple")
     assert settings["trace_count"] == "0"
     assert settings["trace_rate"] == "3"
-    time.sleep(0.3)
-    assert len(_indexed(trace_file) - before) == 2
+    # No third trace: one of another model, sent after r7-r9 answered, is the next file (one
+    # writer thread writes them in order, so a trace of r9 would have come before it).
+    _http_infer(http, "chain", request_id="after")
+    *_, last = _new_files(trace_file, before, 3)
+    assert len(_indexed(trace_file) - before) == 3
+    assert {e.get("request_id") for e in last} - {None} == {"after"}
     http.update_trace_settings("simple", settings={"trace_rate": None, "trace_count": None})
     assert http.get_trace_settings("simple")["trace_count"] == "-1"
 
@@ -508,8 +511,9 @@ def test_level_tensors_adds_the_tensors_and_off_stops_a_model(
     before = _indexed(trace_file)
     _http_infer(http, request_id="off")
     _http_infer(http, "chain", request_id="still-traced")
+    # "still-traced" was sent after "off" answered and one writer thread writes the files in
+    # order, so a file of "off" would be the first.
     files = _new_files(trace_file, before, 1)
-    time.sleep(0.3)
     assert len(_indexed(trace_file) - before) == 1
     assert {e.get("request_id") for e in files[0]} - {None} == {"still-traced"}
     http.update_trace_settings("simple", settings={"trace_level": None})

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import InferdHarness
+from tests.services import import_or_missing
 
-trace_service_pb2 = pytest.importorskip(
-    "opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+trace_service_pb2 = import_or_missing(
+    "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+    "pip install opentelemetry-proto; make setup installs it")
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
 SPAN_WAIT_SECS = 20.0
 CHAIN = """name: "chain"
 platform: "ensemble"

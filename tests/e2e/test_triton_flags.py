@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import InferdHarness
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
 EXAMPLES = Path(__file__).resolve().parents[2] / "model_repository"
 WAIT_SECS = 30.0
 

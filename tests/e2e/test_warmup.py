@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 
-InferdHarness = Any  # tests/e2e/conftest.py is not importable as a module
-ServerHandle = Any
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "plugins" / "python_models"
 
 

@@ -3,7 +3,6 @@ typed errors, deadlines, dead peers, unknown kinds, and a receive loop that neve
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,16 +28,18 @@ pytestmark = pytest.mark.anyio
 
 
 class Probe(Actor):
-    """Answers HealthRequest: ``live`` at once, ``slow`` after a while, ``bad`` with an error."""
+    """Answers HealthRequest: ``live`` at once, ``slow`` once ``release`` is set, ``bad`` with
+    an error."""
 
     def __init__(self, router: Router, address: str) -> None:
         super().__init__(router, address)
         self.seen: list[str] = []
+        self.release = anyio.Event()
 
     async def on_health_request(self, message: HealthRequest, envelope: Envelope) -> HealthStatus:
         self.seen.append(message.what)
         if message.what == "slow":
-            await anyio.sleep(0.5)
+            await self.release.wait()
         if message.what == "never":
             await anyio.sleep_forever()
         if message.what == "bad":
@@ -93,13 +94,26 @@ async def test_deadline_and_unknown_address() -> None:
 
 async def test_a_slow_handler_does_not_block_the_mailbox() -> None:
     router = Router("main")
+    answered: list[object] = []
+
+    async def ask_slow() -> None:
+        answered.append(await router.ask("probe", HealthRequest("slow"), timeout=5))
+
     async with anyio.create_task_group() as tasks:
-        await tasks.start(Probe(router, "probe").run)
-        tasks.start_soon(router.ask, "probe", HealthRequest("slow"))
-        await anyio.sleep(0.01)
-        started = time.perf_counter()
-        await router.ask("probe", HealthRequest("live"), timeout=5)
-        assert time.perf_counter() - started < 0.25
+        probe = Probe(router, "probe")
+        await tasks.start(probe.run)
+        tasks.start_soon(ask_slow)
+        with anyio.fail_after(5):
+            while "slow" not in probe.seen:  # the slow handler is running (held)
+                await anyio.sleep(0)
+        # Answered while the slow one is still held: the mailbox did not wait for it.
+        assert await router.ask("probe", HealthRequest("live"), timeout=5) == HealthStatus(True)
+        assert answered == []
+        probe.release.set()
+        with anyio.fail_after(5):
+            while not answered:
+                await anyio.sleep(0)
+        assert answered == [HealthStatus(True)]
         tasks.cancel_scope.cancel()
 
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from inferd.kernel.run_folder import create_run_folder, remove_stale_run_folders
+import pytest
+
+from inferd.kernel.run_folder import (
+    create_run_folder,
+    hold_temporary_files,
+    remove_stale_run_folders,
+)
 
 
 def dead_pid() -> int:
@@ -21,6 +28,20 @@ def test_a_run_folder_is_private_and_named_by_its_pid(tmp_path: Path) -> None:
     assert folder.parent == tmp_path
     assert folder.name.startswith(f"inferd-{os.getpid()}-")
     assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_temporary_files_go_in_the_run_folder_for_this_process_and_its_children(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = create_run_folder()
+    held = hold_temporary_files(folder)
+    assert held == folder / "tmp" and held.stat().st_mode & 0o777 == 0o700
+    assert tempfile.gettempdir() == str(held)
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == str(held)  # an executor started now writes there too
+    assert os.listdir(tmp_path) == [folder.name]
 
 
 def test_only_folders_of_dead_processes_are_removed(tmp_path: Path) -> None:

@@ -30,8 +30,9 @@ from inferd.plugins.backends.pytorch.threads import ThreadSettings
 from inferd.protocols.errors import InferdError, InvalidArgument, Unavailable
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import from_numpy
+from tests.services import import_or_missing
 
-torch = pytest.importorskip("torch")
+torch = import_or_missing("torch", "make setup installs it unless WITH_TORCH=0")
 # Writing TorchScript files is what these tests do; torch 2.13 deprecates it.
 # (pytest resets the backend's own filters for each test).
 pytestmark = [

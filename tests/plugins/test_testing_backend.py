@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -117,6 +118,46 @@ def test_slow_load_sleeps_while_loading() -> None:
     started = time.perf_counter()
     TestingBackend().load_model(context({"mode": "slow_load", "load_delay_ms": "50"}))
     assert time.perf_counter() - started >= 0.05
+
+
+def test_started_file_gets_a_line_per_batch_as_it_starts(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    instance = TestingBackend().load_model(
+        context({"started_file": str(started)})).create_instance(0)
+    instance.execute([request("a"), request("b")])
+    instance.execute([request("")])
+    assert started.read_text() == "a b\n-\n"  # a request without an id is "-"
+
+
+def test_release_file_holds_a_slow_batch_until_it_exists(tmp_path: Path) -> None:
+    release, started = tmp_path / "release", tmp_path / "started"
+    instance = TestingBackend().load_model(context({
+        "mode": "slow", "delay_ms": "30000", "release_file": str(release),
+        "started_file": str(started)})).create_instance(0)
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.extend(instance.execute([request("a")])))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not started.exists():
+        assert time.monotonic() < deadline, "the batch never started"
+        time.sleep(0.01)
+    assert worker.is_alive() and not results  # started, and held
+    release.touch()
+    worker.join(10)
+    assert not worker.is_alive() and isinstance(results[0], InferResponse)
+
+
+def test_release_file_holds_a_slow_load_until_it_exists(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    loaded: list[object] = []
+    worker = threading.Thread(target=lambda: loaded.append(TestingBackend().load_model(context({
+        "mode": "slow_load", "load_delay_ms": "30000", "release_file": str(release)}))))
+    worker.start()
+    worker.join(0.2)  # not an event: the load must still be held whatever the wait
+    assert worker.is_alive() and not loaded
+    release.touch()
+    worker.join(10)
+    assert not worker.is_alive() and len(loaded) == 1
 
 
 def test_crash_exits_the_process_with_status_17() -> None:

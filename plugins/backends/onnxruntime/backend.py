@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -46,6 +47,10 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 
 
 def import_onnxruntime() -> ModuleType:
+    # onnxruntime's POSIX telemetry (1.2x on) writes a ".ses" session file to $TMPDIR and
+    # uploads events; a server does neither unasked. Read once, before its first import; a
+    # value already in the server's environment is left as it is.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     try:
         return importlib.import_module("onnxruntime")
     except ImportError as error:

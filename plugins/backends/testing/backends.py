@@ -14,7 +14,12 @@ Modes: ``echo`` (the default: output i returns input i), ``fail`` (every request
 inputs and outputs; nothing is auto-completed. Parameter ``times_output`` names one more
 output, ``TYPE_INT64`` with dims ``[2]``, that echoes nothing: it holds ``time.time_ns()`` when
 the batch started and when it ended, so a test can tell whether two models ran at the same
-time. Owns no framework and no I/O beyond sleeping.
+time. Two parameters let a test see and steer a batch instead of guessing with sleeps:
+``started_file`` names a file to which every batch appends one line (its request ids) as it
+starts, so a test can wait until a request is running; ``release_file`` makes a ``slow`` batch
+(or a ``slow_load`` load) wait until that file exists, ``delay_ms`` (``load_delay_ms``) then
+only its bound. Owns no framework and no I/O
+beyond sleeping and those two files.
 """
 
 from __future__ import annotations
@@ -72,9 +77,26 @@ class TestingBackend(Backend):
         if mode == "fail_load":
             raise InvalidArgument(parameters.get("message", LOAD_FAILURE_MESSAGE))
         if mode == "slow_load":
-            time.sleep(_milliseconds(context.name, parameters, "load_delay_ms") / 1000)
+            load_seconds = _milliseconds(context.name, parameters, "load_delay_ms") / 1000
+            if parameters.get("release_file"):
+                hold(parameters["release_file"], load_seconds)
+            else:
+                time.sleep(load_seconds)
         delay_ms = _milliseconds(context.name, parameters, "delay_ms") if mode == "slow" else 0.0
         return TestingModel(context, mode, delay_ms)
+
+
+def started(path: str, requests: Sequence[InferRequest]) -> None:
+    """One line, the batch's request ids, appended to ``path`` (flushed before it returns)."""
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(" ".join(request.id or "-" for request in requests) + "\n")
+
+
+def hold(release_file: str, bound_seconds: float) -> None:
+    """Until ``release_file`` exists, or ``bound_seconds`` have passed."""
+    deadline = time.monotonic() + bound_seconds
+    while not os.path.exists(release_file) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class TestingModel(Model):
@@ -88,6 +110,8 @@ class TestingModel(Model):
         self._name = context.name
         self._version = str(context.version)
         self.times_output = _parameters(self.config).get("times_output", "")
+        self.started_file = _parameters(self.config).get("started_file", "")
+        self.release_file = _parameters(self.config).get("release_file", "")
         inputs = list(self.config.input)
         outputs = [o for o in self.config.output if o.name != self.times_output]
         if self.times_output and len(outputs) == len(self.config.output):
@@ -163,7 +187,11 @@ class TestingInstance(Instance):
         if self._model.mode == "crash":
             os._exit(CRASH_EXIT_STATUS)
         started_ns = time.time_ns()
-        if self._model.delay_seconds:
+        if self._model.started_file:
+            started(self._model.started_file, requests)
+        if self._model.release_file:
+            hold(self._model.release_file, self._model.delay_seconds)
+        elif self._model.delay_seconds:
             time.sleep(self._model.delay_seconds)
         times_ns = (started_ns, time.time_ns())
         return [self._model.respond(request, times_ns) for request in requests]
