@@ -27,6 +27,12 @@ LOG_WAIT_SECS = 30.0  # a line the executor wrote reaches the server's log file 
 METRICS_WAIT_SECS = 30.0  # the metrics frontend reads NVML every --metrics-interval-ms
 
 
+def on_the_cpu(executor: str) -> bool:
+    """A CPU executor: the server's own process (native backends, by default) or a CPU pool
+    process (``--cpu-executor process``)."""
+    return executor == "executor/inline" or executor.startswith("executor/cpu")
+
+
 class Skip(Exception):
     """The check does not apply here (said why)."""
 
@@ -169,13 +175,14 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def executor_of(log: Path, model: str) -> str:
-    """The executor whose log line says it loaded ``model``, once the line is there."""
-    pattern = re.compile(rf"\[(executor/[^\]]+)\] \S+: loaded {re.escape(model)} version")
+    """The executor whose log line says it loaded ``model``, once the line is there (one in
+    the server's own process logs as ``main``: it is ``executor/inline``)."""
+    pattern = re.compile(rf"\[(main|executor/[^\]]+)\] \S+: loaded {re.escape(model)} version")
     deadline = time.monotonic() + LOG_WAIT_SECS
     while True:
         found = pattern.search(log.read_text(errors="replace"))
         if found:
-            return found.group(1)
+            return "executor/inline" if found.group(1) == "main" else found.group(1)
         if time.monotonic() > deadline:
             raise AssertionError(f"no executor's log line says it loaded {model}")
         time.sleep(0.2)
@@ -264,7 +271,7 @@ class World:
         if not self.gpu:
             assert auto_kinds == ["KIND_CPU"], f"auto became {auto_kinds} without a GPU"
             assert not [p for p in processes if "gpu" in p], f"GPU executors: {processes}"
-            assert all(e.startswith("executor/cpu") for e in where.values()), where
+            assert all(on_the_cpu(e) for e in where.values()), where
             return f"without a GPU every model, auto too, is on a CPU executor: {where}"
         assert auto_kinds == ["KIND_GPU"], f"KIND_AUTO became {auto_kinds} with a GPU here"
         assert "executor/gpu0" in processes, f"no executor/gpu0 process: {processes}"
@@ -276,7 +283,7 @@ class World:
         main = environment_of(processes["main"]).get("CUDA_VISIBLE_DEVICES")
         return (f"GPU twins and auto (KIND_GPU) on executor/gpu0 (pid "
                 f"{processes['executor/gpu0']}, CUDA_VISIBLE_DEVICES=0; the server's own: "
-                f"{main!r}); CPU twins on {sorted({e for e in where.values() if 'cpu' in e})}")
+                f"{main!r}); CPU twins on {sorted({e for e in where.values() if on_the_cpu(e)})}")
 
     def gpu_metrics(self) -> str:
         from prometheus_client.parser import text_string_to_metric_families
