@@ -10,13 +10,12 @@ and the placement of each load: the parts a version's instances split into
 ``--cpu-executor process`` or the model's ``INFERD_EXECUTOR`` says otherwise, as Triton runs
 its native backends: a batch then reaches its instance without crossing a process. The CPU
 pool's processes start when a model first needs one (with ``--cpu-executor process``, at
-start-up). Control loads and
-unloads through it; the scheduler sends batches straight to the executor addresses it
-reports. Its processes, started, watched, restarted after a crash with back-off and stopped,
-are ``inferd.kernel.executor_processes``'s, which it owns and calls. It also owns the server's
-current log settings (Triton's logging extension): an update is applied in the main process,
-then sent to every running executor process, and every process started later starts with it.
-It never touches a model or a tensor itself.
+start-up). Control loads and unloads through it; the scheduler sends batches straight to the
+executor addresses it reports. Its processes, started, watched, restarted after a crash with
+back-off and stopped, are ``inferd.kernel.executor_processes``'s, which it owns and calls. It
+also owns the server's current log settings (Triton's logging extension): an update is
+applied in the main process, then sent to every running executor process, and every process
+started later starts with it. It never touches a model or a tensor itself.
 """
 
 from __future__ import annotations
