@@ -37,6 +37,7 @@ from inferd.kernel.router import Router
 from inferd.kernel.run_folder import HUB_SOCKET, OVERRIDES, create_run_folder
 from inferd.kernel.settings import Settings
 from inferd.kernel.tracing import tracer_from_options
+from inferd.protocols import build
 from inferd.protocols.messages import (
     Drain,
     Index,
@@ -72,6 +73,7 @@ class StartupFailed(Exception):
 
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
+    log.info("request path: %s", build.describe())
     tracer = tracer_from_options(settings.options)  # first: a bad --trace-config starts nothing
     try:
         metrics = metrics_config_from_options(settings.options)
