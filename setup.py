@@ -39,6 +39,14 @@ COMPILED = [
     "protocols/json_bodies.py",
     "protocols/kserve_grpc.py",
     "protocols/kserve_grpc_inputs.py",
+    "protocols/kserve_grpc_wire.py",
+    "kernel/scheduling/batcher.py",
+    "kernel/scheduling/queue_policy.py",
+    "kernel/scheduling/requests.py",
+    "kernel/scheduling/response_order.py",
+    "kernel/scheduling/routing.py",
+    "kernel/scheduling/version.py",
+    "kernel/actors/scheduler_dispatch.py",
 ]
 
 
