@@ -153,6 +153,14 @@ class LenientBuildExt(build_ext):
     """A C compiler missing or failing leaves the pure-Python install working."""
 
     def run(self) -> None:
+        # build_lib outlives a build: extension modules of a longer list would reach the wheel.
+        listed = {extension.name for extension in self.extensions}
+        for package in ("kernel", "protocols"):
+            for stale in (Path(self.build_lib) / "inferd" / package).rglob("*.so"):
+                name = ".".join(stale.relative_to(self.build_lib).with_name(
+                    stale.name.split(".", 1)[0]).parts)
+                if name not in listed:
+                    stale.unlink()
         try:
             super().run()
         except Exception as error:

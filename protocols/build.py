@@ -9,7 +9,8 @@ succeeded (or why not). ``install`` (run once, by this package's and the kernel'
 ``__init__``, before any listed module is imported) decides: the compiled set runs only when
 every listed source still matches its hash, every extension is present and
 ``INFERD_COMPILE`` is not ``0``; otherwise a meta-path finder makes every kernel and
-protocols module load from its source. All or nothing, because compiled modules of one group
+protocols module load from its source (and any module the manifest does not list always
+does). All or nothing, because compiled modules of one group
 call each other natively and cannot run beside an interpreted copy of one of them. Owns that
 decision and ``describe``; never builds anything.
 """
@@ -89,15 +90,19 @@ def _decide(manifest: dict[str, object] | None) -> Build:
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Finds the ``.py`` files of inferd's kernel and protocols modules ahead of any extension
-    module beside them (one left by an earlier build, even one no manifest lists)."""
+    """Finds the ``.py`` files of inferd's kernel and protocols modules, but ``compiled``,
+    ahead of any extension module beside them (one an earlier build left, which no manifest
+    lists: its group's library no longer holds it)."""
 
     PACKAGES = ("inferd.kernel.", "inferd.protocols.")
+
+    def __init__(self, compiled: Sequence[str] = ()) -> None:
+        self.compiled = frozenset(compiled)
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if not fullname.startswith(self.PACKAGES):
+        if not fullname.startswith(self.PACKAGES) or fullname in self.compiled:
             return None
         leaf = fullname.rpartition(".")[2]
         for entry in path or ():
@@ -128,8 +133,7 @@ def install() -> Build:
         return _build
     manifest = _read_manifest()
     build = _decide(manifest)
-    if not build.compiled:
-        sys.meta_path.insert(0, _SourceFinder())
+    sys.meta_path.insert(0, _SourceFinder(build.compiled))
     _build = build
     return build
 

@@ -6,6 +6,7 @@ CI the compiled build is what must run, since that is what users install."""
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import json
 import os
 import shutil
@@ -99,6 +100,17 @@ def test_an_edited_source_is_not_shadowed_by_its_compiled_module(tmp_path: Path)
             "pure Python (inferd.protocols.tensors changed since it was compiled; "
             "rebuild with make setup)"
         )
+
+
+def test_an_extension_module_no_build_lists_never_loads(tmp_path: Path) -> None:
+    packages = _copy_packages(tmp_path)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    # What an earlier build with a longer list leaves; importing it would fail outright.
+    (packages / "inferd" / "protocols" / f"names{suffix}").write_bytes(b"not a library")
+    probe = PROBE.replace("print(", "from inferd.protocols import names\nprint(names.__file__, ")
+    output = subprocess.run([sys.executable, "-c", probe, str(packages)], check=True,
+                            capture_output=True, text=True, cwd=packages).stdout
+    assert output.split()[0].endswith("names.py")
 
 
 def test_a_missing_manifest_runs_the_sources(tmp_path: Path) -> None:
