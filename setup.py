@@ -138,7 +138,8 @@ def _extensions() -> list[object]:
     except BaseException as error:  # mypy missing, or mypyc refusing (it exits on errors)
         if isinstance(error, KeyboardInterrupt):
             raise
-        reason = f"mypyc build failed: {type(error).__name__}: {error}".strip()
+        shown = str(error).splitlines()[0][:200] if str(error) else ""
+        reason = f"mypyc build failed: {type(error).__name__}: {shown}".strip()
         traceback.print_exc()
         print(f"inferd: {reason}; the request path runs as pure Python", file=sys.stderr)
         _write_manifest(False, reason)
@@ -164,8 +165,10 @@ class LenientBuildExt(build_ext):
         try:
             super().run()
         except Exception as error:
-            reason = f"C build failed: {type(error).__name__}: {error}"
-            print(f"inferd: {reason}; the request path runs as pure Python", file=sys.stderr)
+            print(f"inferd: C build failed: {error}", file=sys.stderr)
+            # Short, as the server's start-up line shows it: the command is printed above.
+            reason = f"the C build failed ({type(error).__name__}; see the install's output)"
+            print("inferd: the request path runs as pure Python", file=sys.stderr)
             _write_manifest(False, reason)
             if not self.inplace and not getattr(self, "editable_mode", False):
                 built = Path(self.build_lib) / "inferd" / "protocols" / MANIFEST.name
