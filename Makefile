@@ -16,7 +16,7 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test lint bench models clean
+.PHONY: setup serve test lint bench bench-compiled models clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ lint: setup
 
 bench: setup
 	$(PY) bench/bench_wire.py
+
+# Each step of a request timed pure Python against the compiled build (bench/bench_compiled.py).
+bench-compiled: setup
+	$(PY) bench/bench_compiled.py
 
 bench-kserve: setup
 	$(PY) bench/bench_kserve.py
