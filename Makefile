@@ -16,16 +16,27 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test lint bench models clean gpu-wheels
+.PHONY: setup serve test lint bench bench-compiled models clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	if [ "$(WITH_TORCH)" = 1 ]; then $(PY) -m pip install --quiet "$(TORCH_PIN)"; fi
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)$(if $(filter 1,$(WITH_TORCH)),$(comma)torch)$(if $(filter 1,$(WITH_TF)),$(comma)tensorflow)]"
+	# Not compiled here: the next step does it in place, with the venv's mypy.
+	INFERD_COMPILE=0 $(PY) -m pip install --quiet -e ".[$(EXTRAS)$(if $(filter 1,$(WITH_TORCH)),$(comma)torch)$(if $(filter 1,$(WITH_TF)),$(comma)tensorflow)]"
 	touch $@
 
-setup: $(VENV)/.installed
+# The compiled request path (setup.py's COMPILED, with mypyc), built in place and rebuilt
+# whenever a source under kernel/ or protocols/ is newer; setup.py does nothing when its
+# manifest still matches the compiled sources. Should the build fail, the code runs as pure
+# Python (inferd.protocols.build), and so it does with INFERD_COMPILE=0.
+COMPILE_INPUTS := $(wildcard kernel/*.py kernel/*/*.py protocols/*.py protocols/*/*.py)
+
+$(VENV)/.compiled: $(VENV)/.installed setup.py $(COMPILE_INPUTS)
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $@
+
+setup: $(VENV)/.compiled
 
 serve: setup
 	$(VENV)/bin/inferd serve --model-repository model_repository
@@ -40,6 +51,10 @@ lint: setup
 
 bench: setup
 	$(PY) bench/bench_wire.py
+
+# Each step of a request timed pure Python against the compiled build (bench/bench_compiled.py).
+bench-compiled: setup
+	$(PY) bench/bench_compiled.py
 
 bench-kserve: setup
 	$(PY) bench/bench_kserve.py
@@ -64,4 +79,5 @@ models: setup
 	$(PY) model_repository/generate.py
 
 clean:
-	rm -rf $(VENV) .pytest-rc .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest-rc .pytest_cache .hypothesis build protocols/compiled.json
+	find kernel protocols -name '*.so' -delete

@@ -8,3 +8,7 @@ import os
 # (SIGABRT in ev_epoll1, seen under chaos). inferd's children always exec, so the handlers
 # have nothing to protect.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# The compiled request path's guard (inferd.protocols.build) runs before any kernel module is
+# imported, since the kernel's compiled modules belong to the same mypyc group.
+import inferd.protocols  # noqa: E402, F401

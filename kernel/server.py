@@ -42,6 +42,7 @@ from inferd.kernel.run_folder import (
 )
 from inferd.kernel.settings import Settings
 from inferd.kernel.tracing import tracer_from_options
+from inferd.protocols import build
 from inferd.protocols.messages import (
     Drain,
     Index,
@@ -78,6 +79,7 @@ class StartupFailed(Exception):
 
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
+    log.info("request path: %s", build.describe())
     tracer = tracer_from_options(settings.options)  # first: a bad --trace-config starts nothing
     try:
         metrics = metrics_config_from_options(settings.options)

@@ -90,9 +90,7 @@ def dumps(document: Any) -> bytes:
     """Compact JSON; values JSON cannot hold (bytes, numpy scalars) are printed as text. A NaN
     or infinity here is a bug (tensors spell theirs out first): it raises ``ValueError``
     rather than send what strict parsers refuse."""
-    return json.dumps(
-        document, separators=(",", ":"), default=_printable, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(document).encode("utf-8")
 
 
 def _printable(value: Any) -> Any:
@@ -103,6 +101,11 @@ def _printable(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     return str(value)
+
+
+# One encoder for every body: json.dumps given any option builds a new one per call, a few
+# microseconds of every response.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_printable, allow_nan=False)
 
 
 def encode_error(message: str) -> bytes:

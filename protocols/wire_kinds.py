@@ -139,7 +139,9 @@ def codec_for_instance(message: Message) -> KindCodec:
     return codec
 
 
-def build_message(kind: Any, values: tuple[Any, ...]) -> Message:
+def build_message(kind: Any, values: Any) -> Message:
+    """The message a decoded kind name and field values stand for; both come from a peer,
+    so neither is trusted to have its type."""
     codec = CODECS_BY_NAME.get(kind) if isinstance(kind, str) else None
     if codec is None:
         raise InvalidArgument(f"unknown message kind {kind!r}")

@@ -1,0 +1,35 @@
+"""The server's log says once, at start, which build of the request path runs: the one
+``inferd.protocols.build`` reports for this install, and the sources under
+``INFERD_COMPILE=0``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferd.protocols import build
+
+LINE = "request path: "
+
+
+def _request_path_lines(log: str) -> list[str]:
+    return [line[line.index(LINE):] for line in log.splitlines() if LINE in line]
+
+
+def _simple_infers(server: Any) -> None:
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    outputs = server.client().infer("simple", {"INPUT0": data, "INPUT1": data})
+    np.testing.assert_array_equal(outputs.outputs["OUTPUT0"].data, data + data)
+
+
+def test_the_log_names_the_installed_build(inferd: Any) -> None:
+    server = inferd.start(inferd.repository("simple"))
+    _simple_infers(server)
+    assert _request_path_lines(server.log()) == [LINE + build.describe()]
+
+
+def test_inferd_compile_0_serves_from_source_and_says_so(inferd: Any) -> None:
+    server = inferd.start(inferd.repository("simple"), env={"INFERD_COMPILE": "0"})
+    _simple_infers(server)
+    assert _request_path_lines(server.log()) == [LINE + "pure Python (INFERD_COMPILE=0)"]

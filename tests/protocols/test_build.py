@@ -1,0 +1,131 @@
+"""Which build of the request path runs (inferd.protocols.build): what ``describe`` says is what
+is imported, ``INFERD_COMPILE=0`` runs the sources, and a compiled module whose source was
+edited after the build never shadows it (the whole compiled set then runs as source). Under
+CI the compiled build is what must run, since that is what users install."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferd.protocols import build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Prints what runs, from a copy of the packages at argv[1] (the installed ones are hidden).
+PROBE = """
+import importlib.abc, json, sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
+sys.path_importer_cache.clear()
+sys.path.insert(0, sys.argv[1])
+from inferd.protocols import build, tensors, wire
+print(json.dumps({"describe": build.describe(), "tensors": tensors.__file__,
+                  "wire": wire.__file__, "edited": getattr(tensors, "EDITED", False)}))
+"""
+
+
+def _compiled_files() -> list[str]:
+    return [importlib.import_module(name).__file__ or "" for name in build.install().compiled]
+
+
+def test_describe_names_the_build_that_runs() -> None:
+    running = build.install()
+    from inferd.protocols import wire
+
+    if running.compiled:
+        assert build.describe() == f"compiled with mypyc ({len(running.compiled)} modules)"
+        assert "inferd.protocols.wire" in running.compiled
+        assert all(not path.endswith(".py") for path in _compiled_files())
+    else:
+        assert build.describe() == f"pure Python ({running.reason})"
+        assert wire.__file__ is not None and wire.__file__.endswith(".py")
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="outside CI a pure-Python run is allowed")
+def test_ci_runs_the_compiled_build() -> None:
+    assert build.describe().startswith("compiled with mypyc"), build.describe()
+
+
+def _probe(packages: Path, **env: str) -> dict[str, object]:
+    output = subprocess.run(
+        [sys.executable, "-c", PROBE, str(packages)], check=True, capture_output=True,
+        text=True, env={**os.environ, **env}, cwd=packages,
+    ).stdout
+    result: dict[str, object] = json.loads(output)
+    return result
+
+
+def _copy_packages(target: Path) -> Path:
+    """The installed protocols and kernel packages, compiled extensions and manifest
+    included, as ``target/inferd/...``."""
+    for name in ("protocols", "kernel"):
+        source = Path(importlib.import_module(f"inferd.{name}").__file__ or "").parent
+        shutil.copytree(source, target / "inferd" / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def test_inferd_compile_0_runs_the_sources(tmp_path: Path) -> None:
+    packages = _copy_packages(tmp_path)
+    seen = _probe(packages, INFERD_COMPILE="0")
+    assert seen["describe"] == "pure Python (INFERD_COMPILE=0)"
+    assert str(seen["wire"]).endswith("wire.py")
+
+
+def test_an_edited_source_is_not_shadowed_by_its_compiled_module(tmp_path: Path) -> None:
+    packages = _copy_packages(tmp_path)
+    env = {"INFERD_COMPILE": "1"}
+    before = _probe(packages, **env)
+    assert before["describe"] == build.describe()  # the copy runs what the install runs
+    assert before["edited"] is False
+    source = packages / "inferd" / "protocols" / "tensors.py"
+    source.write_text(source.read_text() + "\nEDITED = True\n")
+
+    after = _probe(packages, **env)
+
+    assert after["edited"] is True
+    assert str(after["tensors"]).endswith("tensors.py")
+    # The rest of the compiled group runs as source too: its modules call each other natively.
+    assert str(after["wire"]).endswith("wire.py")
+    if build.install().compiled:
+        assert after["describe"] == (
+            "pure Python (inferd.protocols.tensors changed since it was compiled; "
+            "rebuild with make setup)"
+        )
+
+
+def test_an_extension_module_no_build_lists_never_loads(tmp_path: Path) -> None:
+    packages = _copy_packages(tmp_path)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    # What an earlier build with a longer list leaves; importing it would fail outright.
+    (packages / "inferd" / "protocols" / f"names{suffix}").write_bytes(b"not a library")
+    probe = PROBE.replace("print(", "from inferd.protocols import names\nprint(names.__file__, ")
+    output = subprocess.run([sys.executable, "-c", probe, str(packages)], check=True,
+                            capture_output=True, text=True, cwd=packages).stdout
+    assert output.split()[0].endswith("names.py")
+
+
+def test_a_missing_manifest_runs_the_sources(tmp_path: Path) -> None:
+    packages = _copy_packages(tmp_path)
+    (packages / "inferd" / "protocols" / "compiled.json").unlink(missing_ok=True)
+    seen = _probe(packages)
+    assert seen["describe"] == "pure Python (not built: no compiled.json)"
+    assert str(seen["wire"]).endswith("wire.py")
+
+
+def test_the_manifest_lists_setup_pys_modules() -> None:
+    manifest = json.loads(build.MANIFEST.read_text()) if build.MANIFEST.is_file() else None
+    if manifest is None:
+        pytest.skip("no compiled build here (no compiled.json)")
+    assert "inferd.protocols.wire" in manifest["modules"]
+    for module, digest in manifest["modules"].items():
+        assert build.source_of(module).is_file(), module
+        assert len(digest) == 64
