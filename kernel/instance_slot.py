@@ -68,6 +68,10 @@ class InstanceSlot:
     # only ever makes a run slower (descheduled mid-run, waiting for the GIL)
     recent_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))
     cpu_ns: int = 0  # the last batch's CPU time on the thread it ran on: no waits counted
+    # Whether its batches may run on the loop at all (the instance allows it, and the loop is
+    # not the server's own while its model batches: there a batch run on the loop would keep
+    # the next requests from arriving, and every batch would be of one request).
+    loop_allowed: bool = True
     thread_runs: int = 0  # calls run on the thread since the last on the loop
 
     async def run(self, function: Callable[[], T]) -> T:
@@ -102,7 +106,7 @@ class InstanceSlot:
             self.waiting[0].set_result(None)
 
     def _fast(self) -> bool:
-        if not self.instance.runs_on_event_loop or not self.recent_ns:
+        if not self.loop_allowed or not self.instance.runs_on_event_loop or not self.recent_ns:
             return False
         fastest = min(self.recent_ns)
         return fastest < INLINE_BELOW_NS or (

@@ -207,9 +207,15 @@ class ExecutorActor(Actor):
         except Exception as error:  # a backend exception is the load's reason, verbatim
             raise Internal(f"{type(error).__name__}: {error}") from error
         ids = tuple(next(self._instance_ids) for _ in instances)
+        # In the server's own process a batch run on the loop holds back the requests that
+        # would join the next batch: a model whose batches can grow runs on its threads.
+        batches_grow = config.HasField("dynamic_batching") or config.HasField(
+            "sequence_batching")
+        loop_allowed = not (self.address == INLINE_EXECUTOR and batches_grow)
         for instance_id, instance in zip(ids, instances, strict=True):
             thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
-            self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id)
+            self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id,
+                                                        loop_allowed=loop_allowed)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
         served = client_config(model.config, config)
         return VersionLoaded(served.SerializeToString(), ids, self.address,

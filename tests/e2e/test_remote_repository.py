@@ -213,7 +213,9 @@ def poll_server(module_inferd: Any, storage: Storage, tmp_path_factory: Any) -> 
         None, "--model-repository", storage.server.url("models/poll"),
         "--repository-cache-dir", str(tmp_path_factory.mktemp("poll-cache")),
         "--model-control-mode", "poll", "--repository-poll-secs", str(POLL_SECS),
-        "--exit-on-error=false", env=storage.env)
+        "--exit-on-error=false",
+        "--cpu-executor=process",  # simple shares the crasher's process: both reload
+        env=storage.env)
 
 
 def max_batch_size(server: Any) -> int:

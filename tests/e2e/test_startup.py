@@ -39,9 +39,9 @@ def test_without_exit_on_error_the_server_serves_the_other_models(
         assert result.as_numpy("OUTPUT1").tolist() == [[5] * 16]
         # A start-up failure keeps a strictly ready server unready (SPEC 6.2).
         assert client.is_ready() is False
-        # The failed model is known, just not available (as Triton answers).
-        with pytest.raises(NotFound, match="^Request for unknown model: 'misspelt' has no "
-                                           "available versions$"):
+        # Refused at its config, it never became a model requests know (as Triton answers).
+        with pytest.raises(NotFound, match="^Request for unknown model: 'misspelt' is not "
+                                           "found$"):
             client.infer("misspelt", {"INPUT0": ones})
         assert client.is_live() is True
 

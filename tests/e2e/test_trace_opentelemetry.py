@@ -160,7 +160,8 @@ def test_a_request_is_exported_as_tritons_spans(server: Any, receiver: Receiver)
     assert compute.parent_span_id == model.span_id
     assert _events(root) == ["HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START",
                              "HTTP_SEND_END"]
-    assert _events(model) == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    assert _events(model) == ["REQUEST_START", "QUEUE_START", "REQUEST_END",
+                              "INFER_RESPONSE_COMPLETE"]
     assert _events(compute) == ["COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
                                 "COMPUTE_END"]
     attributes = _attributes(model.attributes)
