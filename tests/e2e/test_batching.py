@@ -19,9 +19,20 @@ REQUESTS = 48
 FEATURES = 64
 
 
+# How long a batch may wait for more requests: far above the time the round's requests take
+# to arrive, so they batch however fast the instance runs one (a tiny model's run ends long
+# before the next gRPC call is read, and without a delay every batch would be of one).
+QUEUE_DELAY_US = 500_000
+
+
 @pytest.fixture(scope="module")
 def server(module_inferd: InferdHarness) -> ServerHandle:
-    return module_inferd.start(module_inferd.repository("mlp"))
+    repository = module_inferd.repository("mlp")
+    config = repository / "mlp" / "config.pbtxt"
+    config.write_text(config.read_text().replace(
+        "dynamic_batching {}",
+        f"dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}"))
+    return module_inferd.start(repository)
 
 
 def rows(seed: int) -> tuple[np.ndarray, np.ndarray]:
