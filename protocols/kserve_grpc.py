@@ -25,7 +25,14 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.kserve_grpc_inputs import decode_inputs, shared_memory_location
+from inferd.protocols.kserve_grpc_inputs import decode_inputs, raw_input, shared_memory_location
+from inferd.protocols.kserve_grpc_wire import (
+    PlainInferRequest,
+    serialize_plain_infer_response,
+)
+from inferd.protocols.kserve_grpc_wire import (
+    serialize_infer_response as serialize_framed_infer_response,
+)
 from inferd.protocols.messages import (
     InferRequest,
     InferResponse,
@@ -88,29 +95,44 @@ def _set_parameters(target: Any, parameters: Mapping[str, Any]) -> None:
 def expect_choice(key: str, parameter: Any, *choices: str) -> Any:
     """The value ``parameter`` holds, which must be one of ``choices``."""
     choice = parameter.WhichOneof("parameter_choice")
+    return _chosen(key, choice or "", None if choice is None else getattr(parameter, choice),
+                   *choices)
+
+
+def _chosen(key: str, choice: str, value: Any, *choices: str) -> Any:
     if choice not in choices:
         expected = " or ".join(choices)
         raise InvalidArgument(f"invalid value type for '{key}' parameter, expected {expected}.")
-    return getattr(parameter, choice)
+    return value
 
 
 def _request_parameters(parameters: Any) -> tuple[dict[str, Any], int, int]:
     """(custom parameters, priority, timeout in microseconds) of a ModelInferRequest."""
+    chosen: dict[str, tuple[str, Any]] = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        chosen[key] = ("", None) if choice is None else (choice, getattr(parameter, choice))
+    return _parameters_by_rule(chosen)
+
+
+def _parameters_by_rule(parameters: dict[str, tuple[str, Any]]) -> tuple[dict[str, Any], int, int]:
+    """(custom parameters, priority, timeout in microseconds) from each request parameter's
+    (``InferParameter`` field it sets, "" for none; value), by Triton's rules."""
     plain: dict[str, Any] = {}
     priority = timeout_us = 0
-    for key, parameter in parameters.items():
+    for key, (choice, value) in parameters.items():
         if key == "priority":
-            priority = expect_choice(key, parameter, "int64_param", "uint64_param")
+            priority = _chosen(key, choice, value, "int64_param", "uint64_param")
             if priority < 0:
                 raise InvalidArgument("invalid value for 'priority', expected value >= 0.")
         elif key == "timeout":
-            timeout_us = expect_choice(key, parameter, "int64_param")
+            timeout_us = _chosen(key, choice, value, "int64_param")
             if timeout_us < 0:
                 raise InvalidArgument("invalid value for 'timeout', expected value >= 0.")
         elif key == "sequence_id":
-            plain[key] = expect_choice(key, parameter, "int64_param", "string_param")
+            plain[key] = _chosen(key, choice, value, "int64_param", "string_param")
         elif key in ("sequence_start", "sequence_end"):
-            plain[key] = expect_choice(key, parameter, "bool_param")
+            plain[key] = _chosen(key, choice, value, "bool_param")
         elif key.startswith(RESERVED_PREFIX):
             if key not in _ALLOWED_RESERVED:
                 raise InvalidArgument(
@@ -118,9 +140,11 @@ def _request_parameters(parameters: Any) -> tuple[dict[str, Any], int, int]:
                     "Only the following keys starting with 'triton_' are allowed: "
                     + " ".join(sorted(_ALLOWED_RESERVED))
                 )
-            expect_choice(key, parameter, "bool_param")
+            _chosen(key, choice, value, "bool_param")
+        elif not choice:
+            raise InvalidArgument(f"parameter '{key}' has no value")
         else:
-            plain[key] = parameter_value(key, parameter)
+            plain[key] = value
     return plain, priority, timeout_us
 
 
@@ -173,6 +197,21 @@ def decode_infer_request(
     return infer_request
 
 
+def decode_plain_infer_request(request: PlainInferRequest) -> InferRequest:
+    """The ``InferRequest`` a plain request (``kserve_grpc_wire.scan_plain_infer_request``)
+    asks for: what ``decode_infer_request`` makes of the same message, and the same errors."""
+    model = request.model_name
+    parameters, priority, timeout_us = _parameters_by_rule(request.parameters)
+    raw_contents = request.raw_input_contents
+    inputs = tuple(
+        raw_input(model, tensor.name, tensor.datatype, tensor.shape, raw_contents[index])
+        for index, tensor in enumerate(request.inputs)
+    )
+    return InferRequest(model=model, inputs=inputs, version=request.model_version,
+                        id=request.id, outputs=tuple(request.outputs), parameters=parameters,
+                        priority=priority, timeout_us=timeout_us)
+
+
 def _requested_output(output: Any, regions: dict[str, SharedMemoryRef],
                       classification: dict[str, int]) -> str:
     """The output's name; its shared-memory region and classification count go to
@@ -218,6 +257,20 @@ def encode_infer_response(
     if final is not None:
         header.parameters[FINAL_RESPONSE].bool_param = final
     return header, raw_contents
+
+
+def serialize_infer_response(response: InferResponse | SharedMemoryInferResponse) -> bytes:
+    """The bytes of the ``ModelInferResponse`` that answers with ``response``: written
+    directly for a response without parameters whose outputs all travel inline, else
+    through ``encode_infer_response``'s protobuf header."""
+    if isinstance(response, InferResponse) and not response.parameters:
+        outputs = response.outputs
+        return serialize_plain_infer_response(
+            response.model, response.version, response.id,
+            [(tensor.name, tensor.datatype, tensor.shape) for tensor in outputs],
+            [tensor_to_buffer(tensor) for tensor in outputs],
+        )
+    return serialize_framed_infer_response(*encode_infer_response(response))
 
 
 def _stream_reply_to(request: Any) -> Any:

@@ -118,23 +118,13 @@ def decode_inputs(
                     "unexpected 'content' provided when using shared memory for input "
                     f"tensor '{name}' for model '{model}'"
                 )
-            try:
-                element_size(datatype)
-            except InvalidArgument:
-                raise InvalidArgument(
-                    f"input '{name}' for model '{model}' has unknown datatype '{datatype}'"
-                ) from None
+            _element_size(model, name, datatype)
             dims, _ = checked_shape(name, tensor.shape)
             tensors.append(SharedMemoryInput(name, datatype, dims, location))
             continue
         index = raw_index
         raw_index += 1
-        try:
-            size = element_size(datatype)
-        except InvalidArgument:
-            raise InvalidArgument(
-                f"input '{name}' for model '{model}' has unknown datatype '{datatype}'"
-            ) from None
+        size = _element_size(model, name, datatype)
         if tensor.HasField("contents"):
             # Raw contents are their tensor's bytes, so the message size limit bounds them;
             # typed values can decode to several times their size in the message (an INT64
@@ -155,6 +145,21 @@ def decode_inputs(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
     return tuple(tensors)
+
+
+def raw_input(model: str, name: str, datatype: str, shape: Sequence[int], raw: Any) -> Tensor:
+    """The input ``name`` of a request for ``model`` over its raw contents ``raw``."""
+    _element_size(model, name, datatype)
+    return tensor_from_buffer(name, datatype, shape, raw)
+
+
+def _element_size(model: str, name: str, datatype: str) -> int | None:
+    try:
+        return element_size(datatype)
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"input '{name}' for model '{model}' has unknown datatype '{datatype}'"
+        ) from None
 
 
 def _from_contents(

@@ -823,7 +823,10 @@ def test_allow_grpc_false(inferd: InferdHarness) -> None:
         with pytest.raises(InferenceServerException) as error:
             client.is_server_live(client_timeout=2)
         assert error.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
-    assert "kserve_grpc" not in server.log()
+    log = server.log()
+    assert "frontend kserve_http listening" in log  # the other frontends did start
+    assert "frontend kserve_grpc listening" not in log
+    assert "gRPC frontend listening" not in log
 
 
 def test_shutdown_refuses_new_requests_and_finishes_in_flight(inferd: InferdHarness) -> None:

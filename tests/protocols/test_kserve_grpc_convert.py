@@ -62,9 +62,9 @@ def arrays_of(datatype: str) -> st.SearchStrategy[np.ndarray]:
 def test_raw_inputs_decode_to_the_same_tensors(data: st.DataObject, datatype: str) -> None:
     array = data.draw(arrays_of(datatype))
     tensor = Tensor("INPUT0", datatype, array.shape, array)
-    decoded = convert.decode_infer_request(request_with(tensor))
-    assert (decoded.model, decoded.version, decoded.id) == ("m", "2", "x")
-    assert decoded.inputs == (tensor,)
+    request = decoded(request_with(tensor))
+    assert (request.model, request.version, request.id) == ("m", "2", "x")
+    assert request.inputs == (tensor,)
 
 
 @settings(max_examples=30, deadline=None)
@@ -72,9 +72,10 @@ def test_raw_inputs_decode_to_the_same_tensors(data: st.DataObject, datatype: st
 def test_responses_read_back_in_tritonclient(data: st.DataObject, datatype: str) -> None:
     array = data.draw(arrays_of(datatype))
     response = InferResponse("m", "3", (Tensor("OUT", datatype, array.shape, array),), id="r")
-    proto = service_pb2.ModelInferResponse.FromString(
-        wire.serialize_infer_response(*convert.encode_infer_response(response))
-    )
+    framed = wire.serialize_infer_response(*convert.encode_infer_response(response))
+    written = convert.serialize_infer_response(response)  # without protobuf: the same message
+    proto = service_pb2.ModelInferResponse.FromString(framed)
+    assert service_pb2.ModelInferResponse.FromString(written) == proto
     assert (proto.model_name, proto.model_version, proto.id) == ("m", "3", "r")
     assert len(proto.raw_output_contents) == 1
     result = grpcclient.InferResult(proto).as_numpy("OUT")
@@ -96,10 +97,10 @@ def test_client_built_request_decodes() -> None:
         request.inputs.append(tensor._get_tensor())
         request.raw_input_contents.append(tensor._get_content())
     request.outputs.add(name="OUT")
-    decoded = convert.decode_infer_request(request)
-    assert decoded.inputs[0].data.tolist() == [[0.0, 1.0], [2.0, 3.0]]
-    assert decoded.inputs[1].data.tolist() == [b"", "é".encode(), b"abc"]
-    assert decoded.outputs == ("OUT",)
+    message = decoded(request)
+    assert message.inputs[0].data.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert message.inputs[1].data.tolist() == [b"", "é".encode(), b"abc"]
+    assert message.outputs == ("OUT",)
 
 
 @pytest.mark.parametrize(
@@ -139,9 +140,9 @@ def test_parameters() -> None:
     request.parameters["ratio"].double_param = 0.25
     request.parameters["name"].string_param = "n"
     request.parameters[convert.EMPTY_FINAL_RESPONSE].bool_param = True
-    decoded = convert.decode_infer_request(request)
-    assert (decoded.priority, decoded.timeout_us) == (3, 500)
-    assert decoded.parameters == {
+    message = decoded(request)
+    assert (message.priority, message.timeout_us) == (3, 500)
+    assert message.parameters == {
         "sequence_id": "s", "sequence_start": True, "flag": False, "count": -4,
         "ratio": 0.25, "name": "n",
     }
@@ -164,9 +165,24 @@ def test_response_parameters() -> None:
     assert parameters["other"].string_param == "[1, 2]"
 
 
+def decoded(request: Any) -> Any:
+    """What ``request`` decodes to, by protobuf's path and, for a plain request, by the
+    scan's (``kserve_grpc_wire.scan_plain_infer_request``), which must agree."""
+    by_protobuf = convert.decode_infer_request(request)
+    plain = wire.scan_plain_infer_request(request.SerializeToString())
+    if plain is not None:
+        assert convert.decode_plain_infer_request(plain) == by_protobuf
+    return by_protobuf
+
+
 def refused(request: Any, error_type: type[Exception] = InvalidArgument) -> str:
     with pytest.raises(error_type) as error:
         convert.decode_infer_request(request)
+    plain = wire.scan_plain_infer_request(request.SerializeToString())
+    if plain is not None:  # the scan's path refuses it with the same words
+        with pytest.raises(error_type) as plain_error:
+            convert.decode_plain_infer_request(plain)
+        assert str(plain_error.value) == str(error.value)
     return str(error.value)
 
 
@@ -246,7 +262,7 @@ def test_malformed_parameters_are_refused() -> None:
     assert refused(with_parameter("sequence_end", "int64_param", 1)) == (
         "invalid value type for 'sequence_end' parameter, expected bool_param."
     )
-    empty = request_with()
+    empty = request_with(from_numpy("I", np.ones(1, np.int32)))
     empty.parameters["nothing"].SetInParent()
     assert refused(empty) == "parameter 'nothing' has no value"
 

@@ -50,6 +50,14 @@ def _parse_infer_request(data: bytes) -> wire.ParsedInferRequest:
     return wire.parse_infer_request(data)
 
 
+def _parse_unary_infer_request(data: bytes) -> wire.ParsedInferRequest:
+    """``ModelInfer``'s: a plain request is read without protobuf (a stream request keeps
+    its protobuf header, which its responses echo)."""
+    if len(data) >= LARGE_MESSAGE_BYTES:
+        _release_freed_heap()
+    return wire.parse_infer_request(data, plain=True)
+
+
 def _release_freed_heap() -> None:
     """Give the C heap's free pages back to the system.
 
@@ -100,7 +108,9 @@ def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     for method in service.methods:
         behaviour = getattr(servicer, method.name)
         deserializer: Callable[[bytes], Any]
-        if method.name in _TENSOR_RPCS:
+        if method.name == "ModelInfer":
+            deserializer, serializer = _parse_unary_infer_request, wire.serialize_reply
+        elif method.name in _TENSOR_RPCS:
             deserializer, serializer = _parse_infer_request, wire.serialize_reply
         else:
             request_class = getattr(service_pb2, method.input_type.name)

@@ -102,6 +102,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         bytes did not parse or it is malformed."""
         if request.error:
             raise InvalidArgument(request.error)
+        if request.plain is not None:
+            return convert.decode_plain_infer_request(request.plain)
         return convert.decode_infer_request(
             request.header, request.raw_input_contents, self.max_input_size
         )
@@ -149,7 +151,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def ModelInfer(self, request: wire.ParsedInferRequest, context: Any) -> bytes:
         async with Rpc(context, "ModelInfer"):
             tracer = self.dataplane.tracer
-            trace = (tracer.begin(request.header.model_name, _traceparent(context))
+            trace = (tracer.begin(request.model_name, _traceparent(context))
                      if tracer.active else None)
             if trace is not None:
                 # gRPC hands the request over read: its wait ends as this handler starts.
@@ -157,9 +159,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 trace.stamp("GRPC_WAITREAD_END")
             pending = self.infer(request)
             reply = await (pending if trace is None else traced(trace, pending))
-            header, raw_output_contents = convert.encode_infer_response(reply)
-            response = wire.serialize_infer_response(header, raw_output_contents)
-            del reply, raw_output_contents
+            response = convert.serialize_infer_response(reply)
+            del reply
             if trace is not None:  # handed to gRPC, which sends it once this returns
                 trace.stamp("INFER_RESPONSE_COMPLETE")
                 trace.stamp("GRPC_SEND_START")
