@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.batched_instance import BatchedInstance, BatchPlan, PreparedRequest
+from inferd.kernel.sdk.backends import BatchPlan, BatchedInstance, PreparedRequest
 from inferd.plugins.backends.pytorch.programs import Program
 from inferd.plugins.backends.pytorch.tensors import config_type_of, to_numpy, to_torch, type_name
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument

@@ -25,17 +25,20 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.backend import Backend, Instance, Model, ModelContext
-from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
-from inferd.kernel.config_completion import (
+from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
+from inferd.kernel.sdk.backends import (
+    BatchPlan,
+    ConfiguredTensor,
     DEFAULT_MAX_BATCH_SIZE,
+    NamedTensorInstance,
+    ProcessThreads,
     batchable,
-    default_max_batch_size,
     check_shape,
     complete_declared,
+    default_max_batch_size,
+    local_device_id,
+    thread_parameter,
 )
-from inferd.kernel.devices import local_device_id
-from inferd.kernel.process_threads import ProcessThreads, thread_parameter
 from inferd.plugins.backends.tensorflow import graphs
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 

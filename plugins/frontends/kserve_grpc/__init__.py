@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean, byte_count, positive_count, positive_seconds
+from inferd.kernel.sdk import (
+    FrontendRegistry,
+    FrontendSpec,
+    add_boolean,
+    byte_count,
+    hookimpl,
+    positive_count,
+    positive_seconds,
+)
 from inferd.protocols.restrictions import parse_restriction
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 

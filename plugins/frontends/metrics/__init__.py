@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean
+from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, add_boolean, hookimpl
 
 
 @hookimpl
