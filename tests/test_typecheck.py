@@ -1,4 +1,4 @@
-"""kernel/ and protocols/ stay clean under ``mypy --strict`` and ruff (STYLE.md's house rule),
+"""kernel/, plugins/ and protocols/ stay clean under ``mypy --strict`` and ruff (STYLE.md's house rule),
 checked by ``.ci/typecheck``, which shows mypy the folders under their import names so that
 every ``inferd`` import is resolved and checked across modules."""
 

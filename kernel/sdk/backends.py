@@ -18,6 +18,7 @@ from inferd.kernel.batched_instance import (
 from inferd.kernel.config_completion import (
     DEFAULT_MAX_BATCH_SIZE,
     DYNAMIC,
+    SignatureTensor,
     batchable,
     check_shape,
     complete_declared,
@@ -30,7 +31,8 @@ from inferd.kernel.process_threads import Pools, ProcessThreads, thread_paramete
 
 __all__ = [
     "BatchPlan", "BatchedInstance", "ConfiguredTensor", "NamedTensorInstance", "PreparedRequest",
-    "DEFAULT_MAX_BATCH_SIZE", "DYNAMIC", "batchable", "check_shape", "complete_declared",
+    "DEFAULT_MAX_BATCH_SIZE", "DYNAMIC", "SignatureTensor", "batchable", "check_shape",
+    "complete_declared",
     "default_max_batch_size", "fill_tensor_entry",
     "local_device_id",
     "config_to_json", "parse_config_text",

@@ -89,17 +89,17 @@ def check_config(config: ModelConfig, signature: trt_engine.Signature) -> None:
                 raise InvalidArgument(f"model '{model}': the engine's {kind} '{tensor.name}' "
                                       "has a data type inferd cannot serve")
         for entry in entries:
-            tensor = engine_tensors.get(entry.name)
-            if tensor is None:
+            found = engine_tensors.get(entry.name)
+            if found is None:
                 raise InvalidArgument(
                     f"model '{model}': unexpected {kind} '{entry.name}', the engine's {kind}s "
                     f"are: {', '.join(engine_tensors)}")
-            if entry.data_type != tensor.data_type:
+            if entry.data_type != found.data_type:
                 raise InvalidArgument(
                     f"model '{model}': {kind} '{entry.name}' has data type "
                     f"{model_config_pb2.DataType.Name(entry.data_type)} but the engine's is "
-                    f"{model_config_pb2.DataType.Name(tensor.data_type)}")
-            check_shape(entry, tensor.shape, max_batch_size=config.max_batch_size,
+                    f"{model_config_pb2.DataType.Name(found.data_type)}")
+            check_shape(entry, found.shape, max_batch_size=config.max_batch_size,
                         where=f"model '{model}', {kind} '{entry.name}'", source="the engine")
         configured = {entry.name for entry in entries}
         for tensor in tensors:

@@ -101,9 +101,9 @@ async def _stream_answer_logged(servicer: InferenceServicer, request: wire.Parse
         _stream_failed(error)
         await write(convert.encode_stream_error(header, error.message))
     except Exception as error:
-        message = f"{type(error).__name__}: {error}"
-        request_failed(500, message, wire_status="error_message", exc_info=error)
-        await write(convert.encode_stream_error(header, message))
+        text = f"{type(error).__name__}: {error}"
+        request_failed(500, text, wire_status="error_message", exc_info=error)
+        await write(convert.encode_stream_error(header, text))
 
 
 async def _write_response(write: Callable[[Any], Awaitable[None]],

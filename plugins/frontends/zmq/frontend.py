@@ -105,7 +105,7 @@ class ZmqFrontend(Frontend):
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        socket = zmq.Context.instance().socket(zmq.ROUTER)
+        socket: zmq.Socket[Any] = zmq.Context.instance().socket(zmq.ROUTER)
         loop_socket = LoopSocket(socket, self._accept)
         try:
             self._configure(socket, int(self.settings.options.get(
