@@ -13,13 +13,10 @@ for a local path and ``inferd.plugins.state.s3`` for ``s3://``). The record is o
 File overrides are content-addressed beside the record (``<record>.files/<sha256>``), each
 written before the record that names it, so the record stays small whatever the models weigh.
 
-Concurrent writers never corrupt it nor lose an update. A local path is changed read-modify-
-write under an exclusive ``flock`` of ``<record>.lock``; the new record goes to a temporary
-file in the same folder, is fsynced and ``os.replace``d over the old one (readers never take
-the lock: they see the old record or the new one, never half of one). An ``s3://`` record is
-compare-and-swapped: ``PutObject`` with ``IfMatch=<the ETag read>`` (``IfNoneMatch='*'`` for the
-first write); a 412 means another replica wrote in between, so the record is read again and the
-change applied again. Every write adds one to ``generation``.
+Concurrent writers never corrupt it nor lose an update: every store makes ``update`` atomic
+against every other writer (a local path under an exclusive ``flock``, replaced whole; an
+``s3://`` record compare-and-swapped with conditional writes). Every write adds one to
+``generation``.
 """
 
 from __future__ import annotations

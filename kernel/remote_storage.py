@@ -6,8 +6,8 @@ Owns the contract: ``RemoteLocation`` (where a root lives), ``RemoteStorageError
 cannot be read now, in one sentence for clients), the ``StorageSpec`` a plugin registers, and
 the lookups the repository makes by scheme: ``is_remote_url``, ``parse_url``, ``check_url``,
 ``open_filesystem`` (an fsspec-compatible filesystem: ``ls``, ``find``, ``get_file``) and
-``describe_error``. An unknown scheme reads as a local folder's name, as before plugins; a
-``parse_url`` of one is an ``InvalidArgument`` listing the schemes there are. No I/O.
+``describe_error``. A root whose scheme no plugin reads is a local folder's name to
+``is_remote_url``; ``parse_url`` refuses it, listing the schemes there are. No I/O.
 """
 
 from __future__ import annotations
