@@ -147,5 +147,7 @@ def inferd_register_repository_agents(registry: AgentRegistry) -> None:
     parameters. It returns None to load the folder as it is, or another folder to load
     instead (the files it changed); it raises ``AgentRefused`` to refuse the load, its
     message becoming the model's reason in the repository index. It runs in a worker thread
-    of the main process, on every load and reload.
+    of the main process on every load and reload, and when ``inferd check`` or the catalog
+    reads the model (the catalog once per change of the folder): it must not change the
+    repository's own files, only give another folder.
     """
