@@ -73,10 +73,6 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
                         metavar="[BACKEND,]SETTING=VALUE",
                         help="a backend setting (default-max-batch-size is the one inferd's "
                              "backends read)")
-    network = parser.add_argument_group("network")
-    for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002), ("zmq", 8003)):
-        network.add_argument(f"--{protocol}-port", type=int, default=port)
-        network.add_argument(f"--{protocol}-address", default="0.0.0.0")
     execution = parser.add_argument_group("execution")
     execution.add_argument("--cpu-executors", type=int, default=defaults.cpu_executors,
                            help="number of CPU executor processes")
@@ -191,10 +187,6 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         model_load_timeout_secs=args.model_load_timeout_secs,
         disable_auto_complete_config=(args.disable_auto_complete_config
                                       or args.strict_model_config),
-        zmq_address=args.zmq_address, zmq_port=args.zmq_port,
-        http_address=args.http_address, http_port=args.http_port,
-        grpc_address=args.grpc_address, grpc_port=args.grpc_port,
-        metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         cpu_executors=args.cpu_executors,
         executor_inline=args.executor_inline,
         cpu_executor=args.cpu_executor,
@@ -250,9 +242,8 @@ _SERVE_FIELDS = {
     "command", "model_repositories", "repository_cache_dir", "repository_timeout_secs",
     "model_control_mode", "load_models",
     "repository_poll_secs", "exit_on_error", "strict_readiness", "exit_timeout_secs",
-    "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
-    "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",
-    "metrics_port", "cpu_executors", "executor_inline", "cpu_executor", "intra_op_threads",
+    "model_load_timeout_secs", "disable_auto_complete_config",
+    "cpu_executors", "executor_inline", "cpu_executor", "intra_op_threads",
     "log_verbose",
     "executor_shm_threshold", "executor_shm_capacity", "strict_model_config",
     "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",

@@ -2,16 +2,20 @@
 
 tritonserver's booleans read ``--flag=false``, ``--flag false`` or a bare ``--flag`` (true);
 ``add_boolean`` gives a plugin's flags the same form; ``byte_count``, ``positive_seconds`` and
-``positive_count`` read limits (``--http-max-input-size`` and its kin); ``split_setting`` is the
-one reader of tritonserver's ``[group,]setting=value`` form (``--backend-config``,
+``positive_count`` read limits (``--http-max-input-size`` and its kin); ``ListenFlags`` are a
+frontend's ``--<protocol>-port`` and ``--<protocol>-address``; ``split_setting`` is the one
+reader of tritonserver's ``[group,]setting=value`` form (``--backend-config``,
 ``--cache-config``, ``--metrics-config``, ``--trace-config``). No state.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+ANY_ADDRESS = "0.0.0.0"
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -72,6 +76,26 @@ def positive_count(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class ListenFlags:
+    """A frontend's socket flags, tritonserver's ``--<protocol>-port`` and
+    ``--<protocol>-address``: its ``inferd_add_options`` adds them, the frontend reads them
+    back from ``Settings.options``."""
+
+    protocol: str
+    port: int
+
+    def add_to(self, parser: Any) -> None:
+        """Add both flags to a parser or argument group."""
+        parser.add_argument(f"--{self.protocol}-port", type=int, default=self.port)
+        parser.add_argument(f"--{self.protocol}-address", default=ANY_ADDRESS)
+
+    def read(self, options: Mapping[str, Any]) -> tuple[str, int]:
+        """(address, port) as parsed; the defaults for a flag the options lack."""
+        return (str(options.get(f"{self.protocol}_address", ANY_ADDRESS)),
+                int(options.get(f"{self.protocol}_port", self.port)))
 
 
 class SettingText(NamedTuple):

@@ -1,7 +1,9 @@
 """Server settings: one frozen value built from the command line and read everywhere.
 
-Flag names follow tritonserver's (SPEC 6.1). Plugin options (``inferd_add_options``) land in
-``options``. Owns no parsing beyond value types; ``inferd.kernel.cli_serve`` builds it.
+Its fields are the kernel's own flags, named after tritonserver's (SPEC 6.1). The flags a
+plugin declares (``inferd_add_options``: a frontend's port, address and limits, for instance)
+are not fields: they land in ``options`` by their ``dest``, and the plugin reads them there.
+Owns no parsing beyond value types; ``inferd.kernel.cli_serve`` builds it.
 """
 
 from __future__ import annotations
@@ -32,14 +34,6 @@ class Settings:
     exit_timeout_secs: float = 30.0
     model_load_timeout_secs: float = 600.0
     disable_auto_complete_config: bool = False
-    zmq_address: str = "0.0.0.0"
-    zmq_port: int = 8003
-    http_address: str = "0.0.0.0"
-    http_port: int = 8000
-    grpc_address: str = "0.0.0.0"
-    grpc_port: int = 8001
-    metrics_address: str = "0.0.0.0"
-    metrics_port: int = 8002
     cpu_executors: int = 1
     executor_inline: bool = False
     # Where the CPU instances of native backends run (BackendSpec.runs_in_server): "server",

@@ -1,11 +1,13 @@
 """``inferd.kernel.options``: tritonserver's ``[group,]setting=value`` split once for every
-flag that takes it, and ``--backend-config`` read through it."""
+flag that takes it, ``--backend-config`` read through it, and a frontend's socket flags."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from inferd.kernel.options import SettingText, backend_setting, split_setting
+from inferd.kernel.options import ListenFlags, SettingText, backend_setting, split_setting
 
 
 @pytest.mark.parametrize(("text", "parts"), [
@@ -42,3 +44,13 @@ def test_a_backend_config_without_a_setting_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=f"--backend-config={text}: expected "
                                          r"\[backend,\]setting=value"):
         backend_setting(text)
+
+
+def test_listen_flags_are_tritons_and_read_back_with_their_defaults() -> None:
+    listen = ListenFlags("http", 8000)
+    parser = argparse.ArgumentParser()
+    listen.add_to(parser)
+    assert listen.read(vars(parser.parse_args([]))) == ("0.0.0.0", 8000)
+    given = vars(parser.parse_args(["--http-port", "9000", "--http-address=127.0.0.1"]))
+    assert listen.read(given) == ("127.0.0.1", 9000)
+    assert listen.read({}) == ("0.0.0.0", 8000)  # a frontend made without the parser
