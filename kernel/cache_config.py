@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inferd.kernel.options import boolean_word
+from inferd.kernel.options import boolean_word, split_setting
 
 LOCAL = "local"
 REDIS = "redis"
@@ -155,11 +155,10 @@ def _redis(values: dict[str, object], environ: Mapping[str, str]) -> RedisSettin
 
 def _split(flag: str) -> tuple[str, str, str]:
     """``<cache>,<setting>=<value>`` in its three parts, refused as tritonserver refuses."""
-    name, comma, assignment = flag.partition(",")
-    if not comma or not name:
+    name, setting, value = split_setting(flag)
+    if not name:
         raise CacheConfigError(f"No cache specified. --cache-config option format is {FORMAT}. "
                                f"Got {flag}")
-    setting, equals, value = assignment.partition("=")
-    if not equals or not setting or not value:
+    if value is None or not setting or not value:
         raise CacheConfigError(f"--cache-config option format is {FORMAT}. Got {flag}")
     return name.strip(), setting.strip(), value

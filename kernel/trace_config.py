@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from inferd.kernel.options import split_setting
+
 MODES = ("triton", "opentelemetry")
 DEFAULT_RATE = 1000
 DEFAULT_OTLP_URL = "http://localhost:4318/v1/traces"
@@ -55,17 +57,14 @@ class TraceConfig:
 
 def _split(text: str) -> tuple[str, str, str]:
     """``[mode,]setting=value`` as (mode or "", setting, value)."""
-    head, equals, value = text.partition("=")
-    mode, comma, setting = head.partition(",")
-    if not comma:
-        mode, setting = "", head
-    elif not mode:
+    group, setting, value = split_setting(text)
+    if group == "":
         raise ValueError(f"--trace-config {text}: no trace mode specified; the format is "
                          "<trace mode>,<setting>=<value> or <setting>=<value>")
-    if not equals or not setting or not value:
+    if value is None or not setting or not value:
         raise ValueError(f"--trace-config {text}: the format is "
                          "'<trace mode>,<setting>=<value>' or '<setting>=<value>'")
-    mode = mode.lower()
+    mode = (group or "").lower()
     if mode and mode not in MODES:
         raise ValueError(f"--trace-config {text}: invalid value for trace mode option: {mode}. "
                          'Available options are "triton" and "opentelemetry"')

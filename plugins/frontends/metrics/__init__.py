@@ -1,5 +1,6 @@
 """Hook module of the Prometheus metrics frontend (``GET /metrics`` on ``--metrics-port``):
-registers it and tritonserver's metrics flags (``--allow-metrics``, ``--allow-gpu-metrics``,
+registers it and tritonserver's metrics flags (``--allow-metrics``, ``--metrics-port``,
+``--metrics-address``, ``--allow-gpu-metrics``,
 ``--allow-cpu-metrics``, ``--metrics-interval-ms``, ``--metrics-config``; read by
 ``inferd.kernel.metrics_config``), and imports nothing else."""
 
@@ -9,7 +10,9 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import add_boolean
+from inferd.kernel.options import ListenFlags, add_boolean
+
+LISTEN = ListenFlags("metrics", 8002)
 
 
 @hookimpl
@@ -25,6 +28,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("metrics")
     add_boolean(group, "--allow-metrics", True, "serve Prometheus metrics on --metrics-port")
+    LISTEN.add_to(group)
     add_boolean(group, "--allow-gpu-metrics", True,
                 "GPU metrics through NVML (the gpu extra) where there is a GPU; ignored unless "
                 "--allow-metrics is true")

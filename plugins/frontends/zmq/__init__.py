@@ -1,5 +1,5 @@
-"""Hook module of the native ZeroMQ frontend: registers it and its ``--zmq-max-input-size``
-option, and imports nothing else.
+"""Hook module of the native ZeroMQ frontend: registers it and its options (``--zmq-port``,
+``--zmq-address``, ``--zmq-max-input-size``), and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no pyzmq
 import; ``inferd.plugins.frontends.zmq.frontend`` holds the protocol itself.
@@ -16,8 +16,10 @@ import argparse
 
 from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import byte_count
+from inferd.kernel.options import ListenFlags, byte_count
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
+
+LISTEN = ListenFlags("zmq", 8003)
 
 
 @hookimpl
@@ -30,6 +32,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("native zmq frontend")
+    LISTEN.add_to(group)
     group.add_argument(
         "--zmq-max-input-size", type=byte_count(), default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES",

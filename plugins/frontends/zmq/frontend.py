@@ -28,6 +28,7 @@ from inferd.kernel import log_context
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.request_log import request_failed
 from inferd.kernel.tracing import traced
+from inferd.plugins.frontends.zmq import LISTEN
 from inferd.protocols import wire
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
@@ -147,8 +148,7 @@ class ZmqFrontend(Frontend):
         socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
 
     def _bind(self, socket: zmq.Socket[Any]) -> str:
-        address = self.settings.zmq_address
-        port = self.settings.zmq_port
+        address, port = LISTEN.read(self.settings.options)
         if ":" in address:
             socket.setsockopt(zmq.IPV6, 1)
             if not address.startswith("["):
