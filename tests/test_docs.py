@@ -146,3 +146,17 @@ def test_every_hook_is_on_the_extending_page() -> None:
     page = (DOCS / "extending.md").read_text(encoding="utf-8")
     missing = [hook for hook in hooks if f"`{hook}(" not in page]
     assert not missing, f"docs/extending.md does not list the hooks {missing}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda path: path.name)
+def test_lists_read_the_same_on_github_and_in_the_site(path: Path) -> None:
+    """Python-Markdown (MkDocs) nests a list only at four spaces and starts one only after a
+    blank line; GitHub is laxer, so a page written for it alone renders flat in the site."""
+    item = re.compile(r"\s*([-*]|\d+\.) ")
+    lines = prose(path)
+    for before, line in zip(["", *lines], lines, strict=False):
+        assert not re.match(r" {1,3}([-*]|\d+\.) ", line), (
+            f"{path.name}: {line.strip()[:60]!r}: indent a nested list by four spaces")
+        if item.match(line) and not line.startswith(" "):
+            assert not before.strip() or item.match(before) or before.startswith(" "), (
+                f"{path.name}: {line.strip()[:60]!r}: a list starts after a blank line")
