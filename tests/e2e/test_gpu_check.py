@@ -2,7 +2,7 @@
 machine without a GPU, in the test environment (``$PYTHON``: this Python, nothing installed),
 serves its models with a real ``inferd serve`` and ends with a PASS line for
 every check; its log folder has the script's whole output, the server's log and the summary.
-On the GPU machine the same script runs without ``--cpu-only`` (README, GPU section)."""
+On the GPU machine the same script runs without ``--cpu-only`` (docs/gpus.md)."""
 
 from __future__ import annotations
 
