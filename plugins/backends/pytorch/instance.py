@@ -170,10 +170,10 @@ class PyTorchInstance(BatchedInstance[TensorPlan, list[Any], list[Any]]):
             shape = (*shape[:1], *output.dims) if self._plan.batching else output.dims
         byte_size = piece.numel() * piece.element_size()
         address = self.window_addresses.get(window) if window is not None else None
-        if address is None or piece.device.type != "cuda" or byte_size > window.byte_size:
+        if address is None or byte_size > window.byte_size:
             # On the host: the executor writes it (or refuses a window too small for it).
             return self._tensor(output, to_numpy(self._torch, piece))
-        write_on_device(self._torch, piece.contiguous().reshape(shape), address)
+        write_on_device(self._torch, piece.reshape(shape), address, self._device)
         return device_tensor(output.name, output.datatype, shape,
                              written_window(window, byte_size))
 

@@ -115,13 +115,14 @@ def device_view(torch: ModuleType, pointer: int, shape: tuple[int, ...], dtype: 
     return tensor.view(torch.bfloat16) if bfloat16 else tensor
 
 
-def write_on_device(torch: ModuleType, tensor: Any, pointer: int) -> None:
-    """``tensor`` (on a CUDA device) copied device-to-device to ``pointer``, complete when this
-    returns (the client reads it once it has the response)."""
+def write_on_device(torch: ModuleType, tensor: Any, pointer: int, device: Any) -> None:
+    """``tensor`` copied to ``pointer`` on the CUDA device ``device`` (device-to-device from
+    the instance's own outputs), complete when this returns: the client reads it once it has
+    the response."""
     if tensor.is_conj() or tensor.is_neg():
         tensor = tensor.resolve_conj().resolve_neg()
     dtype = np.dtype("<u2") if tensor.dtype == torch.bfloat16 else np.dtype(
         str(tensor.dtype).removeprefix("torch."))
-    target = device_view(torch, pointer, tuple(tensor.shape), dtype, tensor.device)
+    target = device_view(torch, pointer, tuple(tensor.shape), dtype, device)
     target.copy_(tensor)
-    torch.cuda.current_stream(tensor.device).synchronize()
+    torch.cuda.current_stream(device).synchronize()
