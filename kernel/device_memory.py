@@ -18,6 +18,7 @@ the server's; ``local_device_id`` maps them to this process's (pinned) devices.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -33,6 +34,8 @@ from inferd.protocols.device_tensors import device_tensor, on_device, window_of
 from inferd.protocols.errors import InferdError, Internal
 from inferd.protocols.messages import DeviceWindow, InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
+
+log = logging.getLogger(__name__)
 
 
 def _close(runtime: CudaRuntime, pointer: int, device: int) -> None:
@@ -99,6 +102,9 @@ class DeviceMemory:
             pointer = runtime.open_ipc_handle(window.handle, device)
         except CudaCallFailed as error:
             raise Internal(f"failed to open CUDA shared memory in the executor: {error}") from None
+        # Once per region: the line that shows the model read the client's memory in place.
+        log.info("opened CUDA shared memory region %d of GPU %d here", window.region,
+                 window.device_id)
         return OpenedRegion(window.region, pointer, device, runtime)
 
     def close(self, regions: Sequence[int]) -> None:
