@@ -198,7 +198,13 @@ def in_place(world: World, repository: Path) -> str:
     a GPU instance carries its windows and not one byte of tensor data on the kernel wire."""
     from inferd.protocols import wire
     from inferd.protocols.device_tensors import device_tensor, window_of
-    from inferd.protocols.messages import DeviceWindow, Envelope, InferBatch, InferRequest
+    from inferd.protocols.messages import (
+        DeviceWindow,
+        Envelope,
+        InferBatch,
+        InferRequest,
+        InferResponse,
+    )
 
     small = world.small
     batch = np.random.default_rng(3).standard_normal((8, small)).astype(np.float32)
@@ -231,6 +237,7 @@ def in_place(world: World, repository: Path) -> str:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
         [result] = instance.execute([request])
         torch.cuda.synchronize()
+    assert isinstance(result, InferResponse), result
     assert window_of(result.outputs[0]) is not None, "the output came back to the host"
     answer = target.cpu().numpy()
     assert np.allclose(answer, reference(small, batch), rtol=world.rtol, atol=world.atol), (
