@@ -172,7 +172,8 @@ class DeviceMemory:
         outputs = []
         for tensor in response.outputs:
             window = request.output_windows.get(tensor.name)
-            if window is None or window_of(tensor) is not None:
+            # BYTES never stays in device memory: the main process writes it, as before.
+            if window is None or window_of(tensor) is not None or tensor.datatype == "BYTES":
                 outputs.append(tensor)
                 continue
             data = memoryview(tensor_to_buffer(tensor)).cast("B")

@@ -169,9 +169,11 @@ class Server:
 
 
 @asynccontextmanager
-async def serving(address: str, instance: Instance, tmp_path: Path) -> AsyncIterator[Server]:
-    """The scheduler serving ``m`` on one instance at ``address``, regions ``in`` (``VALUES``
-    from byte 32) and ``out`` (128 bytes each) registered."""
+async def serving(address: str, instance: Instance, tmp_path: Path,
+                  elsewhere: tuple[str, ...] = ()) -> AsyncIterator[Server]:
+    """The scheduler serving ``m`` on one instance at ``address`` (and, listed after it, one
+    on each executor of ``elsewhere``, which never gets a batch here), regions ``in``
+    (``VALUES`` from byte 32) and ``out`` (128 bytes each) registered."""
     main = FakeCuda()
     executor = FakeCuda()
     executor.allocations = main.allocations  # one device, two processes' handles on it
@@ -189,7 +191,8 @@ async def serving(address: str, instance: Instance, tmp_path: Path) -> AsyncIter
         with anyio.fail_after(10):
             config = text_format.Parse(CONFIG, ModelConfig())
             served = await router.ask(SCHEDULER, ServeVersion(
-                "m", 1, config.SerializeToString(), ((address, 0),)))
+                "m", 1, config.SerializeToString(),
+                ((address, 0), *((other, 0) for other in elsewhere))))
             assert isinstance(served, Ack)
             for name, handle in (("in", inputs_handle), ("out", outputs_handle)):
                 registered = await dataplane.handle(
@@ -277,6 +280,31 @@ async def test_a_gpu_backend_that_takes_host_memory_gets_one_copy_in_its_executo
         assert instance.seen[0].tolist() == VALUES.tolist()
         assert not instance.seen[0].flags.writeable  # the client's bytes
         assert server.actor.buffers == [0, 0]
+
+
+async def test_a_model_with_an_instance_off_the_gpus_reads_through_the_host(
+        tmp_path: Path) -> None:
+    instance = HostDouble()
+    async with serving(GPU, instance, tmp_path, elsewhere=(cpu_executor(0),)) as server:
+        reply = await server.infer()
+        assert isinstance(reply, SharedMemoryInferResponse)
+        assert written(server).tolist() == (VALUES * 2).tolist()
+        # Its batches may go to either instance: the request was read at the scheduler's door.
+        assert server.main.copies == ["to host", "to device"]
+        assert server.executor.copies == [] and server.actor.buffers == [1, 1]
+
+
+def test_a_bytes_output_is_left_for_the_main_process_to_write() -> None:
+    cuda = FakeCuda()
+    handle, _ = cuda.allocate(64)
+    device = DeviceMemory(lambda: cuda, local_device=lambda gpu: gpu)
+    window = DeviceWindow(handle, 0, 0, 64, 7)
+    request = InferRequest("m", (), output_windows={"TEXT": window})
+    text = Tensor("TEXT", "BYTES", (1,), np.array([b"abc"], dtype=object))
+    prepared = device.prepare((request,), HostDouble())
+    (response,) = device.finish(prepared, [InferResponse("m", "1", (text,))])
+    assert isinstance(response, InferResponse) and response.outputs == (text,)
+    assert cuda.copies == [] and not cuda.opened
 
 
 def test_what_lies_on_another_gpu_or_goes_to_the_cpu_is_read_to_the_host(
