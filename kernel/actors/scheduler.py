@@ -17,8 +17,11 @@ each response as ``StreamParts`` under the request's token (``DecoupledRequests`
 the response cache is answered before any queue. A request whose asker goes away (its task
 cancelled, or ``Cancel`` for its ask, or the reader of its stream gone) leaves its queue at
 once, counted as a CANCELED failure; one already in a batch is named to its executor
-(``CancelRequests``: the backend may stop it) and its result dropped. It never loads models
-and never touches the repository.
+(``CancelRequests``: the backend may stop it) and its result dropped. A request's CUDA
+shared memory (device tensors, output windows) goes on as it is only to a model served on GPUs
+alone whose requests it does not read on the way; otherwise it is read to the host at the
+door (``inferd.kernel.cuda_windows``). It never loads models and never touches the
+repository.
 """
 
 from __future__ import annotations
