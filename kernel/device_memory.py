@@ -102,7 +102,7 @@ class DeviceMemory:
             pointer = runtime.open_ipc_handle(window.handle, device)
         except CudaCallFailed as error:
             raise Internal(f"failed to open CUDA shared memory in the executor: {error}") from None
-        # Once per region: the line that shows the model read the client's memory in place.
+        # Once per region: the line that shows this executor was handed the client's memory.
         log.info("opened CUDA shared memory region %d of GPU %d here", window.region,
                  window.device_id)
         return OpenedRegion(window.region, pointer, device, runtime)
