@@ -19,7 +19,8 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(bool(visible_gpus()), reason="--cpu-only is for no GPU")
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ("ready", "twins", "placement", "zero_copy", "gpu_metrics", "cuda_shm", "throughput")
+CHECKS = ("ready", "twins", "placement", "zero_copy", "gpu_metrics", "cuda_shm", "shm_in_place",
+          "throughput")
 
 
 @pytest.mark.timeout(600)  # a server start and torch.export: minutes on a loaded machine
