@@ -16,7 +16,7 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test lint bench bench-compiled models clean gpu-wheels
+.PHONY: setup serve test lint docs bench bench-compiled models clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,21 @@ test: setup
 lint: setup
 	PYTHON=$(PY) .ci/typecheck
 
+# The documentation site: docs/ (mkdocs.yml) built into site/, which git ignores. --strict
+# turns every warning (a broken link or anchor, a page left out of the navigation) into a
+# failure. Only the docs extra is installed (read from pyproject.toml), not inferd itself, so
+# this stays quick on a fresh clone and in CI.
+DOCS_INSTALLED := $(VENV)/.docs-installed
+
+$(DOCS_INSTALLED): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' > $(VENV)/docs-requirements.txt
+	$(PY) -m pip install --quiet -r $(VENV)/docs-requirements.txt
+	touch $@
+
+docs: $(DOCS_INSTALLED)
+	$(PY) -m mkdocs build --strict
+
 bench: setup
 	$(PY) bench/bench_wire.py
 
@@ -79,5 +94,5 @@ models: setup
 	$(PY) model_repository/generate.py
 
 clean:
-	rm -rf $(VENV) .pytest-rc .pytest_cache .hypothesis build protocols/compiled.json
+	rm -rf $(VENV) .pytest-rc .pytest_cache .hypothesis build site protocols/compiled.json
 	find kernel protocols -name '*.so' -delete

@@ -18,14 +18,18 @@ one PASS, FAIL or SKIP line:
 - ``gpu_metrics``: ``/metrics`` has the ``nv_gpu_*`` families with real values;
 - ``cuda_shm``: CUDA shared memory end to end with ``tritonclient.utils.cuda_shared_memory``
   over HTTP and gRPC (inputs and outputs in GPU regions, status, unregister);
+- ``shm_in_place``: the GPU twin reads and writes CUDA shared memory on the device: through
+  the backend in this process a batch costs no copy through the host, one device-to-device
+  copy per output (torch's profiler), and ``executor/gpu0`` opened the client's regions itself
+  (its log line);
 - ``throughput``: requests/s and p50 of the wide MLP at each ``--batches`` size with
   ``--concurrency`` gRPC clients on CPU and GPU, with the server's CPU time per inference.
 
 ``--cpu-only`` (no GPU here) serves the CPU models only and turns each GPU check into what a
 server without a GPU must do: ``auto`` on the CPU, no ``nv_gpu_*`` family, a CUDA register
-refused with Triton's message. ``--log-dir`` gets this run's output (``gpu_check.log``, kept
-by the shell script), the server's log and ``summary.txt``. Exit status 0 when no check
-failed.
+refused with Triton's message, a batch for a GPU instance carrying CUDA windows and no
+bytes. ``--log-dir`` gets this run's output (``gpu_check.log``, kept by the shell script), the
+server's log and ``summary.txt``. Exit status 0 when no check failed.
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             report.run("zero_copy", lambda: gpu_check_device.zero_copy(gpu, repository))
             report.run("gpu_metrics", world.gpu_metrics)
             report.run("cuda_shm", world.cuda_shared_memory)
+            report.run("shm_in_place", lambda: gpu_check_device.in_place(world, repository))
             report.run("throughput", lambda: world.throughput(batches, args.concurrency,
                                                                seconds))
     summary = report.summary()

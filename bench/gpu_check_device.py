@@ -1,13 +1,15 @@
 """The GPU check's parts that use CUDA in the check's own process (``bench/gpu_check.py`` says
 what each shows): the pytorch backend's copies (``zero_copy``), CUDA shared memory through
-``tritonclient.utils.cuda_shared_memory`` (``cuda_shared_memory``), and the CPU-vs-GPU
-throughput table (``throughput``, which uses none but measures the GPU twin)."""
+``tritonclient.utils.cuda_shared_memory`` (``cuda_shared_memory``) and read in place by the
+GPU twin (``in_place``), and the CPU-vs-GPU throughput table (``throughput``, which uses none
+but measures the GPU twin)."""
 
 from __future__ import annotations
 
 import base64
 import ctypes
 import os
+import re
 import statistics
 import threading
 import time
@@ -19,7 +21,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gpu_check_parts import Skip, World, cpu_seconds, reference, server_processes
+from gpu_check_parts import (
+    LOG_WAIT_SECS,
+    Skip,
+    World,
+    cpu_seconds,
+    reference,
+    server_processes,
+)
 
 NO_GPU_REFUSAL = "failed to register CUDA shared memory region: '{}', GPUs not supported"
 
@@ -174,8 +183,85 @@ def cuda_shared_memory(world: World) -> str:
         finally:
             cudashm.destroy_shared_memory_region(inputs)
             cudashm.destroy_shared_memory_region(outputs)
-    return (f"inputs and outputs in GPU regions, one copy each way: {', '.join(shown)}; status, "
-            "Triton's refusals, unregister one and all")
+    return (f"inputs and outputs in GPU regions (in place on the GPU twins, one copy each way on "
+            f"the CPU twin): {', '.join(shown)}; status, Triton's refusals, unregister one and "
+            "all")
+
+
+def in_place(world: World, repository: Path) -> str:
+    """CUDA shared memory read and written on the device by the GPU twin. In this process,
+    through the pytorch backend's own path: a batch whose input and output are device memory
+    (a window at a pointer, as the executor hands it) costs no host-to-device and no
+    device-to-host copy, one device-to-device copy per output (torch's profiler). In the
+    server (after ``cuda_shm``): ``executor/gpu0`` opened the client's regions itself (its
+    log line), so its requests reached the model as device memory. Without a GPU: a batch for
+    a GPU instance carries its windows and not one byte of tensor data on the kernel wire."""
+    from inferd.protocols import wire
+    from inferd.protocols.device_tensors import device_tensor, window_of
+    from inferd.protocols.messages import (
+        DeviceWindow,
+        Envelope,
+        InferBatch,
+        InferRequest,
+        InferResponse,
+    )
+
+    small = world.small
+    batch = np.random.default_rng(3).standard_normal((8, small)).astype(np.float32)
+    inputs = DeviceWindow(bytes(64), 0, 0, batch.nbytes, 1)
+    outputs = DeviceWindow(bytes(64), 0, 0, batch.nbytes, 2)
+    if not world.gpu:
+        request = InferRequest("ts_gpu", (device_tensor("INPUT__0", "FP32", batch.shape,
+                                                        inputs),),
+                               output_windows={"OUTPUT__0": outputs})
+        frames = wire.encode(Envelope(1, "scheduler", "executor/gpu0",
+                                      InferBatch("ts_gpu", 1, 1, (request,))))
+        assert len(frames) == 2, f"{len(frames) - 2} tensor frames for device memory"
+        sent = wire.decode(frames).body
+        assert isinstance(sent, InferBatch)
+        assert window_of(sent.requests[0].inputs[0]) == inputs
+        assert sent.requests[0].output_windows == {"OUTPUT__0": outputs}
+        return (f"without a GPU: a batch for a GPU instance carries its CUDA windows, no tensor "
+                f"bytes ({len(frames[1])} bytes of header for {batch.nbytes} of input)")
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    instance = _instance(repository, "ts_gpu")
+    source = torch.from_numpy(batch).cuda()
+    target = torch.zeros_like(source)
+    request = InferRequest("ts_gpu", (device_tensor(
+        "INPUT__0", "FP32", batch.shape, inputs, owner=source, pointer=source.data_ptr()),),
+        output_windows={"OUTPUT__0": outputs})
+    instance.window_addresses = {outputs: target.data_ptr()}
+    [result] = instance.execute([request])  # warm
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        [result] = instance.execute([request])
+        torch.cuda.synchronize()
+    assert isinstance(result, InferResponse), result
+    assert window_of(result.outputs[0]) is not None, "the output came back to the host"
+    answer = target.cpu().numpy()
+    assert np.allclose(answer, reference(small, batch), rtol=world.rtol, atol=world.atol), (
+        "the output window differs from torch's answer")
+    names = [event.name for event in profiler.events()]
+    copies = {kind: sum(1 for name in names if name.startswith(f"Memcpy {kind}"))
+              for kind in ("HtoD", "DtoH", "DtoD")}
+    kernels = sum(1 for event in profiler.events()
+                  if str(getattr(event, "device_type", "")).endswith("CUDA"))
+    shown = "in this process: "
+    if not kernels:
+        shown += "torch's profiler saw no CUDA activity (CUPTI?), copies not counted"
+    else:
+        assert copies["HtoD"] == copies["DtoH"] == 0, f"copies through the host: {copies}"
+        assert copies["DtoD"] == 1, f"expected one device-to-device copy: {copies}"
+        shown += "one batch = 0 copies in or out through the host, 1 device-to-device"
+    opened = re.compile(r"\[executor/gpu0\] \S+: opened CUDA shared memory region")
+    deadline = time.monotonic() + LOG_WAIT_SECS
+    while not opened.search(world.log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, (
+            "executor/gpu0 never opened a CUDA region: the GPU twins got host copies")
+        time.sleep(0.2)
+    count = len(opened.findall(world.log.read_text(errors="replace")))
+    return shown + f"; in the server: executor/gpu0 opened {count} client region(s) itself"
 
 
 # ---------------------------------------------------------------------------- throughput

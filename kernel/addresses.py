@@ -36,3 +36,18 @@ def framework_executor(backend: str, gpu: int | None) -> str:
 
 def isolated_executor(model: str, suffix: str) -> str:
     return f"{ISOLATED_PREFIX}{model}{suffix}"
+
+
+def gpu_of(address: str) -> int | None:
+    """The GPU an executor's address names (``executor/gpu1``, ``executor/<backend>/gpu1``,
+    ``executor/model/<model>/gpu1[/<n>]``), or ``None``: the CPU, or not an executor."""
+    if address.startswith(ISOLATED_PREFIX):
+        parts = address[len(ISOLATED_PREFIX):].split("/")[1:]  # past the model's name
+    elif address.startswith(EXECUTOR_PREFIX):
+        parts = address[len(EXECUTOR_PREFIX):].split("/")
+    else:
+        return None
+    for part in parts:
+        if part.startswith("gpu") and part[3:].isdigit():
+            return int(part[3:])
+    return None

@@ -14,14 +14,15 @@ needs it. This module owns the contract and the backend registry (an
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from inferd.kernel.registry import Registry, import_entry, load_entry
 from inferd.protocols.errors import InferdError, InvalidArgument, Unsupported
-from inferd.protocols.messages import InferRequest, InferResponse
+from inferd.protocols.messages import DeviceWindow, InferRequest, InferResponse
 
 Emit = Callable[[int, "InferResponse | InferdError | None", bool], None]
 """How a decoupled instance sends a response: ``emit(index, result, final)``."""
@@ -135,6 +136,7 @@ class CancelledRequests:
 
 
 NONE_CANCELLED = CancelledRequests()  # never added to: what an instance sees outside a batch
+NO_WINDOWS: Mapping[DeviceWindow, int] = MappingProxyType({})
 
 
 class Instance(abc.ABC):
@@ -150,6 +152,18 @@ class Instance(abc.ABC):
     """Set by ``execute`` when the backend can tell its phases apart: the nanoseconds the
     last call spent preparing inputs, running the model and producing outputs. They become
     the compute_input/infer/output statistics; left ``None``, the whole call is infer."""
+
+    takes_device_memory: bool = False
+    """Whether ``execute`` takes inputs that stay in a client's CUDA shared memory as device
+    tensors (``inferd.protocols.device_tensors``: their ``pointer`` is the device address) and
+    may write an output asked there (``InferRequest.output_windows``) itself, on the device,
+    at the address ``window_addresses`` gives, answering it as a device tensor of the part of
+    the window it wrote. For any other instance the executor copies such inputs to the host
+    and such outputs onto the device, once each; so it does for an output left on the host."""
+
+    window_addresses: Mapping[DeviceWindow, int] = NO_WINDOWS
+    """Set by the executor for each batch of an instance that takes device memory: the device
+    address of each output window of its requests, valid until ``execute`` returns."""
 
     runs_on_event_loop: bool = True
     """Whether the executor may run a short ``execute`` on its event loop rather than the

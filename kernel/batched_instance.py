@@ -7,7 +7,9 @@ the batch dimension, concatenating a group's inputs, splitting the framework's o
 into one response per request (reshaped to the configured dims), and the input/infer/output
 phase clock. A backend subclass supplies only what differs: how a BYTES tensor is handed to
 the framework, how a group's arrays become framework inputs and run, how the result yields
-one array per output, and how a failure becomes an error. It imports no framework, does no
+one array per output (or, for one that writes outputs in CUDA shared memory itself, a value
+of its own per output and the tensor each request's piece becomes), and how a failure
+becomes an error. It imports no framework, does no
 I/O and never raises out of ``execute``; it trusts the scheduler's validation of inputs,
 shapes and datatypes.
 """
@@ -18,7 +20,7 @@ import abc
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
@@ -200,10 +202,12 @@ class BatchedInstance(Instance, Generic[PlanT, InputsT, ResultT]):
             self._lap(_INFER_PHASE)
         sizes = [prepared.batch_size for prepared in group]
         try:
-            arrays = self._output_arrays(result, output_plans)
+            values = self._output_values(result, output_plans, group)
             pieces = {
-                output.name: [self._tensor(output, piece) for piece in split_batch(array, sizes)]
-                for output, array in zip(output_plans, arrays, strict=True)
+                output.name: [self._output_piece(output, piece, prepared)
+                              for piece, prepared in zip(split_batch(value, sizes), group,
+                                                         strict=True)]
+                for output, value in zip(output_plans, values, strict=True)
             }
         except Exception as error:
             return [self._output_failure(error) for _ in group]
@@ -216,6 +220,17 @@ class BatchedInstance(Instance, Generic[PlanT, InputsT, ResultT]):
             )
             for position, prepared in enumerate(group)
         ]
+
+    def _output_values(self, result: ResultT, output_plans: list[PlanT],
+                       group: list[PreparedRequest]) -> Iterable[Any]:
+        """One value per entry of ``output_plans``, batch dimension first: ``_output_arrays``'s
+        arrays, unless a backend that writes outputs on the device keeps some in its own
+        form for ``_output_piece``."""
+        return self._output_arrays(result, output_plans)
+
+    def _output_piece(self, output: PlanT, piece: Any, prepared: PreparedRequest) -> Tensor:
+        """The tensor one request gets of an output value (its piece of the batch)."""
+        return self._tensor(output, piece)
 
     def _tensor(self, output: PlanT, array: np.ndarray) -> Tensor:
         if output.reshape is not None:

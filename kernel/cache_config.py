@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inferd.kernel.options import boolean_word
+from inferd.kernel.options import boolean_word, split_setting
 from inferd.kernel.registry import Registry
 
 Sample = tuple[str, dict[str, str], float]
@@ -191,11 +191,10 @@ def parse_cache_config(flags: Sequence[str], byte_size: int | None = None,
 
 def _split(flag: str) -> tuple[str, str, str]:
     """``<cache>,<setting>=<value>`` in its three parts, refused as tritonserver refuses."""
-    name, comma, assignment = flag.partition(",")
-    if not comma or not name:
+    name, setting, value = split_setting(flag)
+    if not name:
         raise CacheConfigError(f"No cache specified. --cache-config option format is {FORMAT}. "
                                f"Got {flag}")
-    setting, equals, value = assignment.partition("=")
-    if not equals or not setting or not value:
+    if value is None or not setting or not value:
         raise CacheConfigError(f"--cache-config option format is {FORMAT}. Got {flag}")
     return name.strip(), setting.strip(), value

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
@@ -24,9 +25,21 @@ from inferd.kernel.plugins import Plugins, installed
 from inferd.kernel.remote_storage import check_url, is_remote_url
 from inferd.kernel.server import StartupFailed, serve
 from inferd.kernel.settings import CPU_EXECUTOR_CHOICES, Settings
+from inferd.kernel.trace_config import TraceConfig, parse_trace_config
 from inferd.protocols.errors import InvalidArgument
 
+
 def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
+    """The kernel's flags, then every plugin's (``inferd_add_options``: each frontend's port,
+    address and limits among them)."""
+    parser = kernel_parser()
+    plugins.add_options(parser)
+    return parser
+
+
+def kernel_parser() -> argparse.ArgumentParser:
+    """``inferd serve`` with the kernel's own flags only: those ``Settings`` has fields for,
+    and tritonserver's that inferd accepts to refuse or report."""
     defaults = Settings()
     parser = argparse.ArgumentParser(prog="inferd serve", description="Run the server.")
     models = parser.add_argument_group("models")
@@ -73,10 +86,6 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
                         metavar="[BACKEND,]SETTING=VALUE",
                         help="a backend setting (default-max-batch-size is the one inferd's "
                              "backends read)")
-    network = parser.add_argument_group("network")
-    for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002), ("zmq", 8003)):
-        network.add_argument(f"--{protocol}-port", type=int, default=port)
-        network.add_argument(f"--{protocol}-address", default="0.0.0.0")
     execution = parser.add_argument_group("execution")
     execution.add_argument("--cpu-executors", type=int, default=defaults.cpu_executors,
                            help="number of CPU executor processes")
@@ -134,11 +143,12 @@ def serve_parser(plugins: Plugins) -> argparse.ArgumentParser:
     for endpoint in ("sagemaker", "vertex-ai"):
         add_boolean(parser, f"--allow-{endpoint}", False,
                     f"tritonserver's {endpoint} endpoint: inferd has none, true is refused")
-    plugins.add_options(parser)
     return parser
 
 
-def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The settings of a parsed command line (``serve_parser``); ``StartupFailed`` for a
+    combination or a value tritonserver refuses at start-up."""
     load_models = tuple(args.load_models)
     if load_models and args.model_control_mode != "explicit":
         raise StartupFailed(
@@ -191,22 +201,19 @@ def settings_from(args: argparse.Namespace, known: set[str]) -> Settings:
         model_load_timeout_secs=args.model_load_timeout_secs,
         disable_auto_complete_config=(args.disable_auto_complete_config
                                       or args.strict_model_config),
-        zmq_address=args.zmq_address, zmq_port=args.zmq_port,
-        http_address=args.http_address, http_port=args.http_port,
-        grpc_address=args.grpc_address, grpc_port=args.grpc_port,
-        metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         cpu_executors=args.cpu_executors,
         executor_inline=args.executor_inline,
         cpu_executor=args.cpu_executor,
         intra_op_threads=args.intra_op_threads,
         executor_shm_threshold=args.executor_shm_threshold,
         executor_shm_capacity=args.executor_shm_capacity,
-        options={k: v for k, v in vars(args).items() if k not in known},
+        options=_plugin_options(args),
         logs=LogSettings.from_arguments(args),
         log_file_updates=args.allow_log_file_updates,
         model_config_name=args.model_config_name,
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
         cache=_cache(args),
+        trace=_trace(args),
         model_control_state=args.model_control_state,
         model_control_state_poll_secs=args.model_control_state_poll_secs,
     )
@@ -216,6 +223,39 @@ def _cache(args: argparse.Namespace) -> CacheConfig | None:
     try:
         return parse_cache_config(args.cache_config, args.response_cache_byte_size)
     except CacheConfigError as error:
+        raise StartupFailed(str(error)) from None
+
+
+def _plugin_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed values of the flags plugins added, by dest: all but the kernel's own."""
+    kernel = vars(kernel_parser().parse_args([]))
+    return {name: value for name, value in vars(args).items() if name not in kernel}
+
+
+# tritonserver's deprecated trace flags (by dest) and the --trace-config setting each is.
+_DEPRECATED_TRACE_FLAGS = (("trace_file", "triton,file"), ("trace_level", "level"),
+                           ("trace_rate", "rate"), ("trace_count", "count"),
+                           ("trace_log_frequency", "triton,log-frequency"))
+
+
+def _trace(args: argparse.Namespace) -> TraceConfig:
+    """``--trace-config``, after tritonserver's older ``--trace-file``, ``--trace-level``,
+    ``--trace-rate``, ``--trace-count`` and ``--trace-log-frequency`` as the settings they
+    stand for (so ``--trace-config``, coming later, overrides them, as in Triton), each of
+    those with Triton's warning."""
+    items: list[str] = []
+    for option, setting in _DEPRECATED_TRACE_FLAGS:
+        given = getattr(args, option)
+        if given is None:
+            continue
+        logging.getLogger("inferd").warning(
+            "'%s' has been deprecated and will be removed in a future release; use "
+            "'--trace-config %s=<value>' instead", "--" + option.replace("_", "-"), setting)
+        items.extend(f"{setting}={value}" for value in
+                     (given if isinstance(given, list) else [given]))
+    try:
+        return parse_trace_config([*items, *args.trace_config])
+    except ValueError as error:
         raise StartupFailed(str(error)) from None
 
 
@@ -246,20 +286,6 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
                         backend or "", "" if backend else "s", setting)
 
 
-_SERVE_FIELDS = {
-    "command", "model_repositories", "repository_cache_dir", "repository_timeout_secs",
-    "model_control_mode", "load_models",
-    "repository_poll_secs", "exit_on_error", "strict_readiness", "exit_timeout_secs",
-    "model_load_timeout_secs", "disable_auto_complete_config", "zmq_address", "zmq_port",
-    "http_address", "http_port", "grpc_address", "grpc_port", "metrics_address",
-    "metrics_port", "cpu_executors", "executor_inline", "cpu_executor", "intra_op_threads",
-    "log_verbose",
-    "executor_shm_threshold", "executor_shm_capacity", "strict_model_config",
-    "model_config_name", "backend_config", "rate_limit", "cache_config", "log_info",
-    "response_cache_byte_size", "cache_directory",
-    "log_warning", "log_error", "log_format", "log_file", "allow_sagemaker", "allow_vertex_ai",
-    "allow_log_file_updates", "model_control_state", "model_control_state_poll_secs",
-}
 # The --backend-config settings inferd's backends read (inferd.kernel.config_completion).
 USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
@@ -274,7 +300,7 @@ def serve_main(argv: Sequence[str]) -> int:
         sys.exit(f"inferd: --log-file {args.log_file}: {error.strerror}")
     raise_open_file_limit()
     try:
-        settings = settings_from(args, _SERVE_FIELDS)
+        settings = settings_from(args)
         _report_compatibility_flags(args, settings)
         anyio.run(serve, settings, plugins, backend="asyncio",
                   backend_options={"use_uvloop": True})

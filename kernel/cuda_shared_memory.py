@@ -2,12 +2,15 @@
 
 Owns the CUDA regions: opening a client's CUDA IPC handle (``cudaIpcOpenMemHandle`` on the
 device it names), refusing a region larger than the allocation behind the handle
-(``cuMemGetAddressRange``), the name -> region map and its status rows, and moving a window's
-bytes between the device and the host: an input is read into host memory with one copy, an
-output is written onto the device with one copy (the backends run in executor processes, which
-cannot use a pointer opened here). Closing a handle waits for the last window of a request in
-flight (the region's finalizer runs when nothing holds it), so an unregister never pulls memory
-from under a running request. Statuses and messages are Triton's
+(``cuMemGetAddressRange``), the name -> region map and its status rows, the ``DeviceWindow``
+of a request's window (what a GPU executor is sent instead of the bytes: it opens the handle
+itself, ``inferd.kernel.device_memory``), and moving a window's bytes between the device and
+the host where the model runs elsewhere: an input is read into host memory with one copy, an
+output is written onto the device with one copy. Closing a handle waits for the last window of
+a request in flight (the region's finalizer runs when nothing holds it), so an unregister
+never pulls memory from under a running request; the finalizer then names the region to the
+executors that were sent its windows (``on_closed``), so they close theirs. Statuses and
+messages are Triton's
 (``src/shared_memory_manager.cc``, ``src/http_server.cc``).
 
 Every CUDA call goes through a ``CudaRuntime``: ``BindingsRuntime`` (NVIDIA's cuda-bindings,
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import itertools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,8 +34,15 @@ import numpy as np
 
 from inferd.kernel.devices import visible_gpus
 from inferd.protocols.errors import Internal, InvalidArgument, NotFound
+from inferd.protocols.messages import DeviceWindow
 
 IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+_serials = itertools.count(1)
+_live: weakref.WeakValueDictionary[int, CudaRegion] = weakref.WeakValueDictionary()
+
+OnClosed = Callable[[int, frozenset[str]], None]
+"""``on_closed(region serial, executors)``: a region's handle closed here; the executors
+that were sent its windows may close theirs."""
 
 
 class CudaCallFailed(Exception):
@@ -138,11 +149,14 @@ def present_runtime() -> CudaRuntime | None:
         return None
 
 
-def _close(runtime: CudaRuntime, pointer: int, device_id: int) -> None:
+def _close(runtime: CudaRuntime, pointer: int, device_id: int, serial: int,
+           sent_to: set[str], on_closed: OnClosed | None) -> None:
     try:
         runtime.close_ipc_handle(pointer, device_id)
     except CudaCallFailed:
         pass  # nothing is left to tell: the region is already gone from every list
+    if sent_to and on_closed is not None:
+        on_closed(serial, frozenset(sent_to))
 
 
 @dataclass(eq=False)
@@ -154,13 +168,25 @@ class CudaRegion:
     byte_size: int
     pointer: int
     runtime: CudaRuntime
+    handle: bytes = b""
+    on_closed: OnClosed | None = field(default=None, repr=False)
+    serial: int = field(default_factory=lambda: next(_serials))
+    # The executors sent windows of it (``inferd.kernel.cuda_windows``), told when it closes.
+    sent_to: set[str] = field(default_factory=set)
     _finalizer: weakref.finalize[..., CudaRegion] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Closes the handle once neither the registry nor a request in flight holds the region.
         self._finalizer = weakref.finalize(
-            self, _close, self.runtime, self.pointer, self.device_id
+            self, _close, self.runtime, self.pointer, self.device_id, self.serial,
+            self.sent_to, self.on_closed
         )
+        _live[self.serial] = self
+
+    def window(self, offset: int, byte_size: int) -> DeviceWindow:
+        """``byte_size`` bytes from ``offset`` as an executor is sent them (bounds checked by
+        the caller)."""
+        return DeviceWindow(self.handle, self.device_id, offset, byte_size, self.serial)
 
     def read(self, offset: int, byte_size: int) -> memoryview:
         """``byte_size`` bytes from ``offset`` copied into host memory (read-only)."""
@@ -191,6 +217,11 @@ class CudaRegion:
         self._finalizer()
 
 
+def live_region(serial: int) -> CudaRegion | None:
+    """The region of that serial while anything still holds it (a window's ``region``)."""
+    return _live.get(serial)
+
+
 def refuse_without_gpus(name: str) -> InvalidArgument:
     """What Triton built without GPUs answers a CUDA register."""
     return InvalidArgument(
@@ -209,6 +240,7 @@ class CudaRegistry:
         self._runtime: CudaRuntime | None = None
         self._looked = False
         self.regions: dict[str, CudaRegion] = {}
+        self.on_closed: OnClosed | None = None  # the data plane's: it tells the executors
 
     def runtime(self) -> CudaRuntime | None:
         if not self._looked:
@@ -229,7 +261,8 @@ class CudaRegistry:
         except CudaCallFailed:
             # Triton logs CUDA's reason and tells the client no more than this.
             raise InvalidArgument("failed to register shared memory region: invalid args") from None
-        region = CudaRegion(name, device_id, byte_size, pointer, runtime)
+        region = CudaRegion(name, device_id, byte_size, pointer, runtime, handle,
+                            self.on_closed)
         try:
             size = runtime.allocation_size(pointer, device_id)
         except CudaCallFailed:

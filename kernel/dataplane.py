@@ -4,12 +4,14 @@ It maps each request kind to the actor that owns the answer (inference and model
 to the scheduler, the repository API and readiness to control, the log settings to the
 executor pool) and asks it; server metadata it answers itself. A model name that breaks the
 rule of ``inferd.protocols.names`` is refused here, before any actor (and so any disk, index
-or log line) sees it. It owns the shared-memory
-registry (``inferd.kernel.shared_memory``, system and CUDA regions) and answers its requests
-itself; for an inference request whose inputs lie in registered regions it hands the
-scheduler ordinary tensors that are views of the mapped memory (no copy; a CUDA region's bytes
-are copied to the host once), and writes the outputs asked for in a region into it once the
-reply comes, returning them without their data. Frontends stay thin: decode,
+or log line) sees it. It owns the shared-memory registry (``inferd.kernel.shared_memory``,
+system and CUDA regions) and answers its requests itself; for an inference request whose
+inputs lie in registered regions it hands the scheduler ordinary tensors that are views of the
+mapped memory (no copy), or for a CUDA region device tensors (its window, no bytes:
+``inferd.kernel.cuda_windows`` decides where they are read), and writes the outputs asked for
+in a region into it once the reply comes, unless a GPU executor already wrote them on the
+device, returning them without their data. When a CUDA region whose windows went to executors
+closes, it tells them (``CloseDeviceRegions``). Frontends stay thin: decode,
 ``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
 that decides the status. Once a request's model name is checked, the data plane notes its
 model, version and id in the frontend's log context (``inferd.kernel.log_context``), so the
@@ -18,6 +20,7 @@ frontend's one error line names them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,13 +28,19 @@ from dataclasses import replace
 from inferd.kernel import link_memory, log_context
 from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.router import Router
-from inferd.kernel.shared_memory import SharedMemoryRegistry, check_input_size
+from inferd.kernel.shared_memory import (
+    SharedMemoryRegistry,
+    check_input_size,
+    output_too_small,
+)
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import Tracer, disabled_tracer
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.messages import (
     Ack,
     CatalogRequest,
+    CloseDeviceRegions,
+    DeviceWindow,
     HealthRequest,
     HealthStatus,
     IndexRequest,
@@ -62,6 +71,7 @@ from inferd.protocols.messages import (
     TraceSettingRequest,
     UnloadRequest,
 )
+from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.names import check_model_name
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
 
@@ -104,6 +114,8 @@ class DataPlane:
         self._router = router
         self.extensions = extensions
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self.shared_memory.cuda.on_closed = self._device_region_closed
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the executors are told on
         # Frontends begin and end the traces of the requests they take (inferd.kernel.tracing).
         self.tracer = tracer if tracer is not None else disabled_tracer()
 
@@ -171,6 +183,24 @@ class DataPlane:
         ]
         return Metrics(tuple(samples))
 
+    def _device_region_closed(self, serial: int, executors: frozenset[str]) -> None:
+        """A CUDA region's handle closed here (on whatever thread dropped it last): the
+        executors that were sent its windows close theirs, told on the loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._tell_closed, serial, executors)
+        except RuntimeError:  # the loop is closed: the executors are going too
+            pass
+
+    def _tell_closed(self, serial: int, executors: frozenset[str]) -> None:
+        for executor in executors:
+            try:
+                self._router.tell(executor, CloseDeviceRegions((serial,)))
+            except Exception:  # noqa: BLE001 - a gone executor took its handles with it
+                pass
+
     def _shared_memory_request(
         self, request: SharedMemoryRegister | SharedMemoryUnregister | SharedMemoryStatusRequest
     ) -> Message:
@@ -193,12 +223,13 @@ class DataPlane:
     async def _infer_in_shared_memory(
         self, request: SharedMemoryInferRequest
     ) -> SharedMemoryInferResponse:
-        """Inputs become read-only views of their regions (a CUDA region's: its bytes copied
-        to the host); output windows are looked up before the model runs, so an unknown region
-        or a bad window costs no inference. The writers held here keep the regions' memory
-        alive if a region is unregistered meanwhile."""
+        """Inputs become read-only views of their regions (a CUDA region's: a device tensor
+        of its window); output windows are looked up before the model runs, so an unknown
+        region or a bad window costs no inference. The writers and tensors held here keep the
+        regions' memory alive if a region is unregistered meanwhile."""
         check_model_name(request.request.model)
         log_context.note(request.request.model, request.request.version, request.request.id)
+        self._loop = asyncio.get_running_loop()
         inputs = tuple(
             self._input_tensor(item, request.request)
             if isinstance(item, SharedMemoryInput) else item
@@ -208,14 +239,29 @@ class DataPlane:
             name: self.shared_memory.writer(location)
             for name, location in request.output_regions.items()
         }
-        plain = replace(request.request, inputs=inputs)
+        on_device: dict[str, DeviceWindow] = {}
+        for name, location in request.output_regions.items():
+            found = self.shared_memory.cuda_window(location)
+            if found is not None:
+                on_device[name] = found[1]
+        plain = replace(request.request, inputs=inputs, output_windows=on_device)
         reply = await self._router.call(_OWNER[InferRequest], plain)
         if not isinstance(reply, InferResponse):
             raise Internal(f"an inference request was answered with a {reply.kind()}")
         outputs: list[Tensor | SharedMemoryOutput] = []
         for tensor in reply.outputs:
             window = windows.get(tensor.name)
-            if window is None:
+            written = window_of(tensor)
+            if written is not None:  # its executor wrote it on the device
+                asked = on_device.get(tensor.name)
+                if asked is None or (written.region, written.offset) != (asked.region,
+                                                                          asked.offset):
+                    raise Internal(f"output '{tensor.name}' was written in device memory the "
+                                   "request did not name")
+                outputs.append(SharedMemoryOutput(tensor.name, tensor.datatype,
+                                                  tuple(tensor.shape),
+                                                  request.output_regions[tensor.name]))
+            elif window is None:
                 outputs.append(tensor)
             else:
                 location = request.output_regions[tensor.name]
@@ -225,6 +271,13 @@ class DataPlane:
         )
 
     def _input_tensor(self, item: SharedMemoryInput, request: InferRequest) -> Tensor:
+        found = (self.shared_memory.cuda_window(item.location) if item.datatype != "BYTES"
+                 else None)
+        if found is not None:  # its window, not its bytes: the scheduler decides where to read
+            region, window = found
+            check_input_size(item.name, item.datatype, item.shape, window.byte_size,
+                             request.model, request.id)
+            return device_tensor(item.name, item.datatype, item.shape, window, owner=region)
         # Read-only: a backend must not write into memory the client owns.
         view = self.shared_memory.view(item.location).toreadonly()
         check_input_size(item.name, item.datatype, item.shape, view.nbytes, request.model,
@@ -237,11 +290,6 @@ def _write_output(
 ) -> SharedMemoryOutput:
     data = memoryview(tensor_to_buffer(tensor)).cast("B")
     if data.nbytes > location.byte_size:
-        # Triton answers 500 here; the client chose the size, so it is a client error.
-        raise InvalidArgument(
-            f"shared memory size specified with the request for output '{tensor.name}' "
-            f"({location.byte_size} bytes) should be at least {data.nbytes} bytes to hold "
-            "the results"
-        )
+        raise output_too_small(tensor.name, location.byte_size, data.nbytes)
     write(data)
     return SharedMemoryOutput(tensor.name, tensor.datatype, tuple(tensor.shape), location)

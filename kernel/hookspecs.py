@@ -62,10 +62,12 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 
 @hookspec
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
-    """Add command-line options to ``inferd serve`` (for instance a frontend's port).
+    """Add the command-line options a plugin reads to ``inferd serve``: a frontend declares
+    its port and address here (``inferd.kernel.options.ListenFlags``), and its limits.
 
-    Parsed values reach frontends through ``Settings.options`` keyed by the option's ``dest``.
-    Choose names that cannot clash with other plugins (prefix them with the plugin's name).
+    Parsed values reach the plugin through ``Settings.options`` keyed by the option's
+    ``dest``; the kernel's own flags are ``Settings`` fields. Choose names that cannot clash
+    with other plugins (prefix them with the plugin's name).
     """
 
 

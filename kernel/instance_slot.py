@@ -12,7 +12,8 @@ again now and then. It runs a batch (or a decoupled model's batch) on the instan
 the model named in the log context, and turns the outcome into the ``BatchResult`` the
 scheduler expects: one response or one failure per request, and the input/infer/output
 nanoseconds. It never loads or unloads a model and knows no address or message other than
-the batch it is given (``inferd.kernel.actors.executor`` owns those).
+the batch it is given (``inferd.kernel.actors.executor`` owns those). A batch naming CUDA
+shared memory goes through the process's ``DeviceMemory`` on the way in and out.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from inferd.kernel import log_context
-from inferd.kernel.backend import NONE_CANCELLED, CancelledRequests, Instance
+from inferd.kernel.backend import NO_WINDOWS, NONE_CANCELLED, CancelledRequests, Instance
+from inferd.kernel.device_memory import DeviceMemory
+from inferd.protocols.device_tensors import on_device
 from inferd.protocols.errors import InferdError, Internal, to_failure
 from inferd.protocols.messages import (
     BatchResult,
@@ -73,6 +76,8 @@ class InstanceSlot:
     # the next requests from arriving, and every batch would be of one request).
     loop_allowed: bool = True
     thread_runs: int = 0  # calls run on the thread since the last on the loop
+    # The CUDA shared memory this process opened, for batches that name some.
+    device_memory: DeviceMemory | None = None
 
     async def run(self, function: Callable[[], T]) -> T:
         if self.waiting or (self.queued and self._fast()):
@@ -139,13 +144,20 @@ def execute_batch(slot: InstanceSlot, batch: InferBatch,
     instance = slot.instance
     instance.phase_ns = None
     instance.cancelled = cancelled
+    requests, memory = batch.requests, slot.device_memory
     try:
         with log_context.bound(batch.model, batch.version):  # the model's own lines name it
-            results = instance.execute(batch.requests)
+            if memory is not None and any(map(on_device, requests)):
+                prepared = memory.prepare(requests, instance)
+                instance.window_addresses = prepared.addresses
+                results = memory.finish(prepared, instance.execute(prepared.requests))
+            else:
+                results = instance.execute(requests)
     except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
         return error
     finally:
         instance.cancelled = NONE_CANCELLED
+        instance.window_addresses = NO_WINDOWS
         slot.cpu_ns = time.thread_time_ns() - cpu_started
     total = time.perf_counter_ns() - started
     return results, instance.phase_ns or (0, total, 0), started

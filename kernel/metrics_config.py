@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.kernel.options import boolean_word
+from inferd.kernel.options import boolean_word, split_setting
 
 Quantiles = tuple[tuple[float, float], ...]
 DEFAULT_QUANTILES: Quantiles = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001),
@@ -76,9 +76,9 @@ def parse_metrics_config(items: Sequence[str], *, interval_ms: float = DEFAULT_I
                          "of milliseconds")
     values: dict[str, Any] = {}
     for text in items:
-        setting, equals, value = text.partition("=")
-        setting, value = setting.strip(), value.strip()
-        if not equals or not setting or not value or "," in setting:
+        group, setting, value = split_setting(text)
+        setting, value = setting.strip(), (value or "").strip()
+        if group is not None or not setting or not value:  # no group is allowed (Triton's)
             raise _format_error(text)
         if setting not in SETTINGS:
             raise ValueError(f"--metrics-config {text}: unknown setting '{setting}' (inferd "

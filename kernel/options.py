@@ -2,14 +2,20 @@
 
 tritonserver's booleans read ``--flag=false``, ``--flag false`` or a bare ``--flag`` (true);
 ``add_boolean`` gives a plugin's flags the same form; ``byte_count``, ``positive_seconds`` and
-``positive_count`` read limits (``--http-max-input-size`` and its kin). No state.
+``positive_count`` read limits (``--http-max-input-size`` and its kin); ``ListenFlags`` are a
+frontend's ``--<protocol>-port`` and ``--<protocol>-address``; ``split_setting`` is the one
+reader of tritonserver's ``[group,]setting=value`` form (``--backend-config``,
+``--cache-config``, ``--metrics-config``, ``--trace-config``). No state.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+ANY_ADDRESS = "0.0.0.0"
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -72,11 +78,51 @@ def positive_count(text: str) -> int:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class ListenFlags:
+    """A frontend's socket flags, tritonserver's ``--<protocol>-port`` and
+    ``--<protocol>-address``: its ``inferd_add_options`` adds them, the frontend reads them
+    back from ``Settings.options``."""
+
+    protocol: str
+    port: int
+
+    def add_to(self, parser: Any) -> None:
+        """Add both flags to a parser or argument group."""
+        parser.add_argument(f"--{self.protocol}-port", type=int, default=self.port)
+        parser.add_argument(f"--{self.protocol}-address", default=ANY_ADDRESS)
+
+    def read(self, options: Mapping[str, Any]) -> tuple[str, int]:
+        """(address, port) as parsed; the defaults for a flag the options lack."""
+        return (str(options.get(f"{self.protocol}_address", ANY_ADDRESS)),
+                int(options.get(f"{self.protocol}_port", self.port)))
+
+
+class SettingText(NamedTuple):
+    """One ``[group,]setting=value`` in its parts, none stripped: ``group`` is None without a
+    comma before the first ``=``, ``value`` None without an ``=``."""
+
+    group: str | None
+    setting: str
+    value: str | None
+
+
+def split_setting(text: str) -> SettingText:
+    """tritonserver's ``[group,]setting=value`` (``--backend-config``, ``--cache-config``,
+    ``--metrics-config``, ``--trace-config``) in its parts. The group is what precedes the
+    first comma before the first ``=``, so a value may hold commas and ``=`` of its own
+    (``summary_quantiles=0.5:0.05,0.9:0.01``, ``opentelemetry,resource=key=value``). Refuses
+    nothing: each flag says in its own words what it cannot take."""
+    head, equals, value = text.partition("=")
+    group, comma, setting = head.partition(",")
+    return SettingText(group if comma else None, setting if comma else head,
+                       value if equals else None)
+
+
 def backend_setting(text: str) -> tuple[str, str, str]:
-    """``--backend-config``'s ``[backend,]setting=value`` as (backend, setting, value);
-    ``ValueError`` saying the expected form otherwise."""
-    scope, _, assignment = text.rpartition(",")
-    setting, equals, value = assignment.partition("=")
-    if not equals or not setting.strip():
+    """``--backend-config``'s ``[backend,]setting=value`` as (backend or "" for every
+    backend, setting, value); ``ValueError`` saying the expected form otherwise."""
+    backend, setting, value = split_setting(text)
+    if value is None or not setting.strip():
         raise ValueError(f"--backend-config={text}: expected [backend,]setting=value")
-    return scope.strip(), setting.strip(), value.strip()
+    return (backend or "").strip(), setting.strip(), value.strip()

@@ -41,7 +41,7 @@ from inferd.kernel.run_folder import (
     hold_temporary_files,
 )
 from inferd.kernel.settings import Settings
-from inferd.kernel.tracing import tracer_from_options
+from inferd.kernel.tracing import tracer_for
 from inferd.protocols import build
 from inferd.protocols.messages import (
     Drain,
@@ -80,7 +80,7 @@ class StartupFailed(Exception):
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
     log.info("request path: %s", build.describe())
-    tracer = tracer_from_options(settings.options)  # first: a bad --trace-config starts nothing
+    tracer = tracer_for(settings.trace)  # first: a sink that cannot be made starts nothing
     try:
         metrics = metrics_config_from_options(settings.options)
     except ValueError as error:

@@ -1,7 +1,9 @@
 """Server settings: one frozen value built from the command line and read everywhere.
 
-Flag names follow tritonserver's (SPEC 6.1). Plugin options (``inferd_add_options``) land in
-``options``. Owns no parsing beyond value types; ``inferd.kernel.cli_serve`` builds it.
+Its fields are the kernel's own flags, typed, named after tritonserver's (SPEC 6.1). The
+flags a plugin declares (``inferd_add_options``: a frontend's port, address and limits, for
+instance) are not fields: they land in ``options`` by their ``dest``, and the plugin reads
+them there. Owns no parsing beyond value types; ``inferd.kernel.cli_serve`` builds it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from inferd.kernel.cache_config import CacheConfig
 from inferd.kernel.logs import LogSettings
+from inferd.kernel.trace_config import TraceConfig
 
 CPU_EXECUTOR_CHOICES = ("server", "process")
 """``--cpu-executor``: where the CPU instances of native backends run."""
@@ -32,14 +35,6 @@ class Settings:
     exit_timeout_secs: float = 30.0
     model_load_timeout_secs: float = 600.0
     disable_auto_complete_config: bool = False
-    zmq_address: str = "0.0.0.0"
-    zmq_port: int = 8003
-    http_address: str = "0.0.0.0"
-    http_port: int = 8000
-    grpc_address: str = "0.0.0.0"
-    grpc_port: int = 8001
-    metrics_address: str = "0.0.0.0"
-    metrics_port: int = 8002
     cpu_executors: int = 1
     executor_inline: bool = False
     # Where the CPU instances of native backends run (BackendSpec.runs_in_server): "server",
@@ -51,7 +46,7 @@ class Settings:
     # at most ``executor_shm_capacity`` bytes of segments per process (inferd.kernel.link_memory).
     executor_shm_threshold: int = 64 * 1024
     executor_shm_capacity: int = 256 * 1024 * 1024
-    backend_options: dict[str, Any] = field(default_factory=dict)
+    # The plugins' options (inferd_add_options) by dest, e.g. "http_port".
     options: dict[str, Any] = field(default_factory=dict)
     logs: LogSettings = field(default_factory=LogSettings)
     # --allow-log-file-updates: the logging extension may change the log file (Triton: never).
@@ -62,6 +57,9 @@ class Settings:
     backend_config: tuple[tuple[str, str, str], ...] = ()
     # --cache-config: the server's response cache, None for none (inferd.kernel.cache_config).
     cache: CacheConfig | None = None
+    # --trace-config (and tritonserver's deprecated --trace-file and its kin): the tracing the
+    # server starts with (inferd.kernel.trace_config; no --trace-config: none).
+    trace: TraceConfig = field(default_factory=TraceConfig)
     # --model-control-state: the desired-state record replicas share (path or s3:// URL, ""
     # for none), re-read every --model-control-state-poll-secs (0: only at start-up).
     model_control_state: str = ""

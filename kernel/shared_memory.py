@@ -11,8 +11,9 @@ once; the mapping itself lives until the last view of it is gone (a request in f
 its views), so an unregister never pulls memory from under a running request. CUDA regions
 are ``inferd.kernel.cuda_shared_memory``'s; this registry keeps their names and system names
 apart (one name, one region, of either kind, as in Triton) and routes a request's window to
-either. Statuses and messages are Triton's (``src/shared_memory_manager.cc``). It knows
-nothing of requests, sockets or models.
+either (a CUDA window as the region's ``DeviceWindow``, or as bytes copied to the host).
+Statuses and messages are Triton's (``src/shared_memory_manager.cc``). It knows nothing of
+requests, sockets or models.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.kernel.cuda_shared_memory import CudaRegistry, refuse_without_gpus
+from inferd.kernel.cuda_shared_memory import CudaRegion, CudaRegistry, refuse_without_gpus
 from inferd.protocols.errors import ErrorCode, InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import (
+    DeviceWindow,
     SharedMemoryRef,
     SharedMemoryRegionStatus,
     SharedMemoryStatus,
@@ -200,6 +202,15 @@ class SharedMemoryRegistry:
             return cuda.read(location.offset, location.byte_size)
         return self._system_view(location)
 
+    def cuda_window(self, location: SharedMemoryRef) -> tuple[CudaRegion, DeviceWindow] | None:
+        """The CUDA region ``location`` names and its window there, checked; ``None`` for a
+        system region (or none: ``view``/``writer`` say which error)."""
+        cuda = self.cuda.regions.get(location.region)
+        if cuda is None:
+            return None
+        self._check_window(location, cuda.byte_size)
+        return cuda, cuda.window(location.offset, location.byte_size)
+
     def writer(self, location: SharedMemoryRef) -> Callable[[memoryview], None]:
         """What writes an output's bytes (no more than ``location.byte_size``) where
         ``location`` names, checked now: the write itself comes after the inference, and the
@@ -255,3 +266,10 @@ def check_input_size(name: str, datatype: str, shape: tuple[int, ...], byte_size
             f"[request id: {request_id or '<id_unknown>'}] input byte size mismatch for input "
             f"'{name}' for model '{model}'. Expected {expected}, got {byte_size}")
 
+
+def output_too_small(name: str, byte_size: int, needed: int) -> InvalidArgument:
+    """An output of ``needed`` bytes asked in a window of ``byte_size``. Triton answers 500
+    here; the client chose the size, so it is a client error."""
+    return InvalidArgument(
+        f"shared memory size specified with the request for output '{name}' ({byte_size} "
+        f"bytes) should be at least {needed} bytes to hold the results")

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inferd.kernel.options import split_setting
+
 if TYPE_CHECKING:
     from inferd.kernel.trace_sinks import TraceSinkRegistry
 
@@ -59,17 +61,14 @@ def _modes_text(modes: Sequence[str]) -> str:
 
 def _split(text: str, modes: Sequence[str]) -> tuple[str, str, str]:
     """``[mode,]setting=value`` as (mode or "", setting, value)."""
-    head, equals, value = text.partition("=")
-    mode, comma, setting = head.partition(",")
-    if not comma:
-        mode, setting = "", head
-    elif not mode:
+    group, setting, value = split_setting(text)
+    if group == "":
         raise ValueError(f"--trace-config {text}: no trace mode specified; the format is "
                          "<trace mode>,<setting>=<value> or <setting>=<value>")
-    if not equals or not setting or not value:
+    if value is None or not setting or not value:
         raise ValueError(f"--trace-config {text}: the format is "
                          "'<trace mode>,<setting>=<value>' or '<setting>=<value>'")
-    mode = mode.lower()
+    mode = (group or "").lower()
     if mode and mode not in modes:
         raise ValueError(f"--trace-config {text}: invalid value for trace mode option: {mode}. "
                          f"Available options are {_modes_text(modes)}")

@@ -284,19 +284,16 @@ class Tracer:
         self.sink.close()
 
 
-def tracer_from_options(options: dict[str, Any]) -> Tracer:
-    """The server's tracer from ``--trace-config`` (``StartupFailed`` for a bad one, or for a
-    mode whose plugin or packages are missing)."""
+def tracer_for(config: TraceConfig) -> Tracer:
+    """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its mode's plugin is
+    missing or its sink cannot be made)."""
     from inferd.kernel.server import StartupFailed
-    from inferd.kernel.trace_config import parse_trace_config
     from inferd.kernel.trace_sinks import NullSink, installed_sinks, sink_for
 
     sinks = installed_sinks()
+    if not config.level and sinks.get(config.mode) is None:
+        return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
     try:
-        config = parse_trace_config([*_deprecated_flags(options),
-                                     *(options.get("trace_config") or ())], sinks=sinks)
-        if not config.level and sinks.get(config.mode) is None:
-            return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
         sink = sink_for(config, sinks)
     except ValueError as error:
         raise StartupFailed(str(error)) from None
@@ -313,27 +310,3 @@ def disabled_tracer() -> Tracer:
     sink: TraceSink = (sink_for(config) if installed_sinks().get(config.mode) is not None
                        else NullSink())
     return Tracer(config, sink)
-
-
-_DEPRECATED = (("trace_file", "triton,file"), ("trace_level", "level"), ("trace_rate", "rate"),
-               ("trace_count", "count"), ("trace_log_frequency", "triton,log-frequency"))
-
-
-def _deprecated_flags(options: dict[str, Any]) -> list[str]:
-    """tritonserver's older ``--trace-file``, ``--trace-level``, ``--trace-rate``,
-    ``--trace-count`` and ``--trace-log-frequency`` as ``--trace-config`` settings (which,
-    coming later, override them, as in Triton), each with Triton's warning."""
-    import logging
-
-    items: list[str] = []
-    for option, setting in _DEPRECATED:
-        given = options.get(option)
-        if given is None:
-            continue
-        flag = "--" + option.replace("_", "-")
-        logging.getLogger("inferd").warning(
-            "'%s' has been deprecated and will be removed in a future release; use "
-            "'--trace-config %s=<value>' instead", flag, setting)
-        for value in given if isinstance(given, list) else [given]:
-            items.append(f"{setting}={value}")
-    return items

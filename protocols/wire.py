@@ -7,6 +7,8 @@ declaration order. A ``Tensor`` anywhere in a message is packed as an ExtType ho
 never copied on either side, unless the transport takes it (``spill``): the descriptor then
 holds the transport's reference in place of the buffer index, and the receiving transport
 turns it back into a buffer (``unspill``), as the process link does with shared memory. A
+tensor whose bytes stay in a client's CUDA shared memory (``inferd.protocols.device_tensors``)
+holds ``("cuda", handle, device, offset, byte size, region)`` there instead. A
 nested message is an ExtType holding ``(kind, *values)``. The two kinds of every batch,
 ``InferBatch`` and ``BatchResult``, travel flat instead (``flat:<kind>``: plain nested arrays,
 one pack and one unpack; their layouts are ``inferd.protocols.wire_flat``'s). The codec is
@@ -26,6 +28,13 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from inferd.protocols.device_tensors import (
+    DeviceArray,
+    device_tensor,
+    is_reference,
+    reference,
+    window_from,
+)
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import Envelope, Message, Tensor
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
@@ -82,7 +91,10 @@ class FrameEncoder:
         self.depth = 0
 
     def describe(self, tensor: Tensor) -> tuple[str, str, tuple[int, ...], Any]:
-        """The tensor's descriptor, its bytes taken as a buffer frame (or by ``spill``)."""
+        """The tensor's descriptor, its bytes taken as a buffer frame (or by ``spill``); a
+        tensor in device memory is described by its window instead of its bytes."""
+        if type(tensor.data) is DeviceArray:
+            return (tensor.name, tensor.datatype, tensor.shape, reference(tensor.data.window))
         buffer = tensor_to_buffer(tensor)
         where = None if self.spill is None else self.spill(buffer)
         if where is None:
@@ -179,6 +191,8 @@ class FrameDecoder:
         if type(name) is not str or type(datatype) is not str or type(shape) is not tuple:
             raise InvalidArgument("malformed tensor descriptor in the header")
         if type(index) is not int:
+            if is_reference(index):
+                return device_tensor(name, datatype, shape, window_from(index))
             if self.unspill is None:
                 raise InvalidArgument(
                     f"tensor '{name}' refers to {index!r}, which this transport cannot read"

@@ -6,7 +6,8 @@ They cross the executor link once per batch, so they skip the generic walk of
 unpacked by a hook): their values are packed as plain nested arrays in one call and rebuilt
 by hand, with the same checks as ``inferd.protocols.wire_kinds``, from one unpack. The
 header names them ``flat:<kind>``; one whose parameters hold more than plain values (a
-tensor, a message, an array) takes the generic layout under its own name. The layouts follow
+tensor, a message, an array), or one of whose requests has output windows (CUDA shared
+memory), takes the generic layout under its own name. The layouts follow
 the dataclasses' field order, which the assertions below pin: a field added to one of these
 kinds must be added here too. Owns these layouts only: the frames and the tensor descriptors
 are the encoder's and decoder's (``wire``). Pure: no I/O.
@@ -38,7 +39,8 @@ _PLAIN_PARAMETER = frozenset({str, int, float, bool, bytes, type(None)})
 _REQUEST_FIELDS = ("model", "inputs", "version", "id", "outputs", "parameters", "priority",
                    "timeout_us", "classification")
 _RESPONSE_FIELDS = ("model", "version", "outputs", "id", "parameters")
-assert CODECS_BY_CLASS[InferRequest].field_names == _REQUEST_FIELDS
+# A request with output windows takes the generic layout (its encoder declines it).
+assert CODECS_BY_CLASS[InferRequest].field_names == (*_REQUEST_FIELDS, "output_windows")
 assert CODECS_BY_CLASS[InferResponse].field_names == _RESPONSE_FIELDS
 assert CODECS_BY_CLASS[InferBatch].field_names == ("model", "version", "instance", "requests")
 assert CODECS_BY_CLASS[BatchResult].field_names == ("results", "compute_ns", "started_ns")
@@ -50,7 +52,7 @@ def _plain(parameters: dict[str, Any]) -> bool:
 
 
 def _flat_infer_batch(encoder: FrameEncoder, batch: InferBatch) -> tuple[Any, ...] | None:
-    if not all(_plain(r.parameters) for r in batch.requests):
+    if not all(_plain(r.parameters) and not r.output_windows for r in batch.requests):
         return None
     describe = encoder.describe
     requests = tuple(

@@ -9,7 +9,9 @@ own, so an instance is never called concurrently while different instances run i
 an instance whose batches typically take less than a thread hand-off runs on the event loop
 instead, when its thread has nothing queued: for tiny models the hand-off is most of the round
 trip. It also carries an instance's own requests to the server (BLS ``infer`` and
-``infer_stream``). It knows nothing of queues, versions policy or routing.
+``infer_stream``), and keeps the CUDA shared memory the main process sends windows of
+(``inferd.kernel.device_memory``), closing a region when told. It knows nothing of queues,
+versions policy or routing.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from inferd.kernel.backend import (
     Model,
     ModelContext,
 )
+from inferd.kernel.device_memory import DeviceMemory
 from inferd.kernel.instance_slot import (
     InstanceSlot,
     Outcome,
@@ -65,6 +68,7 @@ from inferd.protocols.messages import (
     ApplyLogSettings,
     BatchResult,
     CancelRequests,
+    CloseDeviceRegions,
     Envelope,
     Failure,
     InferBatch,
@@ -92,7 +96,8 @@ class _LoadedVersion:
 
 class ExecutorActor(Actor):
     def __init__(
-        self, router: Router, address: str, backends: BackendRegistry, options: dict[str, Any]
+        self, router: Router, address: str, backends: BackendRegistry, options: dict[str, Any],
+        device_memory: DeviceMemory | None = None,
     ) -> None:
         super().__init__(router, address)
         self._specs = backends
@@ -113,6 +118,8 @@ class ExecutorActor(Actor):
         # The batches run off the loop, by (sender, ask id): which of their requests the
         # scheduler said were cancelled (CancelRequests), for their instance to see.
         self._cancelled: dict[tuple[str, int], CancelledRequests] = {}
+        # The client CUDA regions the main process sent windows of, opened here once each.
+        self.device_memory = device_memory if device_memory is not None else DeviceMemory()
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
@@ -215,7 +222,8 @@ class ExecutorActor(Actor):
         for instance_id, instance in zip(ids, instances, strict=True):
             thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
             self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id,
-                                                        loop_allowed=loop_allowed)
+                                                        loop_allowed=loop_allowed,
+                                                        device_memory=self.device_memory)
         self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
         served = client_config(model.config, config)
         return VersionLoaded(served.SerializeToString(), ids, self.address,
@@ -288,6 +296,12 @@ class ExecutorActor(Actor):
                 answer = (InferdError.from_code(result.code, result.message)
                           if isinstance(result, Failure) else result)
                 parts.put((answer, final))
+
+    async def on_close_device_regions(self, message: CloseDeviceRegions,
+                                      envelope: Envelope) -> None:
+        """The main process let go of these CUDA regions: their handles close here once the
+        batches still using them are done."""
+        self.device_memory.close(message.regions)
 
     async def on_unload_version(self, message: UnloadVersion, envelope: Envelope) -> Ack:
         await self._unload(message.load_id)

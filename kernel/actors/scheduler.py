@@ -17,8 +17,11 @@ each response as ``StreamParts`` under the request's token (``DecoupledRequests`
 the response cache is answered before any queue. A request whose asker goes away (its task
 cancelled, or ``Cancel`` for its ask, or the reader of its stream gone) leaves its queue at
 once, counted as a CANCELED failure; one already in a batch is named to its executor
-(``CancelRequests``: the backend may stop it) and its result dropped. It never loads models
-and never touches the repository.
+(``CancelRequests``: the backend may stop it) and its result dropped. A request's CUDA
+shared memory (device tensors, output windows) goes on as it is only to a model served on GPUs
+alone whose requests it does not read on the way; otherwise it is read to the host at the
+door (``inferd.kernel.cuda_windows``). It never loads models and never touches the
+repository.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
 from inferd.kernel.actors.scheduler_dispatch import BatchDispatch
-from inferd.kernel.addresses import SCHEDULER
+from inferd.kernel.addresses import SCHEDULER, gpu_of
 from inferd.kernel.classification import read_labels
+from inferd.kernel.cuda_windows import on_host
 from inferd.kernel.ensembles.running import EnsembleRunner
 from inferd.kernel.ensembles.served import EnsembleState, statistics_dict
 from inferd.kernel.latency_summary import LatencySummaries
@@ -49,6 +53,7 @@ from inferd.kernel.scheduling.samples import version_samples
 from inferd.kernel.scheduling.version import Version, sequences_of
 from inferd.kernel.streams import ResponseStream
 from inferd.kernel.tracing import CURRENT
+from inferd.protocols.device_tensors import on_device
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
     DecoupledNotStreamed,
@@ -233,6 +238,8 @@ class SchedulerActor(Actor):
         if self._closed:
             raise Unavailable(SHUTTING_DOWN)
         version = self._table.resolve(request.model, request.version)
+        if on_device(request) and not _reads_device_memory(version, request):
+            request = on_host(request)  # CUDA shared memory through the host, once
         if version.ensemble is not None:
             response = await self._ensembles.infer(version, request, arrived_ns)
             return version.classified(request, response)
@@ -362,3 +369,14 @@ class SchedulerActor(Actor):
         queued = await self._infer_on(version, request, arrived_ns, cached=False)
         await cache.store(lookup, queued.result, version.statistics)
         return queued
+
+
+def _reads_device_memory(version: Version, request: InferRequest) -> bool:
+    """Whether ``request``'s CUDA shared memory may go to the instances as it is (each batch's
+    executor still gets only what lies on its own GPU: ``cuda_windows.for_executor``): not for
+    a model whose requests or responses the scheduler reads on the way (an ensemble's steps, a
+    sequence's state, a decoupled or cached model, a traced or classified request), nor for
+    one with an instance off the GPUs."""
+    return (version.ensemble is None and version.sequences is None and not version.decoupled
+            and version.cache is None and not request.classification and CURRENT.get() is None
+            and all(gpu_of(slot.executor) is not None for slot in version.slots))

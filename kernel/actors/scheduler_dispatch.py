@@ -19,6 +19,7 @@ from functools import partial
 
 import anyio
 
+from inferd.kernel.cuda_windows import for_executor
 from inferd.kernel.router import Router
 from inferd.kernel.scheduling.decoupled import DecoupledRequests
 from inferd.kernel.scheduling.requests import Queued, SentBatch, Slot, send_in
@@ -96,6 +97,11 @@ class BatchDispatch:
             sent.ask = self._router.ask_then(
                 slot.executor, stream_batch,
                 partial(self._finish_stream_batch, version, slot, batch, tokens))
+            return
+        try:
+            requests = for_executor(requests, slot.executor)
+        except InferdError as error:  # CUDA memory read for an instance off its GPU failed
+            self._finish_batch(version, slot, batch, error)
             return
         message = InferBatch(version.model, version.version, slot.instance, requests)
         sent.ask = self._router.ask_then(slot.executor, message,

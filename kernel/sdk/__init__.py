@@ -70,6 +70,7 @@ from inferd.kernel.control_state import parse as parse_record
 from inferd.kernel.frontend import Frontend, FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
 from inferd.kernel.options import (
+    ListenFlags,
     add_boolean,
     boolean_word,
     byte_count,
@@ -107,7 +108,7 @@ __all__ = [
     "checked", "dump", "parse_record", "record_digest",
     "Frontend", "FrontendRegistry", "FrontendSpec",
     "hookimpl",
-    "add_boolean", "boolean_word", "byte_count", "parse_boolean", "positive_count",
+    "ListenFlags", "add_boolean", "boolean_word", "byte_count", "parse_boolean", "positive_count",
     "positive_seconds",
     "RemoteLocation", "RemoteStorageError", "StorageRegistry", "StorageSpec",
     "SinkWorker", "Trace", "TraceConfig", "TraceSetting", "TraceSink", "TraceSinkRegistry",

@@ -3,7 +3,8 @@
 (``inferd.kernel.batched_instance``: one execute over a batch of requests, configured tensors
 by name), config completion (``inferd.kernel.config_completion``: a config's inputs and outputs
 from the model file, Triton's rules), the once-per-process thread settings
-(``inferd.kernel.process_threads``), the device an instance runs on (``inferd.kernel.devices``)
+(``inferd.kernel.process_threads``), the device an instance runs on (``inferd.kernel.devices``),
+the window of CUDA shared memory an output is written in place (``inferd.kernel.device_memory``)
 and a config as JSON or read from config.pbtxt text (``inferd.kernel.modelconfig``)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from inferd.kernel.config_completion import (
     default_max_batch_size,
     fill_tensor_entry,
 )
+from inferd.kernel.device_memory import written_window
 from inferd.kernel.devices import local_device_id
 from inferd.kernel.modelconfig import config_to_json, parse_config_text
 from inferd.kernel.process_threads import Pools, ProcessThreads, thread_parameter
@@ -34,7 +36,7 @@ __all__ = [
     "DEFAULT_MAX_BATCH_SIZE", "DYNAMIC", "SignatureTensor", "batchable", "check_shape",
     "complete_declared",
     "default_max_batch_size", "fill_tensor_entry",
-    "local_device_id",
+    "local_device_id", "written_window",
     "config_to_json", "parse_config_text",
     "Pools", "ProcessThreads", "thread_parameter",
 ]

@@ -22,6 +22,7 @@ from inferd.protocols.messages.base import (
     Ack,
     Failure,
     Cancel,
+    DeviceWindow,
 )
 from inferd.protocols.messages.dataplane import (
     InferRequest,
@@ -71,6 +72,7 @@ from inferd.protocols.messages.execution import (
     BatchResult,
     StreamBatch,
     CancelRequests,
+    CloseDeviceRegions,
     StreamParts,
     RemoteStreamRequest,
     StreamInferRequest,
@@ -112,6 +114,7 @@ __all__ = [
     "Ack",
     "Failure",
     "Cancel",
+    "DeviceWindow",
     "InferRequest",
     "InferResponse",
     "HealthRequest",
@@ -155,6 +158,7 @@ __all__ = [
     "BatchResult",
     "StreamBatch",
     "CancelRequests",
+    "CloseDeviceRegions",
     "StreamParts",
     "RemoteStreamRequest",
     "StreamInferRequest",

@@ -1,7 +1,8 @@
 """The ground every message kind stands on: ``Tensor``, the ``Message`` marker base, the
-``Envelope`` that carries a message between actors with its routing header, and the replies
-any ask may get (``Ack``, ``Failure``) or any asker may send (``Cancel``). Data shapes only: no
-I/O, no logic beyond trivial accessors.
+``Envelope`` that carries a message between actors with its routing header, the replies
+any ask may get (``Ack``, ``Failure``) or any asker may send (``Cancel``), and ``DeviceWindow``,
+where a tensor's bytes lie in a client's CUDA shared memory. Data shapes only: no I/O, no logic
+beyond trivial accessors.
 """
 
 from __future__ import annotations
@@ -81,3 +82,17 @@ class Cancel(Message):
     for it, if its kind is one the actor lets stop (``Actor.CANCELLABLE``); never answered."""
 
     msg_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWindow(Message):
+    """``byte_size`` bytes from ``offset`` of a registered CUDA shared-memory region, as the
+    main process hands it to a GPU executor instead of the bytes: the client's IPC ``handle``,
+    the ``device_id`` as the server counts GPUs, and ``region``, the registration's serial
+    (``CloseDeviceRegions`` names it when the main process lets go of the region)."""
+
+    handle: bytes
+    device_id: int
+    offset: int
+    byte_size: int
+    region: int

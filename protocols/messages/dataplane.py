@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.protocols.messages.base import Message, Tensor
+from inferd.protocols.messages.base import DeviceWindow, Message, Tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +17,9 @@ class InferRequest(Message):
     """One inference request. ``version`` empty means the highest READY version; ``outputs``
     empty means every output of the model. ``classification`` maps a requested output to
     the number of its top classes to return instead of its values (the classification
-    extension)."""
+    extension). ``output_windows`` maps a requested output to the CUDA shared memory it is
+    written into on the device (the data plane sets it; the scheduler keeps it only for a
+    request it sends to a GPU executor of that memory's device, which writes it there)."""
 
     model: str
     inputs: tuple[Tensor, ...]
@@ -28,6 +30,7 @@ class InferRequest(Message):
     priority: int = 0
     timeout_us: int = 0
     classification: dict[str, int] = field(default_factory=dict)
+    output_windows: dict[str, DeviceWindow] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,6 +121,16 @@ class CancelRequests(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class CloseDeviceRegions(Message):
+    """Main process -> the GPU executors it sent windows of these CUDA shared-memory regions
+    (``DeviceWindow.region``): no request uses them any more and they are unregistered; each
+    executor closes its IPC handle once the batches still holding it are done. Never
+    answered."""
+
+    regions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StreamParts(Message):
     """Executor -> scheduler: responses of decoupled requests. Part ``i`` belongs to the
     request of ``tokens[i]``: a response, a ``Failure``, or ``None`` (a final flag alone);

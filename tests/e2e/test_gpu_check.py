@@ -2,7 +2,7 @@
 machine without a GPU, in the test environment (``$PYTHON``: this Python, nothing installed),
 serves its models with a real ``inferd serve`` and ends with a PASS line for
 every check; its log folder has the script's whole output, the server's log and the summary.
-On the GPU machine the same script runs without ``--cpu-only`` (README, GPU section)."""
+On the GPU machine the same script runs without ``--cpu-only`` (docs/gpus.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(bool(visible_gpus()), reason="--cpu-only is for no GPU")
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ("ready", "twins", "placement", "zero_copy", "gpu_metrics", "cuda_shm", "throughput")
+CHECKS = ("ready", "twins", "placement", "zero_copy", "gpu_metrics", "cuda_shm", "shm_in_place",
+          "throughput")
 
 
 @pytest.mark.timeout(600)  # a server start and torch.export: minutes on a loaded machine

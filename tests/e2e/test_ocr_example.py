@@ -1,6 +1,6 @@
 """The example repository's OCR pipeline (python pre-processing, ONNX detector and refiner,
 python post-processing, wired as the ensemble ``ocr``), served as `make serve` serves it and
-called the three ways the README shows: tritonclient http, tritonclient grpc, plain JSON."""
+called the three ways docs/ensembles.md shows: tritonclient http, tritonclient grpc, plain JSON."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_strings_in_strings_out(server: Any, client_module: Any) -> None:
     assert output.tolist() == EXPECTED
 
 
-def test_plain_json_as_the_readme_shows(server: Any) -> None:
+def test_plain_json_as_the_docs_show(server: Any) -> None:
     body = json.dumps({"inputs": [
         {"name": "INPUT", "datatype": "BYTES", "shape": [1, 1], "data": ["hello world"]}]})
     request = urllib.request.Request(f"http://{server.http_url}/v2/models/ocr/infer",

@@ -93,10 +93,10 @@ def test_what_inferd_implements_passes_and_harmless_fields_warn() -> None:
         "executions"]
 
 
-def test_the_readme_lists_what_is_refused_and_warned_about_as_the_table_does() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Triton compatibility: extensions and config fields", 1)[1]
-    section = section.split("\n### ", 1)[0]
+def test_the_docs_list_what_is_refused_and_warned_about_as_the_table_does() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text(encoding="utf-8")
+    section = page.split("\n## Config fields\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
     refused = section.split("Refused today:", 1)[1].split("Warned about and ignored:", 1)[0]
     warned = section.split("Warned about and ignored:", 1)[1]
 
@@ -106,9 +106,10 @@ def test_the_readme_lists_what_is_refused_and_warned_about_as_the_table_does() -
     kinds = {path: rule[0] for path, rule in RULES.items()}
     for path, kind in kinds.items():
         if kind == REFUSED:
-            assert named(path, refused), f"README does not list {path} as refused"
+            assert named(path, refused), f"docs/config.md does not list {path} as refused"
         elif kind == HARMLESS:
-            assert named(path, warned), f"README does not list {path} as warned about"
+            assert named(path, warned), f"docs/config.md does not list {path} as warned about"
         elif not any(other != HONOURED and o.rsplit(".", 1)[-1] == path.rsplit(".", 1)[-1]
                      for o, other in kinds.items()):
-            assert not named(path, refused), f"README lists {path} as refused; it is honoured"
+            assert not named(path, refused), (
+                f"docs/config.md lists {path} as refused; it is honoured")

@@ -19,6 +19,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from inferd.kernel.cuda_shared_memory import CudaCallFailed, CudaRegistry, present_runtime
+from inferd.kernel.cuda_windows import on_host
 from inferd.kernel.dataplane import DataPlane
 from inferd.kernel.devices import visible_gpus
 from inferd.kernel.shared_memory import SharedMemoryRegistry
@@ -112,8 +113,9 @@ def registry(cuda: FakeCuda, tmp_path: Path) -> SharedMemoryRegistry:
 
 
 class EchoRouter:
-    """A scheduler answering each input ``INx`` as output ``OUTx``; ``gate`` holds the answer
-    until it is set."""
+    """A scheduler of a model on the CPU answering each input ``INx`` as output ``OUTx``: as
+    the real one, it has CUDA inputs read to the host (``on_host``); ``gate`` holds the
+    answer until it is set."""
 
     def __init__(self) -> None:
         self.seen: list[InferRequest] = []
@@ -122,6 +124,7 @@ class EchoRouter:
 
     async def call(self, owner: str, request: Message) -> Message:
         assert isinstance(request, InferRequest)
+        request = on_host(request)
         self.seen.append(request)
         self.arrived.set()
         if self.gate is not None:

@@ -195,12 +195,15 @@ def test_an_untraced_request_costs_one_lookup() -> None:
 
 
 def test_tritons_deprecated_trace_flags_still_work_and_trace_config_wins(
-        caplog: pytest.LogCaptureFixture) -> None:
-    from inferd.kernel.tracing import tracer_from_options
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    from inferd.kernel.cli_serve import kernel_parser, settings_from
+    from inferd.kernel.tracing import tracer_for
 
-    traces = tracer_from_options({"trace_file": "/x.json", "trace_level": ["TIMESTAMPS"],
-                                  "trace_rate": 1, "trace_log_frequency": 3,
-                                  "trace_config": ["rate=5"]})
+    args = kernel_parser().parse_args([
+        "--model-repository", str(tmp_path), "--trace-file", "/x.json",
+        "--trace-level", "TIMESTAMPS", "--trace-rate", "1", "--trace-log-frequency", "3",
+        "--trace-config", "rate=5"])
+    traces = tracer_for(settings_from(args).trace)
     assert (traces.config.file, traces.config.level, traces.config.rate,
             traces.config.log_frequency) == ("/x.json", ("TIMESTAMPS",), 5, 3)
     assert "'--trace-file' has been deprecated" in caplog.text

@@ -79,7 +79,7 @@ class FakeDataPlane:
 async def running_frontend(
     dataplane: FakeDataPlane, port: int = 0
 ) -> AsyncIterator[tuple[ZmqFrontend, str]]:
-    settings = Settings(zmq_address="127.0.0.1", zmq_port=port)
+    settings = Settings(options={"zmq_address": "127.0.0.1", "zmq_port": port})
     frontend = ZmqFrontend(dataplane, settings)  # type: ignore[arg-type]
     async with anyio.create_task_group() as server:
         with anyio.fail_after(WAIT):
@@ -141,7 +141,8 @@ async def test_reports_the_bound_endpoint_and_answers_with_a_reply_envelope() ->
 async def test_a_taken_port_is_a_clear_bind_error() -> None:
     async with running_frontend(FakeDataPlane()) as (_, endpoint):
         port = int(endpoint.rsplit(":", 1)[1])
-        second = ZmqFrontend(FakeDataPlane(), Settings(zmq_address="127.0.0.1", zmq_port=port))  # type: ignore[arg-type]
+        second = ZmqFrontend(FakeDataPlane(),  # type: ignore[arg-type]
+                             Settings(options={"zmq_address": "127.0.0.1", "zmq_port": port}))
         with pytest.raises(OSError, match=f"cannot bind tcp://127.0.0.1:{port}"):
             with anyio.fail_after(WAIT):
                 await second.serve()

@@ -95,7 +95,7 @@ class FakeDataPlane:
 
 @asynccontextmanager
 async def serving(dataplane: FakeDataPlane | None = None) -> AsyncIterator[str]:
-    settings = Settings(zmq_address="127.0.0.1", zmq_port=0)
+    settings = Settings(options={"zmq_address": "127.0.0.1", "zmq_port": 0})
     frontend = ZmqFrontend(dataplane or FakeDataPlane(), settings)  # type: ignore[arg-type]
     async with anyio.create_task_group() as server:
         with anyio.fail_after(WAIT):

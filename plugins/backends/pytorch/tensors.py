@@ -1,8 +1,9 @@
 """The way between inferd's numpy tensors and torch tensors, and which datatypes cross it.
 
 Owns the datatype table (the types Triton's pytorch backend accepts, plus BF16 carried as
-its raw 16 bits), handing inputs to torch without copying them (``torch.from_numpy``) and
-taking outputs back as numpy views of the tensors' own memory where the tensor allows it.
+its raw 16 bits), handing inputs to torch without copying them (``torch.from_numpy``; for
+device memory, ``torch.as_tensor`` over its ``__cuda_array_interface__``) and taking outputs
+back as numpy views of the tensors' own memory where the tensor allows it.
 Torch is handed in by the caller: this module imports no torch, so the table is usable (and
 testable) without it.
 """
@@ -90,3 +91,39 @@ def to_numpy(torch: ModuleType, tensor: Any) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         return np.asarray(tensor.view(torch.int16).numpy().view(np.uint16))
     return np.asarray(tensor.numpy())
+
+
+class _CudaArray:
+    """Device memory as ``__cuda_array_interface__`` (version 3) describes it, for torch to wrap
+    without a copy; torch's tensor holds it, and it holds ``owner``, what keeps the memory
+    valid. No stream: the client finished writing before it sent the request."""
+
+    def __init__(self, pointer: int, shape: tuple[int, ...], typestr: str, owner: Any) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": typestr, "data": (pointer, False), "strides": None,
+            "version": 3,
+        }
+        self.owner = owner
+
+
+def device_view(torch: ModuleType, pointer: int, shape: tuple[int, ...], dtype: np.dtype[Any],
+                device: Any, owner: Any = None) -> Any:
+    """A torch tensor over ``shape`` elements of ``dtype`` at device address ``pointer``, no
+    copy. ``uint16`` is BF16's raw bits (the only 16-bit unsigned type the backend takes)."""
+    bfloat16 = dtype == np.dtype("<u2")
+    typestr = "<i2" if bfloat16 else dtype.str
+    tensor = torch.as_tensor(_CudaArray(pointer, tuple(shape), typestr, owner), device=device)
+    return tensor.view(torch.bfloat16) if bfloat16 else tensor
+
+
+def write_on_device(torch: ModuleType, tensor: Any, pointer: int, device: Any) -> None:
+    """``tensor`` copied to ``pointer`` on the CUDA device ``device`` (device-to-device from
+    the instance's own outputs), complete when this returns: the client reads it once it has
+    the response."""
+    if tensor.is_conj() or tensor.is_neg():
+        tensor = tensor.resolve_conj().resolve_neg()
+    dtype = np.dtype("<u2") if tensor.dtype == torch.bfloat16 else np.dtype(
+        str(tensor.dtype).removeprefix("torch."))
+    target = device_view(torch, pointer, tuple(tensor.shape), dtype, device)
+    target.copy_(tensor)
+    torch.cuda.current_stream(device).synchronize()

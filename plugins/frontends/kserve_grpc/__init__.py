@@ -1,15 +1,14 @@
 """Hook module of the KServe v2 gRPC frontend: registers it and its options
-(``--allow-grpc``, ``--grpc-max-input-size``, ``--grpc-restricted-protocol``, the connection
-bounds ``--grpc-handshake-timeout-secs``, ``--grpc-max-connection-idle-secs`` and
-``--grpc-max-connections``, tritonserver's keepalive flags ``--grpc-keepalive-time`` and
-``--grpc-keepalive-timeout``, and
-tritonserver's TLS flags ``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
-``--grpc-server-key``, ``--grpc-root-cert``), and imports nothing else.
+(``--allow-grpc``, ``--grpc-port``, ``--grpc-address``, ``--grpc-max-input-size``,
+``--grpc-restricted-protocol``, the connection bounds ``--grpc-handshake-timeout-secs``,
+``--grpc-max-connection-idle-secs`` and ``--grpc-max-connections``, tritonserver's keepalive
+flags ``--grpc-keepalive-time`` and ``--grpc-keepalive-timeout``, and tritonserver's TLS flags
+``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``, ``--grpc-server-key``,
+``--grpc-root-cert``), and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no grpc
 import; ``inferd.plugins.frontends.kserve_grpc.frontend`` holds the server, ``servicer`` the
-RPCs (with ``streams``, ``rpc`` and ``service``). Its port and address are the server's own
-``--grpc-port``/``--grpc-address`` settings.
+RPCs (with ``streams``, ``rpc`` and ``service``).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import argparse
 from inferd.kernel.sdk import (
     FrontendRegistry,
     FrontendSpec,
+    ListenFlags,
     add_boolean,
     byte_count,
     hookimpl,
@@ -39,6 +39,7 @@ DEFAULT_MAX_CONNECTION_IDLE_SECS = 300.0
 # a connection whose ping is not answered within 20 s is closed.
 DEFAULT_KEEPALIVE_TIME_MS = 7_200_000
 DEFAULT_KEEPALIVE_TIMEOUT_MS = 20_000
+LISTEN = ListenFlags("grpc", 8001)
 
 
 @hookimpl
@@ -56,6 +57,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("KServe gRPC frontend")
     add_boolean(group, "--allow-grpc", True, "serve the KServe v2 gRPC API on --grpc-port")
+    LISTEN.add_to(group)
     group.add_argument(
         "--grpc-max-input-size", type=byte_count(LARGEST_MAX_INPUT_SIZE),
         default=DEFAULT_MAX_INPUT_SIZE, metavar="BYTES",

@@ -35,6 +35,7 @@ from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_KEEPALIVE_TIME_MS,
     DEFAULT_KEEPALIVE_TIMEOUT_MS,
     DEFAULT_MAX_CONNECTION_IDLE_SECS,
+    LISTEN,
 )
 from inferd.plugins.frontends.kserve_grpc.service import service_handler
 from inferd.plugins.frontends.kserve_grpc.servicer import InferenceServicer
@@ -141,10 +142,10 @@ class KserveGrpcFrontend(Frontend):
         self.accepting = False
 
     def _bind(self, server: grpc.aio.Server) -> str:
-        host = self.settings.grpc_address
+        host, listen_port = LISTEN.read(self.settings.options)
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        target = f"{host}:{self.settings.grpc_port}"
+        target = f"{host}:{listen_port}"
         try:
             if self.credentials is None:
                 port = server.add_insecure_port(target)

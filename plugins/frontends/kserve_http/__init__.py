@@ -1,4 +1,5 @@
-"""Hook module of the KServe v2 HTTP frontend: registers it and its options, imports nothing else.
+"""Hook module of the KServe v2 HTTP frontend: registers it and its options (tritonserver's
+``--allow-http``, ``--http-port`` and ``--http-address`` among them), imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no uvicorn
 import; ``inferd.plugins.frontends.kserve_http.frontend`` holds the server itself.
@@ -11,6 +12,7 @@ import argparse
 from inferd.kernel.sdk import (
     FrontendRegistry,
     FrontendSpec,
+    ListenFlags,
     add_boolean,
     byte_count,
     hookimpl,
@@ -28,6 +30,7 @@ DEFAULT_BODY_TIMEOUT_SECS = 30.0
 # uvicorn's own default: an idle keep-alive connection costs a descriptor and a little memory;
 # clients reconnect cheaply (tritonclient keeps its pool warm while it sends).
 DEFAULT_KEEP_ALIVE_TIMEOUT_SECS = 5.0
+LISTEN = ListenFlags("http", 8000)
 
 
 @hookimpl
@@ -45,6 +48,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("KServe HTTP frontend")
     add_boolean(group, "--allow-http", True, "serve the KServe v2 HTTP/REST API on --http-port")
+    LISTEN.add_to(group)
     group.add_argument(
         "--http-max-input-size", type=byte_count(), default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES",

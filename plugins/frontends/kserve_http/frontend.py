@@ -21,6 +21,7 @@ import uvicorn
 
 from inferd.kernel.sdk import Frontend
 from inferd.kernel.sdk.frontends import StartupFailed, default_connection_cap, server_context
+from inferd.plugins.frontends.kserve_http import LISTEN
 from inferd.plugins.frontends.kserve_http.app import KserveHttpApp
 from inferd.plugins.frontends.kserve_http.connection import (
     ConnectionSweeper,
@@ -71,7 +72,7 @@ class KserveHttpFrontend(Frontend):
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        listener = _bind(self.settings.http_address, self.settings.http_port)
+        listener = _bind(*LISTEN.read(self.settings.options))
         # Out of descriptors, uvloop's accept (libuv's reserved-descriptor trick) accepts and
         # closes the waiting connections and keeps listening; asyncio's pauses accepting for a
         # second. The connection cap keeps this frontend well below the limit either way.

@@ -1,5 +1,6 @@
 """Hook module of the Prometheus metrics frontend (``GET /metrics`` on ``--metrics-port``):
-registers it and tritonserver's metrics flags (``--allow-metrics``, ``--allow-gpu-metrics``,
+registers it and tritonserver's metrics flags (``--allow-metrics``, ``--metrics-port``,
+``--metrics-address``, ``--allow-gpu-metrics``,
 ``--allow-cpu-metrics``, ``--metrics-interval-ms``, ``--metrics-config``; read by
 ``inferd.kernel.metrics_config``), and imports nothing else."""
 
@@ -7,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, add_boolean, hookimpl
+from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, ListenFlags, add_boolean, hookimpl
+
+LISTEN = ListenFlags("metrics", 8002)
 
 
 @hookimpl
@@ -23,6 +26,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("metrics")
     add_boolean(group, "--allow-metrics", True, "serve Prometheus metrics on --metrics-port")
+    LISTEN.add_to(group)
     add_boolean(group, "--allow-gpu-metrics", True,
                 "GPU metrics through NVML (the gpu extra) where there is a GPU; ignored unless "
                 "--allow-metrics is true")

@@ -23,6 +23,7 @@ import anyio.abc
 
 from inferd.kernel.sdk import Frontend
 from inferd.kernel.sdk.frontends import metrics_config_from_options
+from inferd.plugins.frontends.metrics import LISTEN
 from inferd.plugins.frontends.metrics.interval import IntervalMetrics
 from inferd.protocols import prometheus
 from inferd.protocols.messages import Metrics, MetricsRequest
@@ -47,7 +48,7 @@ class MetricsFrontend(Frontend):
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        address, port = self.settings.metrics_address, self.settings.metrics_port
+        address, port = LISTEN.read(self.settings.options)
         try:
             server = await asyncio.start_server(self._connection, address, port,
                                                 reuse_address=True)

@@ -1,5 +1,5 @@
-"""Hook module of the native ZeroMQ frontend: registers it and its ``--zmq-max-input-size``
-option, and imports nothing else.
+"""Hook module of the native ZeroMQ frontend: registers it and its options (``--zmq-port``,
+``--zmq-address``, ``--zmq-max-input-size``), and imports nothing else.
 
 The frontend class is named by import path so that loading this plugin costs no pyzmq
 import; ``inferd.plugins.frontends.zmq.frontend`` holds the protocol itself.
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, byte_count, hookimpl
+from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, ListenFlags, byte_count, hookimpl
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
+
+LISTEN = ListenFlags("zmq", 8003)
 
 
 @hookimpl
@@ -28,6 +30,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("native zmq frontend")
+    LISTEN.add_to(group)
     group.add_argument(
         "--zmq-max-input-size", type=byte_count(), default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES",

@@ -26,6 +26,7 @@ import zmq
 
 from inferd.kernel.sdk.frontends import LoopSocket, log_context, request_failed
 from inferd.kernel.sdk import Frontend, traced
+from inferd.plugins.frontends.zmq import LISTEN
 from inferd.protocols import wire
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
@@ -143,8 +144,7 @@ class ZmqFrontend(Frontend):
         socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
 
     def _bind(self, socket: zmq.Socket[Any]) -> str:
-        address = self.settings.zmq_address
-        port = self.settings.zmq_port
+        address, port = LISTEN.read(self.settings.options)
         if ":" in address:
             socket.setsockopt(zmq.IPV6, 1)
             if not address.startswith("["):
