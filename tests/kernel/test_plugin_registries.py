@@ -75,3 +75,21 @@ def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
     commands.add(CommandSpec("serve", "inferd.plugins.cli.commands:models"))
     with pytest.raises(ValueError, match="command 'serve' is the kernel's own"):
         mount(commands)
+
+
+def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferd.kernel import plugins as plugin_manager
+    from inferd.kernel.server import StartupFailed
+    from inferd.kernel.trace_config import TraceConfig
+    from inferd.kernel.trace_sinks import NullSink
+    from inferd.kernel.tracing import tracer_for
+
+    monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "triton_trace")
+    plugin_manager.installed.cache_clear()
+    try:
+        assert isinstance(tracer_for(TraceConfig()).sink, NullSink)  # tracing off: no sink
+        with pytest.raises(StartupFailed, match=r"mode=triton: unknown trace mode 'triton' "
+                                                r"\(available: opentelemetry\)"):
+            tracer_for(TraceConfig(level=("TIMESTAMPS",), file="/tmp/trace.json"))
+    finally:
+        plugin_manager.installed.cache_clear()
