@@ -178,7 +178,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise StartupFailed(f"--repository-timeout-secs={args.repository_timeout_secs:g}: a "
                             "number of seconds above 0")
     for root in repositories:
-        if is_remote_url(root):
+        # A URL of a scheme no storage plugin reads is refused naming those there are.
+        if is_remote_url(root) or ("://" in root and not os.path.exists(root)):
             try:
                 check_url(root)  # its form and its extra; the storage itself is asked later
             except InvalidArgument as error:

@@ -4,6 +4,10 @@ there are."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from inferd.kernel.cache_config import CacheConfigError, parse_cache_config
@@ -93,3 +97,12 @@ def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -
             tracer_for(TraceConfig(level=("TIMESTAMPS",), file="/tmp/trace.json"))
     finally:
         plugin_manager.installed.cache_clear()
+
+
+def test_serve_refuses_a_url_no_storage_plugin_reads(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "inferd.kernel.cli", "serve", "--model-repository",
+         "hdfs://cluster/models"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "hdfs://cluster/models: not a remote repository URL (s3://, gs://, as://, az://)" \
+        in done.stderr
