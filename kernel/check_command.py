@@ -38,7 +38,7 @@ def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "t
     out = out if out is not None else sys.stdout
     roots = list(repositories) or [DEFAULT_REPOSITORY]
     for root in roots:
-        if is_remote_url(root):
+        if is_remote_url(root) or ("://" in root and not os.path.exists(root)):
             try:
                 check_url(root)  # its form, and the package that reads it
             except InferdError as error:

@@ -1,6 +1,7 @@
 """The ``inferd`` command's entry point: ``serve`` goes to ``inferd.kernel.cli_serve``
 (tritonserver's flags, argparse), every other command to the typer app of
-``inferd.kernel.cli_app`` (the client commands: models, load, unload, infer, stats).
+``inferd.kernel.cli_app`` (``check``, and the client commands plugins register: models, load,
+unload, infer, stats, ...).
 
 It imports neither on its own: the server process (and the executor processes that re-import
 the main module) never load typer or rich, and a client command never loads the server.

@@ -21,7 +21,7 @@ from inferd.kernel.cache_config import CacheConfig, CacheConfigError, parse_cach
 from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
 from inferd.kernel.options import add_boolean, backend_setting, byte_count
-from inferd.kernel.plugins import Plugins
+from inferd.kernel.plugins import Plugins, installed
 from inferd.kernel.remote_storage import check_url, is_remote_url
 from inferd.kernel.server import StartupFailed, serve
 from inferd.kernel.settings import CPU_EXECUTOR_CHOICES, Settings
@@ -121,7 +121,7 @@ def kernel_parser() -> argparse.ArgumentParser:
                            metavar="BYTES", help="deprecated: --cache-config=local,size=BYTES")
     execution.add_argument("--cache-directory", default="", metavar="PATH",
                            help="tritonserver's folder of cache libraries: inferd's caches are "
-                                "built in, so it is not read")
+                                "plugins, so it is not read")
     execution.add_argument("--trace-config", action="append", default=[],
                            metavar="[MODE,]SETTING=VALUE",
                            help="tracing, as tritonserver's: level=TIMESTAMPS|TENSORS, rate=N, "
@@ -178,7 +178,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise StartupFailed(f"--repository-timeout-secs={args.repository_timeout_secs:g}: a "
                             "number of seconds above 0")
     for root in repositories:
-        if is_remote_url(root):
+        # A URL of a scheme no storage plugin reads is refused naming those there are.
+        if is_remote_url(root) or ("://" in root and not os.path.exists(root)):
             try:
                 check_url(root)  # its form and its extra; the storage itself is asked later
             except InvalidArgument as error:
@@ -277,7 +278,7 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
         log.warning("'--response-cache-byte-size' has been deprecated! It is "
                     "'--cache-config=local,size=%d'", args.response_cache_byte_size)
     if args.cache_directory:
-        log.info("--cache-directory=%s: inferd's response caches are built in; the folder is "
+        log.info("--cache-directory=%s: inferd's response caches are plugins; the folder is "
                  "not read", args.cache_directory)
     for text, (backend, setting, _) in zip(args.backend_config, settings.backend_config,
                                            strict=True):
@@ -292,7 +293,7 @@ USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
 def serve_main(argv: Sequence[str]) -> int:
     """``inferd serve ARGV``: the exit code (argparse exits 2 itself on a bad flag)."""
-    plugins = Plugins.load()
+    plugins = installed()  # the lookups by name (caches, trace modes, storage) use the same
     args = serve_parser(plugins).parse_args(argv)
     try:
         configure_logging(LogSettings.from_arguments(args))

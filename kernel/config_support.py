@@ -90,7 +90,7 @@ RULES: dict[str, Rule] = {
     "model_warmup": (HONOURED, ""),
     "model_operations": (REFUSED, "custom operation libraries are not loaded by inferd"),
     "model_transaction_policy": (HONOURED, ""),
-    "model_repository_agents": (REFUSED, f"repository agents are {NOT_YET}"),
+    "model_repository_agents": (HONOURED, ""),  # inferd.kernel.repository_agents
     "response_cache": (HONOURED, ""),  # inferd.kernel.response_cache
     "model_metrics": (REFUSED, f"per-model metric controls are {NOT_YET}"),
 }

@@ -1,8 +1,9 @@
 """The desired-state record of ``--model-control-state`` (an inferd extension): which models
 EXPLICIT-mode replicas agree to serve, with the overrides that reproduce each load.
 
-Owns the record's format, the ``Store`` contract, and the store of a local path
-(``inferd.kernel.control_state_s3`` has the S3 one). The record is one JSON document::
+Owns the record's format, the ``Store`` contract and the registry of stores, which plugins
+fill by URL scheme (``inferd_register_state_stores``: the built-in ``inferd.plugins.state.path``
+for a local path and ``inferd.plugins.state.s3`` for ``s3://``). The record is one JSON document::
 
     {"format": "inferd-model-control-state", "version": 1, "generation": 7,
      "models": {"m": {"config": "<the load's config JSON, or empty>",
@@ -12,29 +13,24 @@ Owns the record's format, the ``Store`` contract, and the store of a local path
 File overrides are content-addressed beside the record (``<record>.files/<sha256>``), each
 written before the record that names it, so the record stays small whatever the models weigh.
 
-Concurrent writers never corrupt it nor lose an update. A local path is changed read-modify-
-write under an exclusive ``flock`` of ``<record>.lock``; the new record goes to a temporary
-file in the same folder, is fsynced and ``os.replace``d over the old one (readers never take
-the lock: they see the old record or the new one, never half of one). An ``s3://`` record is
-compare-and-swapped: ``PutObject`` with ``IfMatch=<the ETag read>`` (``IfNoneMatch='*'`` for the
-first write); a 412 means another replica wrote in between, so the record is read again and the
-change applied again. Every write adds one to ``generation``.
+Concurrent writers never corrupt it nor lose an update: every store makes ``update`` atomic
+against every other writer (a local path under an exclusive ``flock``, replaced whole; an
+``s3://`` record compare-and-swapped with conditional writes). Every write adds one to
+``generation``.
 """
 
 from __future__ import annotations
 
 import datetime
-import fcntl
 import hashlib
 import json
 import os
 import socket
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from inferd.kernel.registry import Registry
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import check_model_name
 
@@ -182,117 +178,37 @@ class Store(Protocol):
         """The content of a file override named by its digest."""
 
 
-def open_store(where: str) -> Store:
-    """The store of ``--model-control-state``: an ``s3://`` URL or a local path."""
-    if where.startswith("s3://"):
-        from inferd.kernel.control_state_s3 import S3Store  # botocore only when used
+@dataclass(frozen=True, slots=True)
+class StateStoreSpec:
+    """A kind of store: ``scheme`` is the URL scheme of the records it keeps (``"s3"`` for
+    ``s3://...``; ``""`` for a plain path), ``described`` how ``--model-control-state``'s
+    error names it (``"an s3:// URL"``), ``open(where)`` the store of one record (blocking,
+    no write; ``RecordError`` when it cannot be)."""
 
-        store: Store = S3Store(where)
-        return store
-    if "://" in where:
-        raise RecordError(f"{where}: --model-control-state takes a local path or an s3:// URL")
-    return LocalStore(where)
-
-
-class LocalStore:
-    """A record on a local (or shared POSIX) file system."""
-
-    def __init__(self, path: str) -> None:
-        self.where = path
-        self.path = Path(path).absolute()
-        self._lock = self.path.with_name(self.path.name + ".lock")
-        self._files = self.path.with_name(self.path.name + ".files")
-        if not self.path.parent.is_dir():
-            raise RecordError(f"{path}: its folder {self.path.parent} does not exist")
-
-    def token(self) -> str | None:
-        try:
-            status = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            raise RecordError(f"{self.where}: cannot read the record: {error.strerror}"
-                              ) from None
-        # A replace gives the record a new inode: a write is seen even within one mtime tick.
-        return f"{status.st_ino}:{status.st_size}:{status.st_mtime_ns}"
-
-    def read(self) -> tuple[Record, str | None]:
-        try:
-            with self.path.open("rb") as file:
-                status = os.fstat(file.fileno())
-                data = file.read()
-        except FileNotFoundError:
-            return Record(), None
-        except OSError as error:
-            raise RecordError(f"{self.where}: cannot read the record: {error.strerror}"
-                              ) from None
-        token = f"{status.st_ino}:{status.st_size}:{status.st_mtime_ns}"
-        return parse(data, self.where), token
-
-    def update(self, change: Callable[[Record], Mapping[str, Entry] | None],
-               blobs: Mapping[str, bytes]) -> Record:
-        try:
-            descriptor = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise RecordError(f"{self._lock}: cannot open the lock file: {error.strerror}"
-                              ) from None
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)  # released when the descriptor closes
-            current, _ = self.read()
-            models = change(current)
-            if models is None:
-                return current
-            record = Record(current.generation + 1, dict(models))
-            try:
-                for sha, content in blobs.items():
-                    if not (self._files / sha).exists():
-                        _write_atomically(self._files / sha, content)
-                _write_atomically(self.path, dump(record))
-            except OSError as error:
-                raise RecordError(f"{self.where}: cannot write the record: {error.strerror}"
-                                  ) from None
-            self._collect(record)
-            return record
-        finally:
-            os.close(descriptor)
-
-    def blob(self, sha: str) -> bytes:
-        try:
-            return checked(self.where, sha, (self._files / sha).read_bytes())
-        except OSError as error:
-            raise RecordError(f"{self._files / sha}: cannot read a file override: "
-                              f"{error.strerror}") from None
-
-    def _collect(self, record: Record) -> None:
-        """Remove the files no model of ``record`` names (under the lock: no writer is
-        between storing a file and naming it)."""
-        used = {sha for entry in record.models.values() for sha in entry.files.values()}
-        try:
-            stored = list(self._files.iterdir())
-        except OSError:
-            return
-        for path in stored:
-            if path.name not in used:
-                path.unlink(missing_ok=True)
+    name: str
+    scheme: str
+    described: str
+    open: Callable[[str], Store]
 
 
-def _write_atomically(path: Path, content: bytes) -> None:
-    """``content`` at ``path`` all at once: a temporary file in the same folder, fsynced,
-    renamed over ``path``, and the folder fsynced (the rename survives a crash)."""
-    path.parent.mkdir(exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+class StateStoreRegistry(Registry[StateStoreSpec]):
+    """Filled by ``inferd_register_state_stores`` hooks: ``registry.add(StateStoreSpec(...))``."""
+
+    kind = "control-state store"
+
+
+def open_store(where: str, stores: StateStoreRegistry | None = None) -> Store:
+    """The store of ``--model-control-state``: the one whose scheme ``where`` has (a plain
+    path has none). ``stores`` defaults to the installed plugins' stores."""
+    if stores is None:
+        from inferd.kernel.plugins import installed
+
+        stores = installed().state_stores()
+    scheme, separator, _ = where.partition("://")
+    scheme = scheme.lower() if separator else ""
+    specs = sorted(stores, key=lambda spec: spec.scheme)  # a plain path first
+    for spec in specs:
+        if spec.scheme == scheme:
+            return spec.open(where)
+    takes = " or ".join(spec.described for spec in specs) or "nothing (no store is installed)"
+    raise RecordError(f"{where}: --model-control-state takes {takes}")

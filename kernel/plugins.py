@@ -3,21 +3,33 @@
 Plugins come from the ``inferd`` entry-point group (built-ins included). Two environment
 variables filter them by entry-point name: ``INFERD_PLUGINS`` (comma-separated allow-list;
 unset means all) and ``INFERD_DISABLE_PLUGINS`` (deny-list, applied after). ``check_pending``
-runs at load so a misspelled hook fails loudly instead of silently never being called.
+runs at load so a misspelled hook fails loudly instead of silently never being called. Each
+registry is filled once per ``Plugins``; ``installed()`` is this process's plugins, loaded on
+first use, for the lookups that have no ``Plugins`` at hand (a cache name, a trace mode, a URL
+scheme, a record's store, a repository agent).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import logging
 import os
+from typing import Any
 
 import pluggy
 
 from inferd.kernel import hookspecs
 from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.cache_config import CacheRegistry
+from inferd.kernel.cli_commands import CommandRegistry
+from inferd.kernel.control_state import StateStoreRegistry
 from inferd.kernel.frontend import FrontendRegistry
+from inferd.kernel.registry import Registry
+from inferd.kernel.remote_storage import StorageRegistry
+from inferd.kernel.repository_agents import AgentRegistry
+from inferd.kernel.trace_sinks import TraceSinkRegistry
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +50,7 @@ class Plugins:
     def __init__(self, manager: pluggy.PluginManager, loaded: list[str]) -> None:
         self._manager = manager
         self.loaded = loaded
+        self._registries: dict[str, Registry[Any]] = {}
 
     @classmethod
     def load(cls) -> Plugins:
@@ -57,15 +70,55 @@ class Plugins:
         manager.check_pending()
         return cls(manager, loaded)
 
+    def _filled(self, hook: str, registry: Registry[Any]) -> Any:
+        """``registry`` filled by every implementation of ``hook``, once per instance."""
+        if hook not in self._registries:
+            getattr(self._manager.hook, hook)(registry=registry)
+            self._registries[hook] = registry
+        return self._registries[hook]
+
     def backends(self) -> BackendRegistry:
-        registry = BackendRegistry()
-        self._manager.hook.inferd_register_backends(registry=registry)
+        registry: BackendRegistry = self._filled("inferd_register_backends", BackendRegistry())
         return registry
 
     def frontends(self) -> FrontendRegistry:
-        registry = FrontendRegistry()
-        self._manager.hook.inferd_register_frontends(registry=registry)
+        registry: FrontendRegistry = self._filled("inferd_register_frontends",
+                                                  FrontendRegistry())
+        return registry
+
+    def caches(self) -> CacheRegistry:
+        registry: CacheRegistry = self._filled("inferd_register_caches", CacheRegistry())
+        return registry
+
+    def trace_sinks(self) -> TraceSinkRegistry:
+        registry: TraceSinkRegistry = self._filled("inferd_register_trace_sinks",
+                                                   TraceSinkRegistry())
+        return registry
+
+    def storages(self) -> StorageRegistry:
+        registry: StorageRegistry = self._filled("inferd_register_repository_storage",
+                                                 StorageRegistry())
+        return registry
+
+    def state_stores(self) -> StateStoreRegistry:
+        registry: StateStoreRegistry = self._filled("inferd_register_state_stores",
+                                                    StateStoreRegistry())
+        return registry
+
+    def commands(self) -> CommandRegistry:
+        registry: CommandRegistry = self._filled("inferd_register_commands", CommandRegistry())
+        return registry
+
+    def agents(self) -> AgentRegistry:
+        registry: AgentRegistry = self._filled("inferd_register_repository_agents",
+                                               AgentRegistry())
         return registry
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         self._manager.hook.inferd_add_options(parser=parser)
+
+
+@functools.cache
+def installed() -> Plugins:
+    """This process's plugins, loaded once (``inferd serve`` loads its own and uses these)."""
+    return Plugins.load()

@@ -1,10 +1,11 @@
-"""The one registry type plugins fill (backends, frontends), and how a spec's entry becomes code.
+"""The one registry type plugins fill (backends, frontends, caches, trace sinks, storage,
+control-state stores, commands, repository agents), and how a spec's entry becomes code.
 
 A plugin registers a frozen spec naming its implementation by import path
 (``"package.module:Name"``) so that registering imports nothing heavy; ``import_entry`` imports
 it only when the kernel needs it. ``Registry`` keeps specs by name and refuses two different
-specs under one name; ``inferd.kernel.backend`` and ``inferd.kernel.frontend`` subclass it for
-their spec type. Owns no I/O beyond those lazy imports.
+specs under one name, and ``require`` says what is available when a name is unknown; each
+feature's module subclasses it for its spec type. Owns no I/O beyond those lazy imports.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def load_entry(entry: str, base: type[object], kind: str) -> type[Any]:
     return loaded
 
 
+def available(registry: Registry[Any]) -> str:
+    """``"available: a, b"`` (or ``"none is installed"``) for an error message."""
+    names = registry.names()
+    return f"available: {', '.join(names)}" if names else f"no {registry.kind} is installed"
+
+
 class Registry(Generic[S]):
     """Specs by name, in registration order. Registering the same spec twice is harmless (a
     plugin module reached twice); a different spec under a taken name is an error."""
@@ -60,6 +67,14 @@ class Registry(Generic[S]):
     def names(self) -> tuple[str, ...]:
         """Every registered name, sorted (for messages that list them)."""
         return tuple(sorted(self._specs))
+
+    def require(self, name: str, what: str = "") -> S:
+        """The spec registered as ``name``; ``LookupError`` naming ``what`` (the kind by
+        default) and every name there is otherwise."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise LookupError(f"unknown {what or self.kind} '{name}' ({available(self)})")
+        return spec
 
     def __iter__(self) -> Iterator[S]:
         return iter(self._specs.values())

@@ -1,50 +1,25 @@
-"""Remote model repository URLs: which object store a root names, and how to reach it.
+"""Remote model repositories: which object store a ``--model-repository`` URL names, through
+the storage plugins registered by URL scheme (``inferd_register_repository_storage``; the
+built-in ``inferd.plugins.storage.fsspec`` reads ``s3://``, ``gs://``, ``as://`` and ``az://``).
 
-Owns the URL forms ``--model-repository`` accepts for object storage (Triton's, plus
-fsspec's ``az://``), turning one into an fsspec filesystem and the ``bucket/path`` under it:
-
-- ``s3://bucket/path``; ``s3://host:port/bucket/path`` (a custom endpoint over HTTP) and
-  ``s3://http://host:port/...`` / ``s3://https://host:port/...`` (Triton's forms). Credentials,
-  region and profile come from botocore's own chain (``AWS_ACCESS_KEY_ID``,
-  ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
-  ``AWS_SHARED_CREDENTIALS_FILE``, ...); ``AWS_REGION`` or ``AWS_DEFAULT_REGION`` is the region.
-- ``gs://bucket/path`` through gcsfs (``GOOGLE_APPLICATION_CREDENTIALS``, else Google's
-  default chain, else anonymous, as Triton).
-- ``as://account/container/path`` (Triton's Azure form; ``AZURE_STORAGE_ACCOUNT`` wins over the
-  URL's account as in Triton, ``AZURE_STORAGE_KEY`` is the shared key) and fsspec's
-  ``az://container/path`` (the account from ``AZURE_STORAGE_ACCOUNT``), through adlfs.
-
-The fsspec implementations are optional extras imported only when a URL needs one; a
-missing one is a clear error naming the extra. Also owns turning a storage failure into one
-sentence that names the URL and the cause, never a secret. No I/O beyond building clients.
+Owns the contract: ``RemoteLocation`` (where a root lives), ``RemoteStorageError`` (a root that
+cannot be read now, in one sentence for clients), the ``StorageSpec`` a plugin registers, and
+the lookups the repository makes by scheme: ``is_remote_url``, ``parse_url``, ``check_url``,
+``open_filesystem`` (an fsspec-compatible filesystem: ``ls``, ``find``, ``get_file``) and
+``describe_error``. A root whose scheme no plugin reads is a local folder's name to
+``is_remote_url``; ``parse_url`` refuses it, listing the schemes there are. No I/O.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.kernel.registry import Registry
 from inferd.protocols.errors import InvalidArgument
 
-# scheme -> (fsspec module that implements it, inferd's extra that installs it)
-_IMPLEMENTATIONS = {
-    "s3": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs"),
-    "as": ("adlfs", "azure"),
-    "az": ("adlfs", "azure"),
-}
-# Every remote call is bounded: a hung endpoint fails the call instead of stalling a load.
-CONNECT_TIMEOUT_SECS = 5.0
 READ_TIMEOUT_SECS = 30.0  # --repository-timeout-secs's default
-ATTEMPTS = 2  # tries of one request (botocore's, and s3fs's own), each bounded as above
-# Triton's regular expression for the custom-endpoint form (core's s3.h), the bucket and
-# path left to the plain split so any S3 key reads the same either way.
-_S3_ENDPOINT = re.compile(r"(http://|https://|)([0-9a-zA-Z\-.]+):([0-9]+)/(.*)")
-_AZURE_HOST_SUFFIX = ".blob.core.windows.net"
 
 
 class RemoteStorageError(InvalidArgument):
@@ -53,164 +28,96 @@ class RemoteStorageError(InvalidArgument):
 
 @dataclass(frozen=True, slots=True)
 class RemoteLocation:
-    """Where a remote root lives: the URL as given (for messages: it holds no secret), the
-    fsspec protocol, the ``bucket/path`` under it, and the filesystem's options (which may
-    hold a key: never logged)."""
+    """Where a remote root lives: the URL as given (for messages: it holds no secret), its
+    scheme, the ``bucket/path`` under it, the filesystem's options (which may hold a key:
+    never logged), and the inferd extra that installs its client library."""
 
     url: str
     scheme: str
     root: str
     options: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def extra(self) -> str:
-        return _IMPLEMENTATIONS[self.scheme][1]
+    extra: str = ""
 
 
-def is_remote_url(root: str) -> bool:
+@dataclass(frozen=True, slots=True)
+class StorageSpec:
+    """Object storage for the URL ``schemes`` (lower case, without ``://``).
+
+    ``parse(url, env, timeout)``: the location (``InvalidArgument`` for a malformed URL), no
+    I/O. ``check(location)``: raise ``InvalidArgument`` saying what to install when the client
+    library is missing. ``open(location)``: a fresh fsspec-compatible filesystem (no listing
+    cache). ``describe_error(url, error)``: one sentence for a failed call, naming no secret.
+    """
+
+    name: str
+    schemes: tuple[str, ...]
+    parse: Callable[[str, Mapping[str, str] | None, float], RemoteLocation]
+    check: Callable[[RemoteLocation], None]
+    open: Callable[[RemoteLocation], Any]
+    describe_error: Callable[[str, BaseException], str]
+
+
+class StorageRegistry(Registry[StorageSpec]):
+    """Filled by ``inferd_register_repository_storage`` hooks."""
+
+    kind = "repository storage"
+
+    def for_scheme(self, scheme: str) -> StorageSpec | None:
+        return next((spec for spec in self if scheme.lower() in spec.schemes), None)
+
+    def schemes(self) -> tuple[str, ...]:
+        return tuple(scheme for spec in self for scheme in spec.schemes)
+
+
+def _storages(storages: StorageRegistry | None) -> StorageRegistry:
+    if storages is not None:
+        return storages
+    from inferd.kernel.plugins import installed
+
+    return installed().storages()
+
+
+def _spec(url: str, storages: StorageRegistry | None) -> StorageSpec:
+    registry = _storages(storages)
+    spec = registry.for_scheme(url.partition("://")[0])
+    if spec is None:
+        listed = ", ".join(f"{scheme}://" for scheme in registry.schemes()) or "none installed"
+        raise InvalidArgument(f"{url}: not a remote repository URL ({listed})")
+    return spec
+
+
+def is_remote_url(root: str, storages: StorageRegistry | None = None) -> bool:
     """Whether a ``--model-repository`` value names object storage rather than a folder."""
     scheme, separator, _ = root.partition("://")
-    return bool(separator) and scheme.lower() in _IMPLEMENTATIONS
+    return bool(separator) and _storages(storages).for_scheme(scheme) is not None
 
 
 def parse_url(url: str, env: Mapping[str, str] | None = None, *,
-              timeout: float = READ_TIMEOUT_SECS) -> RemoteLocation:
-    """The location ``url`` names, each request bounded by ``timeout`` seconds of silence
-    (and connecting by at most ``CONNECT_TIMEOUT_SECS``); ``InvalidArgument`` for a
-    malformed one."""
-    env = os.environ if env is None else env
-    scheme, _, rest = url.partition("://")
-    scheme = scheme.lower()
-    if scheme not in _IMPLEMENTATIONS:
-        raise InvalidArgument(f"{url}: not a remote repository URL (s3://, gs://, as://, az://)")
-    if scheme == "s3":
-        return _s3(url, rest, env, timeout)
-    if scheme == "gs":
-        root = _bucket_path(url, rest, "bucket")
-        options: dict[str, Any] = {"requests_timeout": timeout}
-        if env.get("GOOGLE_APPLICATION_CREDENTIALS"):
-            options["token"] = env["GOOGLE_APPLICATION_CREDENTIALS"]
-        return RemoteLocation(url, scheme, root, options)
-    if scheme == "as":
-        account, _, path = rest.partition("/")
-        if not account or not path.strip("/"):
-            raise InvalidArgument(f"{url}: an Azure repository is as://account/container/path")
-        account = env.get("AZURE_STORAGE_ACCOUNT") or account.removesuffix(_AZURE_HOST_SUFFIX)
-        return RemoteLocation(url, scheme, _bucket_path(url, path, "container"),
-                              _azure_options(account, env, timeout))
-    root = _bucket_path(url, rest, "container")
-    return RemoteLocation(url, scheme, root,
-                          _azure_options(env.get("AZURE_STORAGE_ACCOUNT"), env, timeout))
+              timeout: float = READ_TIMEOUT_SECS,
+              storages: StorageRegistry | None = None) -> RemoteLocation:
+    """The location ``url`` names, each request bounded by ``timeout`` seconds of silence;
+    ``InvalidArgument`` for a malformed one."""
+    return _spec(url, storages).parse(url, env, timeout)
 
 
-def _s3(url: str, rest: str, env: Mapping[str, str], timeout: float) -> RemoteLocation:
-    options: dict[str, Any] = {
-        "config_kwargs": {
-            "connect_timeout": min(CONNECT_TIMEOUT_SECS, timeout),
-            "read_timeout": timeout,
-            "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},
-        },
-    }
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-    if region:
-        options["client_kwargs"] = {"region_name": region}
-    endpoint = _S3_ENDPOINT.fullmatch(rest)
-    if endpoint is not None:
-        protocol, host, port, rest = endpoint.groups()
-        options["endpoint_url"] = f"{protocol or 'http://'}{host}:{port}"
-    elif rest.startswith(("http://", "https://")):
-        raise InvalidArgument(f"{url}: a custom S3 endpoint is s3://[http[s]://]host:port/bucket/path")
-    return RemoteLocation(url, "s3", _bucket_path(url, rest, "bucket"), options)
+def open_filesystem(location: RemoteLocation, storages: StorageRegistry | None = None) -> Any:
+    """A fresh filesystem for ``location``; ``InvalidArgument`` naming the extra when its
+    client library is not installed."""
+    return _spec(location.url, storages).open(location)
 
 
-def _azure_options(account: str | None, env: Mapping[str, str], timeout: float
-                   ) -> dict[str, Any]:
-    options: dict[str, Any] = {"connection_timeout": max(1, int(min(CONNECT_TIMEOUT_SECS,
-                                                                    timeout))),
-                               "read_timeout": max(1, int(timeout))}
-    if account:
-        options["account_name"] = account
-    if env.get("AZURE_STORAGE_KEY"):
-        options["account_key"] = env["AZURE_STORAGE_KEY"]
-    return options
-
-
-def _bucket_path(url: str, rest: str, what: str) -> str:
-    parts = [part for part in rest.split("/") if part]
-    if not parts:
-        raise InvalidArgument(f"{url}: no {what} name in the URL")
-    if any(part in (".", "..") or "\\" in part for part in parts):
-        raise InvalidArgument(f"{url}: '.', '..' and '\\' are not allowed in the path")
-    return "/".join(parts)
-
-
-def open_filesystem(location: RemoteLocation) -> Any:
-    """A fresh fsspec filesystem for ``location`` (no instance or listing cache: every poll
-    must see the bucket as it is now); ``InvalidArgument`` naming the extra when the
-    implementation is not installed."""
-    module_name, extra = _IMPLEMENTATIONS[location.scheme]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise InvalidArgument(
-            f"{location.url}: {location.scheme}:// repositories need the {module_name} package: "
-            f"pip install 'inferd[{extra}]'"
-        ) from None
-    classes = {"s3fs": "S3FileSystem", "gcsfs": "GCSFileSystem", "adlfs": "AzureBlobFileSystem"}
-    filesystem = getattr(module, classes[module_name])
-    instance = filesystem(skip_instance_cache=True, use_listings_cache=False,
-                          **location.options)
-    if location.scheme == "s3":
-        instance.retries = ATTEMPTS  # s3fs retries a timed-out request 5 times by default
-    return instance
-
-
-def check_url(url: str) -> RemoteLocation:
-    """``url`` parsed and its implementation importable (a start-up check: no request)."""
-    location = parse_url(url)
-    module_name, extra = _IMPLEMENTATIONS[location.scheme]
-    try:
-        importlib.import_module(module_name)
-    except ImportError:
-        raise InvalidArgument(
-            f"{url}: {location.scheme}:// repositories need the {module_name} package: "
-            f"pip install 'inferd[{extra}]'"
-        ) from None
+def check_url(url: str, storages: StorageRegistry | None = None) -> RemoteLocation:
+    """``url`` parsed and its client library importable (a start-up check: no request)."""
+    spec = _spec(url, storages)
+    location = spec.parse(url, None, READ_TIMEOUT_SECS)
+    spec.check(location)
     return location
 
 
-def describe_error(url: str, error: BaseException) -> str:
-    """One sentence for a failed call on the repository at ``url``: what went wrong, in
-    words an operator acts on. The exception's own text is kept only where it names no
-    secret (botocore's and the HTTP libraries' do not)."""
+def describe_error(url: str, error: BaseException,
+                   storages: StorageRegistry | None = None) -> str:
+    """One sentence for a failed call on the repository at ``url``, in words an operator
+    acts on (the storage plugin's)."""
     if isinstance(error, InvalidArgument):
         return str(error.message)
-    name = type(error).__name__
-    # The request's query (which differs from call to call) is no part of the cause.
-    text = re.sub(r"\?[^\s\"']*", "", str(error)).strip() or name
-    lowered = f"{name} {text}".lower()
-    if "nocredentials" in name.lower() or "unable to locate credentials" in lowered:
-        cause = ("no credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                 "or AWS_PROFILE)")
-    elif "partialcredentials" in name.lower():
-        cause = f"the credentials are incomplete ({text})"
-    elif any(word in lowered for word in ("invalidaccesskeyid", "signaturedoesnotmatch",
-                                          "expiredtoken", "invalidtoken",
-                                          "authenticationfailed")):
-        cause = f"the credentials were refused ({text})"
-    elif isinstance(error, PermissionError) or "accessdenied" in lowered \
-            or "access denied" in lowered or "forbidden" in lowered:
-        cause = f"access denied ({text})"
-    elif "nosuchbucket" in lowered or "bucket does not exist" in lowered \
-            or "containernotfound" in lowered:
-        cause = "no such bucket"
-    elif isinstance(error, FileNotFoundError):
-        cause = "no such bucket or path"
-    elif any(word in lowered for word in ("timeout", "timed out")):
-        cause = f"the storage did not answer in time ({text})"
-    elif any(word in lowered for word in ("connect", "connection", "unreachable",
-                                          "name or service not known", "resolve")):
-        cause = f"the storage cannot be reached ({text})"
-    else:
-        cause = f"{name}: {text}"
-    return f"the model repository {url} cannot be read: {cause}"
+    return _spec(url, storages).describe_error(url, error)

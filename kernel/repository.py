@@ -28,6 +28,7 @@ from inferd.kernel.folder_fingerprints import (
 from inferd.kernel.config_validation import check_gpus
 from inferd.kernel.remote_roots import RemoteRoots
 from inferd.kernel.remote_storage import READ_TIMEOUT_SECS, is_remote_url
+from inferd.kernel.repository_agents import AgentRegistry, run_agents
 from inferd.kernel.repository_mirror import CachedCopy, ModelFetch, RepositoryMirror
 from inferd.kernel.modelconfig import (
     ENSEMBLE_PLATFORM,
@@ -83,6 +84,7 @@ class ModelRepository:
         config_name: str = "",
         cache_dir: str | Path | None = None,
         remote_timeout: float = READ_TIMEOUT_SECS,
+        agents: AgentRegistry | None = None,
     ) -> None:
         unique: dict[str, Path] = {}
         for root in roots:
@@ -92,6 +94,7 @@ class ModelRepository:
         self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir,
                                   remote_timeout)
         self._backends = backends
+        self._agents = agents  # None: the installed plugins' (inferd.kernel.repository_agents)
         self._auto_complete = auto_complete
         self._config_name = config_name
         # The GPUs configs may name: this machine's (inferd.kernel.devices) unless given.
@@ -222,6 +225,8 @@ class ModelRepository:
             _no_version_available(name)
         if fetch is not None:
             fetch.versions(selected)  # only now: a refused config downloads no model file
+        # The config's repository agents see the files last: they may refuse or replace them.
+        model_dir = run_agents(name, model_dir, selected, config, self._agents)
         return ResolvedModel(
             model=name,
             backend=config.backend,

@@ -1,9 +1,11 @@
 """The response cache: one small interface, and the per-version step the scheduler takes.
 
-``ResponseCache`` is what a cache implementation gives (``inferd.kernel.local_cache``,
-``inferd.kernel.redis_cache``): look a key up, insert an entry, its server-level metrics.
-``open_cache`` makes the one the server's ``--cache-config`` names (a Redis that does not
-answer fails the start, as Triton's redis cache does). ``scope_for`` gives a served version
+``ResponseCache`` (its contract is in ``inferd.kernel.cache_config``) is what a cache plugin
+gives (the built-in ``inferd.plugins.caches.local`` and ``inferd.plugins.caches.redis``,
+registered by name through ``inferd_register_caches``): look a key up, insert an entry, its
+server-level metrics. ``open_cache`` makes the one the server's ``--cache-config`` names,
+found in the plugins' registry (a cache that cannot open, such as a Redis that does not
+answer, fails the start, as Triton's redis cache does). ``scope_for`` gives a served version
 its ``CacheScope`` when its config has ``response_cache { enable: true }`` and the server has
 a cache (as in Triton, a model that enables it on a server without one is served uncached; a
 warning says so), and ``CacheScope`` does what Triton does around a request: build its key,
@@ -21,96 +23,42 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.cache_config import LOCAL, CacheConfig
+from inferd.kernel.cache_config import CacheConfig, CacheRegistry
+from inferd.kernel.cache_config import CacheCounters as CacheCounters  # the contract, here too
+from inferd.kernel.cache_config import CacheUnavailable as CacheUnavailable
+from inferd.kernel.cache_config import ResponseCache as ResponseCache
+from inferd.kernel.cache_config import Sample as Sample
 from inferd.kernel.cache_key import config_digest, decode_entry, encode_entry, request_key
 from inferd.kernel.statistics import VersionStatistics
 from inferd.protocols.messages import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
 
-Sample = tuple[str, dict[str, str], float]
 ERROR_LOG_INTERVAL_SECS = 10.0
 # Inputs (outputs) from this size up are hashed (encoded) in a worker thread rather than in
 # the event loop.
 HASH_IN_THREAD_BYTES = 1 << 20
 
 
-class CacheUnavailable(Exception):
-    """The cache could not be reached or did not answer in time."""
-
-
-@dataclass(slots=True)
-class CacheCounters:
-    """The server-level counts of Triton's local cache metrics."""
-
-    lookups: int = 0
-    hits: int = 0
-    misses: int = 0
-    lookup_ns: int = 0
-    insertion_ns: int = 0
-
-    def samples(self) -> list[Sample]:
-        return [
-            ("nv_cache_num_lookups", {}, self.lookups),
-            ("nv_cache_num_hits", {}, self.hits),
-            ("nv_cache_num_misses", {}, self.misses),
-            ("nv_cache_lookup_duration", {}, self.lookup_ns // 1000),
-            ("nv_cache_insertion_duration", {}, self.insertion_ns // 1000),
-        ]
-
-
-class ResponseCache(Protocol):
-    """A cache of response entries by key. ``lookup`` and ``insert`` raise
-    ``CacheUnavailable`` when the cache cannot answer."""
-
-    name: str
-    counters: CacheCounters  # counted by the scopes using it
-
-    def describe(self) -> str:
-        """What the cache is, for the start-up log."""
-        ...
-
-    async def lookup(self, key: str) -> bytes | None:
-        """The entry under ``key``, or None."""
-        ...
-
-    async def insert(self, key: str, entry: bytes) -> bool:
-        """Store ``entry`` under ``key``; False when the cache declined it."""
-        ...
-
-    def metrics(self) -> list[Sample]:
-        """Server-level samples (no labels)."""
-        ...
-
-    async def close(self) -> None:
-        """Release connections; the cache is not used afterwards."""
-        ...
-
-
-async def open_cache(config: CacheConfig | None) -> ResponseCache | None:
-    """The cache ``config`` describes, ready to use; ``CacheUnavailable`` if it cannot be."""
+async def open_cache(config: CacheConfig | None,
+                     caches: CacheRegistry | None = None) -> ResponseCache | None:
+    """The cache ``config`` describes, ready to use; ``CacheUnavailable`` if it cannot be.
+    ``caches`` defaults to the installed plugins' caches."""
     if config is None:
         return None
-    if config.name == LOCAL:
-        from inferd.kernel.local_cache import LocalCache
+    if caches is None:
+        from inferd.kernel.plugins import installed
 
-        local: ResponseCache = LocalCache(config.size)
-        return local
+        caches = installed().caches()
     try:
-        from inferd.kernel.redis_cache import RedisCache  # redis is imported only when used
-    except ImportError as error:
-        raise CacheUnavailable(f"Failed to initialize RedisCache: the redis cache needs the "
-                               f"'redis' package (pip install 'inferd[redis]'): {error}"
-                               ) from None
-
-    assert config.redis is not None
-    remote: ResponseCache = await RedisCache.connect(config.redis)
-    return remote
+        spec = caches.require(config.name)
+    except LookupError as error:
+        raise CacheUnavailable(f"--cache-config: {error}") from None
+    return await spec.open(config.settings)
 
 
 class _Throttle:

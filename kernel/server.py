@@ -86,8 +86,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     except ValueError as error:
         raise StartupFailed(str(error)) from None
     backends = plugins.backends()
-    state = await _read_control_state(settings)  # a bad record starts nothing
-    cache = await _open_cache(settings)  # first: a Redis that does not answer leaves nothing
+    state = await _read_control_state(settings, plugins)  # a bad record starts nothing
+    cache = await _open_cache(settings, plugins)  # first: a Redis not answering leaves nothing
     router = Router("main")
     context = zmq.Context()
     run_folder = create_run_folder()
@@ -146,13 +146,14 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
 
 
-async def _read_control_state(settings: Settings) -> tuple[Store, tuple[Record, str | None]] | None:
+async def _read_control_state(settings: Settings, plugins: Plugins
+                              ) -> tuple[Store, tuple[Record, str | None]] | None:
     """``--model-control-state``'s store and its record now; one that cannot be read (or
     parsed, or that a newer inferd wrote) fails the start rather than starting empty."""
     if not settings.model_control_state:
         return None
     try:
-        store = open_store(settings.model_control_state)
+        store = open_store(settings.model_control_state, plugins.state_stores())
         record = await anyio.to_thread.run_sync(store.read)
     except RecordError as error:
         raise StartupFailed(f"--model-control-state {error}") from None
@@ -173,10 +174,10 @@ async def _check_remote_roots(repository: RepositoryActor, settings: Settings) -
         log.error("%s", problem)
 
 
-async def _open_cache(settings: Settings) -> ResponseCache | None:
+async def _open_cache(settings: Settings, plugins: Plugins) -> ResponseCache | None:
     """The server's response cache; one that cannot be opened fails the start (Triton's)."""
     try:
-        cache = await open_cache(settings.cache)
+        cache = await open_cache(settings.cache, plugins.caches())
     except CacheUnavailable as error:
         raise StartupFailed(str(error)) from None
     if cache is not None:

@@ -1,12 +1,12 @@
 """``inferd serve --trace-config``: tritonserver's trace flag, read into one ``TraceConfig``.
 
 Each flag is ``<setting>=<value>`` for a global setting (``level``, repeatable, ``rate``,
-``count``, ``mode``) or ``<mode>,<setting>=<value>`` for a mode's own (``triton,file=PATH``,
-``triton,log-frequency=N``; ``opentelemetry,url=URL``, ``opentelemetry,resource=KEY=VALUE``,
-repeatable, and the batch span processor's ``bsp_max_queue_size``, ``bsp_schedule_delay``
-and ``bsp_max_export_batch_size``, which default to the ``OTEL_BSP_*`` environment variables
-or 2048, 5000 and 512, as in Triton). A malformed or unknown setting is a start-up error
-(``ValueError`` with the flag in its message). Owns parsing only.
+``count``, ``mode``) or ``<mode>,<setting>=<value>`` for a mode's own, the modes and their
+settings being those the trace-sink plugins registered (``inferd.kernel.trace_sinks``; the
+built-in ``triton`` takes ``file=PATH`` and ``log-frequency=N``, ``opentelemetry`` its URL,
+resource attributes and batch span processor settings, completed by its plugin). A malformed
+or unknown setting is a start-up error (``ValueError`` with the flag in its message). Owns
+parsing only.
 """
 
 from __future__ import annotations
@@ -14,18 +14,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inferd.kernel.options import split_setting
 
-MODES = ("triton", "opentelemetry")
+if TYPE_CHECKING:
+    from inferd.kernel.trace_sinks import TraceSinkRegistry
+
+DEFAULT_MODE = "triton"
 DEFAULT_RATE = 1000
-DEFAULT_OTLP_URL = "http://localhost:4318/v1/traces"
-BSP_DEFAULTS = (("bsp_max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE", 2048),
-                ("bsp_schedule_delay", "OTEL_BSP_SCHEDULE_DELAY", 5000),
-                ("bsp_max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
 _GLOBAL = ("level", "rate", "count", "mode")
-_MODE_SETTINGS = {"triton": ("file", "log-frequency"),
-                  "opentelemetry": ("url", "resource", *(name for name, _, _ in BSP_DEFAULTS))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +37,7 @@ class TraceConfig:
     count: int = -1
     log_frequency: int = 0
     file: str = ""
-    mode: str = "triton"
+    mode: str = DEFAULT_MODE
     options: tuple[tuple[str, str], ...] = ()
 
     def option(self, name: str, default: str = "") -> str:
@@ -55,7 +53,13 @@ class TraceConfig:
         return attributes
 
 
-def _split(text: str) -> tuple[str, str, str]:
+def _modes_text(modes: Sequence[str]) -> str:
+    quoted = [f'"{mode}"' for mode in modes]
+    return " and ".join(quoted) if len(quoted) < 3 else ", ".join(quoted[:-1]) + \
+        f" and {quoted[-1]}"
+
+
+def _split(text: str, modes: Sequence[str]) -> tuple[str, str, str]:
     """``[mode,]setting=value`` as (mode or "", setting, value)."""
     group, setting, value = split_setting(text)
     if group == "":
@@ -65,9 +69,9 @@ def _split(text: str) -> tuple[str, str, str]:
         raise ValueError(f"--trace-config {text}: the format is "
                          "'<trace mode>,<setting>=<value>' or '<setting>=<value>'")
     mode = (group or "").lower()
-    if mode and mode not in MODES:
+    if mode and mode not in modes:
         raise ValueError(f"--trace-config {text}: invalid value for trace mode option: {mode}. "
-                         'Available options are "triton" and "opentelemetry"')
+                         f"Available options are {_modes_text(modes)}")
     return mode, setting, value
 
 
@@ -82,7 +86,8 @@ def _level(text: str, flag: str) -> str:
     raise ValueError(f"--trace-config {flag}: invalid value for trace level option: {text}")
 
 
-def _integer(text: str, flag: str, low: int, high: int = 2**32 - 1) -> int:
+def trace_integer(text: str, flag: str, low: int, high: int = 2**32 - 1) -> int:
+    """``text`` as a whole number from ``low`` to ``high``, ``ValueError`` naming ``flag``."""
     stripped = text.strip()
     digits = stripped[1:] if stripped[:1] in "+-" else stripped
     if not digits.isascii() or not digits.isdigit() or not low <= int(stripped) <= high:
@@ -91,16 +96,22 @@ def _integer(text: str, flag: str, low: int, high: int = 2**32 - 1) -> int:
     return int(stripped)
 
 
-def parse_trace_config(items: Sequence[str], environ: Mapping[str, str] | None = None
-                       ) -> TraceConfig:
-    """Every ``--trace-config`` flag, in order, as one configuration."""
+def parse_trace_config(items: Sequence[str], environ: Mapping[str, str] | None = None,
+                       sinks: TraceSinkRegistry | None = None) -> TraceConfig:
+    """Every ``--trace-config`` flag, in order, as one configuration. ``sinks`` (the modes)
+    defaults to the installed plugins' trace sinks."""
     environ = os.environ if environ is None else environ
+    if sinks is None:
+        from inferd.kernel.trace_sinks import installed_sinks
+
+        sinks = installed_sinks()
+    modes = sinks.names()
     levels: set[str] = set()
     off = False
     fields: dict[str, int | str] = {}
-    mode_settings: dict[str, list[tuple[str, str, str]]] = {mode: [] for mode in MODES}
+    mode_settings: dict[str, list[tuple[str, str, str]]] = {mode: [] for mode in modes}
     for text in items:
-        mode, setting, value = _split(text)
+        mode, setting, value = _split(text, modes)
         flag = f"{mode + ',' if mode else ''}{setting}={value}"
         if not mode:
             if setting not in _GLOBAL:
@@ -111,41 +122,34 @@ def parse_trace_config(items: Sequence[str], environ: Mapping[str, str] | None =
                 off = off or level == "OFF"
                 levels.add(level)
             elif setting == "mode":
-                if value.lower() not in MODES:
+                if value.lower() not in modes:
                     raise ValueError(f"--trace-config {text}: invalid value for trace mode "
-                                     f'option: {value}. Available options are "triton" and '
-                                     '"opentelemetry"')
+                                     f"option: {value}. Available options are "
+                                     f"{_modes_text(modes)}")
                 fields["mode"] = value.lower()
             elif setting == "rate":
-                fields["rate"] = _integer(value, flag, 0)
+                fields["rate"] = trace_integer(value, flag, 0)
             else:
-                fields["count"] = _integer(value, flag, -1, 2**31 - 1)
+                fields["count"] = trace_integer(value, flag, -1, 2**31 - 1)
             continue
-        if setting not in _MODE_SETTINGS[mode]:
+        own = sinks.require(mode).settings
+        if setting not in own:
             raise ValueError(f"--trace-config {text}: unknown {mode} trace setting '{setting}' "
-                             f"(its settings are {', '.join(_MODE_SETTINGS[mode])})")
+                             f"(its settings are {', '.join(own)})")
         mode_settings[mode].append((setting, value, flag))
-    chosen = str(fields.get("mode", "triton"))
+    chosen = str(fields.get("mode", DEFAULT_MODE))
     options: list[tuple[str, str]] = []
     file, log_frequency = "", 0
-    for setting, value, flag in mode_settings[chosen]:
+    for setting, value, flag in mode_settings.get(chosen, ()):
         if setting == "file":
             file = value
         elif setting == "log-frequency":
-            log_frequency = _integer(value, flag, 0)
-        elif setting.startswith("bsp_"):
-            options.append((setting, str(_integer(value, flag, 0))))
-        elif setting == "resource" and "=" not in value:
-            raise ValueError(f"--trace-config {flag}: a resource attribute is key=value")
+            log_frequency = trace_integer(value, flag, 0)
         else:
             options.append((setting, value))
-    if chosen == "opentelemetry":
-        if not any(key == "url" for key, _ in options):
-            options.insert(0, ("url", DEFAULT_OTLP_URL))
-        for setting, variable, default in BSP_DEFAULTS:
-            if not any(key == setting for key, _ in options):
-                value = environ.get(variable, str(default))
-                options.append((setting, str(_integer(value, variable, 0))))
+    spec = sinks.get(chosen)
+    if spec is not None and spec.complete is not None:
+        options = spec.complete(options, environ)
     traced_levels = () if off else tuple(
         name for name in ("TIMESTAMPS", "TENSORS") if name in levels)
     return TraceConfig(level=traced_levels, rate=int(fields.get("rate", DEFAULT_RATE)),

@@ -9,8 +9,8 @@ one request in ``trace_rate`` while ``trace_count`` lasts and returns a ``Trace`
 that began it puts it in ``CURRENT`` for the request's task (the scheduler and the ensemble
 runner read it there, so an untraced request pays one context-variable read), stamps its own
 timestamps and calls ``end``. An ended trace, with the child traces of its ensemble steps, goes
-to a sink (``inferd.kernel.trace_sinks``) that writes files or exports spans on its own thread:
-tracing never blocks a request. Owns no protocol and no I/O of its own.
+to a sink (a plugin's, ``inferd.kernel.trace_sinks``) that writes files or exports spans on its
+own thread: tracing never blocks a request. Owns no protocol and no I/O of its own.
 """
 
 from __future__ import annotations
@@ -285,24 +285,28 @@ class Tracer:
 
 
 def tracer_for(config: TraceConfig) -> Tracer:
-    """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its sink cannot be
-    made)."""
+    """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its mode's plugin is
+    missing or its sink cannot be made)."""
     from inferd.kernel.server import StartupFailed
-    from inferd.kernel.trace_sinks import sink_for
+    from inferd.kernel.trace_sinks import NullSink, installed_sinks, sink_for
 
+    sinks = installed_sinks()
+    if not config.level and sinks.get(config.mode) is None:
+        return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
     try:
-        sink = sink_for(config)
-    except ImportError as error:
-        raise StartupFailed(
-            f"--trace-config mode=opentelemetry needs the opentelemetry-sdk and "
-            f"opentelemetry-exporter-otlp-proto-http packages (pip install "
-            f"'inferd[opentelemetry]'): {error}") from None
+        sink = sink_for(config, sinks)
+    except ValueError as error:
+        raise StartupFailed(str(error)) from None
     return Tracer(config, sink)
 
 
 def disabled_tracer() -> Tracer:
-    """A tracer that never traces (the default at start-up, without ``--trace-config``)."""
+    """A tracer that never traces (the default at start-up, without ``--trace-config``); its
+    sink is the default mode's, so the trace API can still turn tracing on."""
     from inferd.kernel.trace_config import TraceConfig
-    from inferd.kernel.trace_sinks import TritonFileSink
+    from inferd.kernel.trace_sinks import NullSink, installed_sinks, sink_for
 
-    return Tracer(TraceConfig(), TritonFileSink())
+    config = TraceConfig()
+    sink: TraceSink = (sink_for(config) if installed_sinks().get(config.mode) is not None
+                       else NullSink())
+    return Tracer(config, sink)

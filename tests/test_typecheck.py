@@ -1,6 +1,6 @@
-"""kernel/ and protocols/ stay clean under ``mypy --strict`` and ruff (STYLE.md's house rule),
-checked by ``.ci/typecheck``, which shows mypy the folders under their import names so that
-every ``inferd`` import is resolved and checked across modules."""
+"""kernel/, plugins/ and protocols/ stay clean under ``mypy --strict`` and ruff (STYLE.md's
+house rule), checked by ``.ci/typecheck``, which shows mypy the folders under their import
+names so that every ``inferd`` import is resolved and checked across modules."""
 
 from __future__ import annotations
 

@@ -80,3 +80,153 @@ def test_a_framework_missing_from_the_machine_fails_only_its_models(
         assert entries["echo"].state == "READY"
         data = np.arange(4, dtype=np.float32)
         assert client.infer("echo", {"INPUT0": data}).as_numpy("OUTPUT0").tolist() == [0, 1, 2, 3]
+
+
+# ------------------------------------------------------------------------ a third-party cache
+
+CACHE_PLUGIN = '''
+"""A third-party response cache: entries in a dict, each call noted in a file."""
+from inferd.kernel.sdk import CacheCounters, CacheRegistry, CacheSpec, hookimpl, text
+
+NAME = {name!r}
+
+
+class NotingCache:
+    name = NAME
+
+    def __init__(self, notes):
+        self.counters = CacheCounters()
+        self.entries = {{}}
+        self.notes = notes
+
+    def _note(self, what):
+        with open(self.notes, "a") as file:
+            file.write(what + "\\n")
+
+    def describe(self):
+        return "a third-party cache noting to " + self.notes
+
+    async def lookup(self, key):
+        self._note("lookup")
+        return self.entries.get(key)
+
+    async def insert(self, key, entry):
+        self._note("insert")
+        self.entries.setdefault(key, entry)
+        return True
+
+    def metrics(self):
+        return self.counters.samples()
+
+    async def close(self):
+        self._note("close")
+
+
+def configure(values, environ):
+    return values["notes"]
+
+
+async def open_cache(notes):
+    return NotingCache(notes)
+
+
+@hookimpl
+def inferd_register_caches(registry: CacheRegistry) -> None:
+    registry.add(CacheSpec(NAME, {{"notes": text}}, configure, open_cache))
+'''
+
+
+def cache_plugin(folder: Path, name: str) -> Path:
+    """A distribution installed as pip installs one: its module and a ``*.dist-info`` whose
+    entry point importlib.metadata finds on ``PYTHONPATH``."""
+    site = folder / "site"
+    (site / "inferd_noting_cache").mkdir(parents=True)
+    (site / "inferd_noting_cache" / "__init__.py").write_text(CACHE_PLUGIN.format(name=name))
+    info = site / "inferd_noting_cache-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: inferd-noting-cache\n"
+                                   "Version: 1.0\n")
+    (info / "entry_points.txt").write_text("[inferd]\nnoting_cache = inferd_noting_cache\n")
+    return site
+
+
+def cached_echo(inferd: Any) -> Path:
+    echo = inferd.testing_config("echo", "echo") + "response_cache { enable: true }\n"
+    return inferd.repository(configs={"echo": echo})
+
+
+def infer_twice(server: Any) -> None:
+    data = np.arange(4, dtype=np.float32)
+    with server.client() as client:
+        for _ in range(2):
+            answer = client.infer("echo", {"INPUT0": data}).as_numpy("OUTPUT0")
+            assert answer.tolist() == [0, 1, 2, 3]
+
+
+def cache_counts(server: Any) -> tuple[int, int]:
+    import tritonclient.http as httpclient
+
+    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(
+        "echo")["model_stats"][0]["inference_stats"]
+    return stats["cache_hit"]["count"], stats["cache_miss"]["count"]
+
+
+def test_a_third_party_cache_answers_repeated_requests(inferd: Any, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    server = inferd.start(cached_echo(inferd), f"--cache-config=noting,notes={notes}",
+                          env={"PYTHONPATH": str(cache_plugin(tmp_path, "noting"))})
+    infer_twice(server)
+    assert cache_counts(server) == (1, 1)
+    assert notes.read_text().split() == ["lookup", "insert", "lookup"]
+    assert "response cache: a third-party cache noting to" in server.log()
+
+
+def test_a_third_party_cache_replaces_a_built_in_one(inferd: Any, tmp_path: Path) -> None:
+    # Without the built-in local cache, "local" is the third-party one, with its own settings.
+    notes = tmp_path / "notes.txt"
+    server = inferd.start(cached_echo(inferd), f"--cache-config=local,notes={notes}",
+                          env={"PYTHONPATH": str(cache_plugin(tmp_path, "local")),
+                               "INFERD_DISABLE_PLUGINS": "local_cache"})
+    infer_twice(server)
+    assert cache_counts(server) == (1, 1)
+    assert notes.read_text().split() == ["lookup", "insert", "lookup"]
+
+
+def test_an_unknown_cache_names_those_there_are(inferd: Any) -> None:
+    server = inferd.launch(cached_echo(inferd), "--cache-config=memcached,size=10")
+    assert server.wait_exit(60) == 1
+    assert "unknown cache 'memcached' (inferd has the caches local, redis)" in server.log()
+
+
+# ------------------------------------------------------------------------ the checksum agent
+
+
+def checksummed(inferd: Any, name: str, digest: str) -> str:
+    return inferd.testing_config(name, "echo") + (
+        'model_repository_agents { agents [{ name: "checksum", parameters '
+        f'{{ key: "MD5:1/weights.bin" value: "{digest}" }} }}] }}\n')
+
+
+def test_the_checksum_agent_loads_good_files_and_refuses_bad_ones(inferd: Any) -> None:
+    import hashlib
+
+    weights = b"the model's weights"
+    good = hashlib.md5(weights).hexdigest()
+    bad = hashlib.md5(b"other weights").hexdigest()
+    repository = inferd.repository(configs={"good": checksummed(inferd, "good", good),
+                                            "bad": checksummed(inferd, "bad", bad),
+                                            "plain": inferd.testing_config("plain", "echo")})
+    for name in ("good", "bad"):
+        (repository / name / "1" / "weights.bin").write_bytes(weights)
+    server = inferd.start(repository, "--exit-on-error=false")
+    with server.client() as client:
+        entries = {e.name: e for e in client.index()}
+        assert (entries["good"].state, entries["plain"].state) == ("READY", "READY")
+        assert entries["bad"].state == "UNAVAILABLE"
+        assert entries["bad"].reason == (
+            f"model 'bad': repository agent 'checksum': Mismatched MD5 hash for file "
+            f"1/weights.bin, expect: {bad}, got: {good}")
+        data = np.arange(4, dtype=np.float32)
+        for name in ("good", "plain"):
+            assert client.infer(name, {"INPUT0": data}).as_numpy("OUTPUT0").tolist() == \
+                [0, 1, 2, 3]

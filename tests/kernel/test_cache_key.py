@@ -12,11 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.cache_config import (
-    CacheConfigError,
-    RedisSettings,
-    parse_cache_config,
-)
+from inferd.kernel.cache_config import CacheConfigError, parse_cache_config
 from inferd.kernel.cache_key import (
     IN_KEY_APART,
     NOT_IN_KEY,
@@ -25,7 +21,8 @@ from inferd.kernel.cache_key import (
     encode_entry,
     request_key,
 )
-from inferd.kernel.local_cache import ByteBoundedLRU
+from inferd.plugins.caches.local import ByteBoundedLRU
+from inferd.plugins.caches.redis import RedisSettings
 from inferd.protocols.messages import InferRequest, InferResponse
 from inferd.protocols.tensors import from_numpy
 
@@ -34,26 +31,26 @@ from inferd.protocols.tensors import from_numpy
 
 def test_local_and_redis_configs() -> None:
     local = parse_cache_config(["local,size=1048576"])
-    assert local is not None and (local.name, local.size) == ("local", 1048576)
+    assert local is not None and (local.name, local.settings.size) == ("local", 1048576)
     redis = parse_cache_config(["redis,host=cache", "redis,port=6380", "redis,db=2",
                                 "redis,password=p=w", "redis,tls_enabled=true",
                                 "redis,wait_timeout=0"], environ={})
-    assert redis is not None and redis.redis == RedisSettings(
+    assert redis is not None and redis.settings == RedisSettings(
         host="cache", port=6380, db=2, password="p=w", tls_enabled=True, wait_timeout=0)
     assert parse_cache_config([]) is None
     deprecated = parse_cache_config([], byte_size=2048)
-    assert deprecated is not None and deprecated.size == 2048
+    assert deprecated is not None and deprecated.settings.size == 2048
 
 
 def test_redis_credentials_come_from_the_environment_unless_given() -> None:
     environ = {"TRITONCACHE_REDIS_USERNAME": "env-user", "TRITONCACHE_REDIS_PASSWORD": "env-pw"}
     config = parse_cache_config(["redis,host=h", "redis,port=1"], environ=environ)
-    assert config is not None and config.redis is not None
-    assert (config.redis.user, config.redis.password) == ("env-user", "env-pw")
+    assert config is not None and config.settings is not None
+    assert (config.settings.user, config.settings.password) == ("env-user", "env-pw")
     config = parse_cache_config(["redis,host=h", "redis,port=1", "redis,user=flag"],
                                 environ=environ)
-    assert config is not None and config.redis is not None and config.redis.user == "flag"
-    assert "env-pw" not in config.redis.described()
+    assert config is not None and config.settings is not None and config.settings.user == "flag"
+    assert "env-pw" not in config.settings.described()
 
 
 @pytest.mark.parametrize(("flags", "message"), [

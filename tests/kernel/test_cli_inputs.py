@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.kernel.cli_app import stats_record
-from inferd.kernel.cli_connection import InputSpec, _integers
-from inferd.kernel.cli_inputs import (
+from inferd.plugins.cli.commands import stats_record
+from inferd.plugins.cli.connection import InputSpec, _integers
+from inferd.plugins.cli.inputs import (
     ArgumentProblem,
     config_override,
     input_tensors,
     override_files,
 )
-from inferd.kernel.cli_render import show, values
+from inferd.plugins.cli.render import show, values
 
 SPECS = [InputSpec("A", "FP32", (-1, 3)), InputSpec("T", "BYTES", (2,)),
          InputSpec("N", "INT64", (2,))]

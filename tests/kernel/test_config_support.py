@@ -66,7 +66,6 @@ def config(text: str) -> ModelConfig:
      "input.allow_ragged_batch"),
     ("instance_group [{ count: 1 rate_limiter { priority: 2 } }]", "instance_group.rate_limiter"),
     ('runtime: "model.py"', "runtime"),
-    ('model_repository_agents { agents [{ name: "checksum" }] }', "model_repository_agents"),
 ])
 def test_a_field_inferd_does_not_implement_fails_the_load_naming_it(text: str, field: str) -> None:
     with pytest.raises(InvalidArgument, match=rf"^model 'm': {field} is not supported: "):

@@ -25,7 +25,8 @@ from inferd.kernel.actor import Actor
 from inferd.kernel.actors import control_poll
 from inferd.kernel.actors.control import ControlActor
 from inferd.kernel.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER, cpu_executor
-from inferd.kernel.control_state import Entry, LocalStore, Store
+from inferd.kernel.control_state import Entry, Store
+from inferd.plugins.state.path import LocalStore
 from inferd.kernel.router import Router
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from inferd.kernel.control_state import (
     VERSION,
     Entry,
-    LocalStore,
     Record,
     RecordError,
     Store,
@@ -28,7 +27,8 @@ from inferd.kernel.control_state import (
     open_store,
     parse,
 )
-from inferd.kernel.control_state_s3 import S3Store
+from inferd.plugins.state.path import LocalStore
+from inferd.plugins.state.s3 import S3Store
 
 WRITERS = 6
 CHANGES = 12

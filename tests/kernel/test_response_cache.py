@@ -13,11 +13,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.cache_config import RedisSettings
 from inferd.kernel.cache_key import request_key
-from inferd.kernel.local_cache import LocalCache
 from inferd.kernel.config_validation import validate
-from inferd.kernel.redis_cache import RedisCache
 from inferd.kernel.response_cache import (
     CacheCounters,
     CacheScope,
@@ -27,6 +24,9 @@ from inferd.kernel.response_cache import (
     scope_for,
 )
 from inferd.kernel.statistics import VersionStatistics
+from inferd.plugins.caches.local import LocalCache
+from inferd.plugins.caches.redis import RedisSettings
+from inferd.plugins.caches.redis_client import RedisCache
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse
 from inferd.protocols.prometheus import render

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from inferd.kernel.trace_config import TraceConfig, parse_trace_config
-from inferd.kernel.trace_sinks import TritonFileSink, trace_entries
 from inferd.kernel.tracing import Trace, TraceSetting, Tracer
+from inferd.plugins.tracing.triton import TritonFileSink, trace_entries
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.messages import TraceSettingRequest

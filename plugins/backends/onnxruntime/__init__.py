@@ -7,8 +7,7 @@ on a machine without onnxruntime and only its models become UNAVAILABLE there.
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 ONNXRUNTIME_BACKEND = BackendSpec(
     name="onnxruntime",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.config_completion import (
+from inferd.kernel.sdk.backends import (
     DEFAULT_MAX_BATCH_SIZE,
     DYNAMIC,
     batchable,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
+from inferd.kernel.sdk.backends import BatchPlan, ConfiguredTensor, NamedTensorInstance
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import Tensor
 

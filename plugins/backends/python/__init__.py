@@ -8,8 +8,7 @@ when a python model is loaded.
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 PYTHON_BACKEND = BackendSpec(
     name="python",

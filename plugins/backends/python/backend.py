@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import Backend, Emit, Instance, Model, ModelContext
-from inferd.kernel.modelconfig import config_to_json
+from inferd.kernel.sdk import Backend, Emit, Instance, Model, ModelContext
+from inferd.kernel.sdk.backends import config_to_json
 from inferd.plugins.backends.python import scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.plugins.backends.python.pb_errors import exception_text

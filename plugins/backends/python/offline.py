@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.backend import ModelContext
+from inferd.kernel.sdk import ModelContext
 from inferd.protocols.errors import InvalidArgument
 
 DEFAULT_TIMEOUT_SECS = 30.0

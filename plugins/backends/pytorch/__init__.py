@@ -9,8 +9,7 @@ built-in torch file name (``inferd.kernel.modelconfig.MODEL_FILES``).
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 PYTORCH_BACKEND = BackendSpec(
     name="pytorch",

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.batched_instance import BatchedInstance, BatchPlan, PreparedRequest
-from inferd.kernel.device_memory import written_window
+from inferd.kernel.sdk.backends import BatchPlan, BatchedInstance, PreparedRequest, written_window
 from inferd.plugins.backends.pytorch.programs import Program
 from inferd.plugins.backends.pytorch.tensors import (
     config_type_of,
@@ -170,7 +169,7 @@ class PyTorchInstance(BatchedInstance[TensorPlan, list[Any], list[Any]]):
             shape = (*shape[:1], *output.dims) if self._plan.batching else output.dims
         byte_size = piece.numel() * piece.element_size()
         address = self.window_addresses.get(window) if window is not None else None
-        if address is None or byte_size > window.byte_size:
+        if window is None or address is None or byte_size > window.byte_size:
             # On the host: the executor writes it (or refuses a window too small for it).
             return self._tensor(output, to_numpy(self._torch, piece))
         write_on_device(self._torch, piece.reshape(shape), address, self._device)

@@ -64,7 +64,8 @@ def torch_dtype_name(data_type: int, kind: str, tensor: str, model: str) -> str:
 def config_type_of(torch_dtype: Any) -> int:
     """The config type of a torch dtype (``TYPE_INVALID`` for one a config cannot carry)."""
     name = str(torch_dtype).removeprefix("torch.")
-    return _CONFIG_TYPES_BY_TORCH_NAME.get(name, model_config_pb2.TYPE_INVALID)
+    config_type: int = _CONFIG_TYPES_BY_TORCH_NAME.get(name, model_config_pb2.TYPE_INVALID)
+    return config_type
 
 
 def to_torch(torch: ModuleType, array: np.ndarray, bfloat16: bool, copy: bool) -> Any:

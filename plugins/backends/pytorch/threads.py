@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from inferd.kernel.process_threads import Pools, ProcessThreads
+from inferd.kernel.sdk.backends import Pools, ProcessThreads
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig

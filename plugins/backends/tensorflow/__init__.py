@@ -9,8 +9,7 @@ never an interpreter with torch, onnxruntime or TensorRT.
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 TENSORFLOW_BACKEND = BackendSpec(
     name="tensorflow",

@@ -19,23 +19,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.backend import Backend, Instance, Model, ModelContext
-from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
-from inferd.kernel.config_completion import (
+from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
+from inferd.kernel.sdk.backends import (
+    BatchPlan,
+    ConfiguredTensor,
     DEFAULT_MAX_BATCH_SIZE,
+    NamedTensorInstance,
+    ProcessThreads,
+    SignatureTensor,
     batchable,
-    default_max_batch_size,
     check_shape,
     complete_declared,
+    default_max_batch_size,
+    local_device_id,
+    thread_parameter,
 )
-from inferd.kernel.devices import local_device_id
-from inferd.kernel.process_threads import ProcessThreads, thread_parameter
 from inferd.plugins.backends.tensorflow import graphs
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 
@@ -115,7 +119,8 @@ def complete_config(config: ModelConfig, program: graphs.Program,
     known = [tensor for tensor in (*program.inputs, *program.outputs) if tensor.shape is not None]
     declares = bool(completed.input) or bool(completed.output)
     if (completed.max_batch_size == 0 and not declares and default_batch > 0
-            and len(known) == len(program.inputs) + len(program.outputs) and batchable(known)):
+            and len(known) == len(program.inputs) + len(program.outputs)
+            and batchable(cast(list[SignatureTensor], known))):
         completed.max_batch_size = default_batch
         if completed.WhichOneof("scheduling_choice") is None:
             completed.dynamic_batching.SetInParent()
@@ -130,7 +135,8 @@ def complete_config(config: ModelConfig, program: graphs.Program,
                     raise InvalidArgument(
                         f"model '{completed.name}': the signature's tensor '{tensor.name}' "
                         "has an unknown rank; declare its dims in the configuration")
-        complete_declared(entries, [t for t in tensors if t.shape is not None], batching)
+        complete_declared(entries, cast(list[SignatureTensor],
+                                        [t for t in tensors if t.shape is not None]), batching)
     return completed
 
 

@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.config_completion import DYNAMIC
-from inferd.kernel.process_threads import Pools
+from inferd.kernel.sdk.backends import DYNAMIC, Pools
 from inferd.protocols.errors import InvalidArgument, Unavailable
 
 MISSING_TENSORFLOW = (

@@ -7,8 +7,7 @@ this plugin loads anywhere and only TensorRT models become UNAVAILABLE where the
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 TENSORRT_BACKEND = BackendSpec(
     name="tensorrt",

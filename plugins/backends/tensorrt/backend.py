@@ -19,9 +19,14 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.backend import Backend, Instance, Model, ModelContext
-from inferd.kernel.batched_instance import BatchPlan, ConfiguredTensor, NamedTensorInstance
-from inferd.kernel.config_completion import check_shape, fill_tensor_entry
+from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
+from inferd.kernel.sdk.backends import (
+    BatchPlan,
+    ConfiguredTensor,
+    NamedTensorInstance,
+    check_shape,
+    fill_tensor_entry,
+)
 from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 from inferd.protocols.messages import Tensor
@@ -84,17 +89,17 @@ def check_config(config: ModelConfig, signature: trt_engine.Signature) -> None:
                 raise InvalidArgument(f"model '{model}': the engine's {kind} '{tensor.name}' "
                                       "has a data type inferd cannot serve")
         for entry in entries:
-            tensor = engine_tensors.get(entry.name)
-            if tensor is None:
+            found = engine_tensors.get(entry.name)
+            if found is None:
                 raise InvalidArgument(
                     f"model '{model}': unexpected {kind} '{entry.name}', the engine's {kind}s "
                     f"are: {', '.join(engine_tensors)}")
-            if entry.data_type != tensor.data_type:
+            if entry.data_type != found.data_type:
                 raise InvalidArgument(
                     f"model '{model}': {kind} '{entry.name}' has data type "
                     f"{model_config_pb2.DataType.Name(entry.data_type)} but the engine's is "
-                    f"{model_config_pb2.DataType.Name(tensor.data_type)}")
-            check_shape(entry, tensor.shape, max_batch_size=config.max_batch_size,
+                    f"{model_config_pb2.DataType.Name(found.data_type)}")
+            check_shape(entry, found.shape, max_batch_size=config.max_batch_size,
                         where=f"model '{model}', {kind} '{entry.name}'", source="the engine")
         configured = {entry.name for entry in entries}
         for tensor in tensors:

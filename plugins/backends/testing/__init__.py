@@ -6,8 +6,7 @@ only by saying ``backend: "inferd_testing"``. Like every hook module it imports 
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 TESTING_BACKEND = BackendSpec(
     name="inferd_testing",

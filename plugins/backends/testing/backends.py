@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import config_type_to_datatype

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import (
+from inferd.kernel.sdk import (
+    FrontendRegistry,
+    FrontendSpec,
     ListenFlags,
     add_boolean,
     byte_count,
+    hookimpl,
     positive_count,
     positive_seconds,
 )

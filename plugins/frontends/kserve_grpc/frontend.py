@@ -21,12 +21,15 @@ import anyio.abc
 import grpc
 import grpc.aio
 
-from inferd.kernel import log_context
-from inferd.kernel.frontend import Frontend
-from inferd.kernel.limits import default_connection_cap
-from inferd.kernel.request_log import request_failed
-from inferd.kernel.server import StartupFailed
-from inferd.kernel.tls import read_certificates, read_key_pair
+from inferd.kernel.sdk.frontends import (
+    StartupFailed,
+    default_connection_cap,
+    log_context,
+    read_certificates,
+    read_key_pair,
+    request_failed,
+)
+from inferd.kernel.sdk import Frontend
 from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_HANDSHAKE_TIMEOUT_SECS,
     DEFAULT_KEEPALIVE_TIME_MS,
@@ -46,8 +49,7 @@ from inferd.protocols.restrictions import (
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 if TYPE_CHECKING:
-    from inferd.kernel.dataplane import DataPlane
-    from inferd.kernel.settings import Settings
+    from inferd.kernel.sdk.frontends import DataPlane, Settings
 
 logger = logging.getLogger(__name__)
 

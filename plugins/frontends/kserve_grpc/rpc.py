@@ -18,8 +18,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from inferd.kernel import log_context
-from inferd.kernel.request_log import request_failed
+from inferd.kernel.sdk.frontends import log_context, request_failed
 from inferd.protocols.errors import InferdError, grpc_status_name, http_status
 
 log = logging.getLogger(__name__)

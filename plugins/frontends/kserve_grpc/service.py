@@ -21,8 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from inferd.kernel import log_context
-from inferd.kernel.request_log import request_failed
+from inferd.kernel.sdk.frontends import log_context, request_failed
 from inferd.protocols import kserve_grpc_wire as wire
 
 if TYPE_CHECKING:

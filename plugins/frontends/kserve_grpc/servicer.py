@@ -19,7 +19,7 @@ import anyio.abc
 import anyio.lowlevel
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferd.kernel.tracing import traced
+from inferd.kernel.sdk import traced
 from inferd.plugins.frontends.kserve_grpc.rpc import Rpc, log_call
 from inferd.plugins.frontends.kserve_grpc.service import LARGE_MESSAGE_BYTES
 from inferd.plugins.frontends.kserve_grpc.streams import STREAM_WINDOW, StreamSlot, stream_answer

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from inferd.kernel import log_context
-from inferd.kernel.request_log import request_failed
-from inferd.kernel.tracing import CURRENT
+from inferd.kernel.sdk.frontends import log_context, request_failed
+from inferd.kernel.sdk import CURRENT
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols.errors import SHUTTING_DOWN, InferdError, Unavailable, http_status
@@ -102,9 +101,9 @@ async def _stream_answer_logged(servicer: InferenceServicer, request: wire.Parse
         _stream_failed(error)
         await write(convert.encode_stream_error(header, error.message))
     except Exception as error:
-        message = f"{type(error).__name__}: {error}"
-        request_failed(500, message, wire_status="error_message", exc_info=error)
-        await write(convert.encode_stream_error(header, message))
+        text = f"{type(error).__name__}: {error}"
+        request_failed(500, text, wire_status="error_message", exc_info=error)
+        await write(convert.encode_stream_error(header, text))
 
 
 async def _write_response(write: Callable[[Any], Awaitable[None]],

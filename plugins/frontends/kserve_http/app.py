@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from inferd.kernel import log_context
-from inferd.kernel.tracing import CURRENT
+from inferd.kernel.sdk.frontends import log_context
+from inferd.kernel.sdk import CURRENT
 from inferd.plugins.frontends.kserve_http.connection import CONNECTION, ClientWatch
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,
@@ -42,7 +42,7 @@ from inferd.protocols.messages import Message
 from inferd.protocols.restrictions import Restriction, http_refusal
 
 if TYPE_CHECKING:
-    from inferd.kernel.dataplane import DataPlane
+    from inferd.kernel.sdk.frontends import DataPlane
 
 logger = logging.getLogger(__name__)
 # The numbers libevhtp gives these methods, which Triton's verbose request line prints.

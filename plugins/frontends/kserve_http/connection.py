@@ -243,7 +243,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope[CONNECTION] = self.watch
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # an ASGI extension key
+        scope[CONNECTION] = self.watch
         self._in_head = True
         self._head_bytes = 0
         self._began_in_chunk = True

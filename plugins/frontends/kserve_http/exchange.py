@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from inferd.kernel.request_log import request_failed
-from inferd.kernel.tracing import Trace
+from inferd.kernel.sdk.frontends import request_failed
+from inferd.kernel.sdk import Trace
 from inferd.protocols import json_bodies
 
 # Bodies (or outputs) above this are decoded, encoded and compressed in a worker thread, so a

@@ -19,10 +19,8 @@ import anyio
 import anyio.abc
 import uvicorn
 
-from inferd.kernel.frontend import Frontend
-from inferd.kernel.limits import default_connection_cap
-from inferd.kernel.server import StartupFailed
-from inferd.kernel.tls import server_context
+from inferd.kernel.sdk import Frontend
+from inferd.kernel.sdk.frontends import StartupFailed, default_connection_cap, server_context
 from inferd.plugins.frontends.kserve_http import LISTEN
 from inferd.plugins.frontends.kserve_http.app import KserveHttpApp
 from inferd.plugins.frontends.kserve_http.connection import (
@@ -34,8 +32,7 @@ from inferd.protocols.restrictions import restrictions
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 if TYPE_CHECKING:
-    from inferd.kernel.dataplane import DataPlane
-    from inferd.kernel.settings import Settings
+    from inferd.kernel.sdk.frontends import DataPlane, Settings
 
 BACKLOG = 2048
 KEEP_ALIVE_BY_SWEEP = 24 * 3600

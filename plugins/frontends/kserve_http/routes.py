@@ -18,10 +18,8 @@ from urllib.parse import unquote
 
 import anyio
 
-from inferd.kernel import log_context
-from inferd.kernel.request_log import request_failed
-from inferd.kernel.streams import ResponseStream
-from inferd.kernel.tracing import Trace, traced
+from inferd.kernel.sdk.frontends import ResponseStream, log_context, request_failed
+from inferd.kernel.sdk import Trace, traced
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,
     HttpRequest,

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import ListenFlags, add_boolean
+from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, ListenFlags, add_boolean, hookimpl
 
 LISTEN = ListenFlags("metrics", 8002)
 

@@ -13,9 +13,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from inferd.kernel.gpu_metrics import GpuMetrics
-from inferd.kernel.metrics_config import MetricsConfig
-from inferd.kernel.process_metrics import CpuUtilization, machine_memory
+from inferd.kernel.sdk.frontends import CpuUtilization, GpuMetrics, MetricsConfig, machine_memory
 
 log = logging.getLogger(__name__)
 

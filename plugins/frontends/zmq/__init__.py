@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from inferd.kernel.frontend import FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import ListenFlags, byte_count
+from inferd.kernel.sdk import FrontendRegistry, FrontendSpec, ListenFlags, byte_count, hookimpl
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 LISTEN = ListenFlags("zmq", 8003)

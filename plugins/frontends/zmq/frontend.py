@@ -24,10 +24,8 @@ import anyio
 import anyio.abc
 import zmq
 
-from inferd.kernel import log_context
-from inferd.kernel.frontend import Frontend
-from inferd.kernel.request_log import request_failed
-from inferd.kernel.tracing import traced
+from inferd.kernel.sdk.frontends import LoopSocket, log_context, request_failed
+from inferd.kernel.sdk import Frontend, traced
 from inferd.plugins.frontends.zmq import LISTEN
 from inferd.protocols import wire
 from inferd.protocols.errors import (
@@ -42,7 +40,6 @@ from inferd.protocols.errors import (
     to_failure,
 )
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
-from inferd.kernel.loop_socket import LoopSocket
 from inferd.protocols.messages import (
     Cancel,
     Envelope,
@@ -63,8 +60,7 @@ from inferd.protocols.messages import (
 )
 
 if TYPE_CHECKING:
-    from inferd.kernel.dataplane import DataPlane
-    from inferd.kernel.settings import Settings
+    from inferd.kernel.sdk.frontends import DataPlane, Settings
 
 SOURCE = "frontend/zmq"
 
@@ -110,7 +106,7 @@ class ZmqFrontend(Frontend):
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        socket = zmq.Context.instance().socket(zmq.ROUTER)
+        socket: zmq.Socket[Any] = zmq.Context.instance().socket(zmq.ROUTER)
         loop_socket = LoopSocket(socket, self._accept)
         try:
             self._configure(socket, int(self.settings.options.get(

@@ -4,8 +4,7 @@ a pip-installed package adds a backend through the ``inferd`` entry-point group.
 
 from __future__ import annotations
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.sdk import BackendRegistry, BackendSpec, hookimpl
 
 
 @hookimpl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inferd.kernel.backend import Backend, Instance, Model, ModelContext
+from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 

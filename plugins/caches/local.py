@@ -1,4 +1,6 @@
-"""The ``local`` response cache: entries in this process's memory, bounded by bytes.
+"""The ``local`` response cache plugin: entries in this process's memory, bounded by bytes.
+
+``--cache-config=local,size=BYTES`` (or the deprecated ``--response-cache-byte-size``).
 
 ``ByteBoundedLRU`` is the policy, pure and synchronous: an entry costs its key's and its
 value's bytes; inserting evicts least recently used entries until the new one fits; an entry
@@ -11,8 +13,43 @@ makes an entry the most recently used; inserting a key already there keeps the f
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from inferd.kernel.response_cache import CacheCounters, Sample
+from inferd.kernel.sdk import (
+    CacheConfigError,
+    CacheCounters,
+    CacheRegistry,
+    CacheSpec,
+    ResponseCache,
+    Sample,
+    hookimpl,
+    whole_number,
+)
+
+NAME = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSettings:
+    size: int  # bytes
+
+
+def configure(values: Mapping[str, Any], environ: Mapping[str, str]) -> LocalSettings:
+    if "size" not in values:
+        raise CacheConfigError("Failed to initialize LocalCache: config didn't contain a "
+                               "valid 'size' field (--cache-config=local,size=BYTES)")
+    return LocalSettings(int(values["size"]))
+
+
+async def open_local(settings: LocalSettings) -> ResponseCache:
+    return LocalCache(settings.size)
+
+
+@hookimpl
+def inferd_register_caches(registry: CacheRegistry) -> None:
+    registry.add(CacheSpec(NAME, {"size": whole_number(1)}, configure, open_local))
 
 
 class ByteBoundedLRU:
@@ -67,7 +104,7 @@ class ByteBoundedLRU:
 class LocalCache:
     """A ``ResponseCache`` in this process."""
 
-    name = "local"
+    name = NAME
 
     def __init__(self, capacity: int) -> None:
         self.entries = ByteBoundedLRU(capacity)

@@ -1,9 +1,9 @@
-"""The desired-state record of ``--model-control-state`` on S3 (``inferd.kernel.control_state``
-owns the format): ``s3://bucket/key``, or Triton's ``s3://host:port/bucket/key`` for a custom
-endpoint, changed by compare-and-swap with S3's conditional writes.
+"""The ``s3`` control-state store plugin: the desired-state record of ``--model-control-state``
+on S3 (the kernel owns the format): ``s3://bucket/key``, or Triton's ``s3://host:port/bucket/key``
+for a custom endpoint, changed by compare-and-swap with S3's conditional writes.
 
 Owns the store (the URL is read as a remote repository's is, by
-``inferd.kernel.remote_storage``; botocore, from the ``s3`` extra, is imported when a record is
+``inferd.plugins.storage.fsspec``; botocore, from the ``s3`` extra, is imported when a record is
 on S3): a change reads the
 record and its ETag, applies itself, and writes with ``IfMatch=<that ETag>`` (``IfNoneMatch='*'``
 for the first record); a 412 (or 409) means another replica wrote in between, so it backs off
@@ -18,8 +18,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inferd.kernel.control_state import Entry, Record, RecordError, checked, dump, parse
-from inferd.kernel.remote_storage import parse_url
+from inferd.kernel.sdk import (
+    Entry,
+    Record,
+    RecordError,
+    StateStoreRegistry,
+    StateStoreSpec,
+    Store,
+    checked,
+    dump,
+    hookimpl,
+    parse_record,
+)
+from inferd.plugins.storage.fsspec import parse_url
 from inferd.protocols.errors import InvalidArgument
 
 CAS_ATTEMPTS = 64  # compare-and-swap retries of one change before it gives up
@@ -27,7 +38,7 @@ CAS_ATTEMPTS = 64  # compare-and-swap retries of one change before it gives up
 
 def s3_location(url: str) -> tuple[Any, str, str]:
     """(botocore S3 client, bucket, key) of ``s3://bucket/key`` in any of the forms a remote
-    repository takes (``inferd.kernel.remote_storage``: Triton's custom endpoints, the same
+    repository takes (``inferd.plugins.storage.fsspec``: Triton's custom endpoints, the same
     credentials, region and timeouts). botocore comes with the ``s3`` extra, imported here."""
     try:
         location = parse_url(url)
@@ -93,7 +104,7 @@ class S3Store:
             data = reply["Body"].read()
         except (OSError, botocore.exceptions.BotoCoreError) as error:
             raise RecordError(f"{self.where}: reading the record: {error}") from None
-        return parse(data, self.where), reply["ETag"]
+        return parse_record(data, self.where), reply["ETag"]
 
     def update(self, change: Callable[[Record], Mapping[str, Entry] | None],
                blobs: Mapping[str, bytes]) -> Record:
@@ -136,3 +147,12 @@ class S3Store:
 
     def _blob_key(self, sha: str) -> str:
         return f"{self._key}.files/{sha}"
+
+
+def open_s3(where: str) -> Store:
+    return S3Store(where)
+
+
+@hookimpl
+def inferd_register_state_stores(registry: StateStoreRegistry) -> None:
+    registry.add(StateStoreSpec("s3", "s3", "an s3:// URL", open_s3))

@@ -1,4 +1,5 @@
-"""The ``redis`` response cache: entries in a Redis server, shared by every server using it.
+"""The ``redis`` response cache's client: entries in a Redis server, shared by every server
+using it (``inferd.plugins.caches.redis`` registers it and reads its settings).
 
 Built on ``redis.asyncio`` in the main event loop, with a bounded pool of ``pool_size``
 connections (a request waits at most ``wait_timeout`` for one), ``connect_timeout`` and
@@ -7,7 +8,7 @@ a request at most those bounds, then the scope serves it as a miss. ``connect`` 
 server first, as Triton's redis cache does: a Redis that does not answer at start-up fails
 the start ("Failed to initialize RedisCache: ..."). Entries are plain string values (``SET``
 with ``NX``: the first answer stored stays), without expiry, as Triton's are; keys carry
-``inferd.kernel.cache_key``'s format prefix. The Redis server is the user's: nothing here
+the kernel's cache-key format prefix. The Redis server is the user's: nothing here
 flushes or configures it.
 """
 
@@ -20,8 +21,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from inferd.kernel.cache_config import RedisSettings
-from inferd.kernel.response_cache import CacheCounters, CacheUnavailable, Sample
+from inferd.kernel.sdk import CacheCounters, CacheUnavailable, Sample
+from inferd.plugins.caches.redis import RedisSettings
 
 PING_MESSAGE = "inferd response cache client connected"
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.kernel import cli_render as render
-from inferd.kernel.cli_connection import (
+from inferd.plugins.cli import render
+from inferd.plugins.cli.connection import (
     Connection,
     IndexRow,
     Refused,

@@ -3,7 +3,8 @@
 shows one model as a table of its fields and a table of its tensors.
 
 Records are built from the catalog's JSON form (``GET v2/catalog``'s models, which every
-``Connection`` returns), so the three protocols print alike. No I/O: ``cli_render`` prints.
+``Connection`` returns), so the three protocols print alike. No I/O:
+``inferd.plugins.cli.render`` prints.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inferd.kernel.cli_inputs import ArgumentProblem, split_assignment
-from inferd.kernel.cli_render import Column
+from inferd.plugins.cli.inputs import ArgumentProblem, split_assignment
+from inferd.plugins.cli.render import Column
 
 LIST_COLUMNS = (Column("name", "MODEL"), Column("kind", "PLATFORM"),
                 Column("versions", "VERSIONS"), Column("state", "STATE"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inferd.kernel.cli_connection import InputSpec, InputTensor
+from inferd.plugins.cli.connection import InputSpec, InputTensor
 
 
 class ArgumentProblem(ValueError):
@@ -139,7 +139,7 @@ def config_override(path: str) -> str:
         return text
     from google.protobuf import json_format
 
-    from inferd.kernel.modelconfig import parse_config_text
+    from inferd.kernel.sdk.backends import parse_config_text
     from inferd.protocols.errors import InferdError
 
     try:

@@ -1,0 +1,108 @@
+"""The features that are plugins: each built-in is found through its entry point like a
+third-party one, a lookup by name finds it, and an unknown name is an error listing the names
+there are."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferd.kernel.cache_config import CacheConfigError, parse_cache_config
+from inferd.kernel.control_state import RecordError, open_store
+from inferd.kernel.plugins import Plugins
+from inferd.kernel.registry import Registry
+from inferd.kernel.remote_storage import is_remote_url, parse_url
+from inferd.kernel.trace_config import parse_trace_config
+from inferd.protocols.errors import InvalidArgument
+
+
+@pytest.fixture(scope="module")
+def plugins() -> Plugins:
+    return Plugins.load()
+
+
+def test_every_built_in_feature_is_a_plugin(plugins: Plugins) -> None:
+    assert {"local_cache", "redis_cache", "triton_trace", "opentelemetry_trace",
+            "fsspec_storage", "path_state", "s3_state", "client_commands",
+            "checksum_agent"} <= set(plugins.loaded)
+    assert plugins.caches().names() == ("local", "redis")
+    assert plugins.trace_sinks().names() == ("opentelemetry", "triton")
+    assert plugins.storages().schemes() == ("s3", "gs", "as", "az")
+    assert sorted(spec.scheme for spec in plugins.state_stores()) == ["", "s3"]
+    assert plugins.commands().names() == ("catalog", "infer", "load", "models", "stats",
+                                          "unload")
+    assert plugins.agents().names() == ("checksum",)
+
+
+def test_an_unknown_name_lists_the_names_there_are(plugins: Plugins) -> None:
+    with pytest.raises(LookupError, match=r"unknown cache 'memcached' \(available: local, "
+                                          r"redis\)"):
+        plugins.caches().require("memcached")
+    with pytest.raises(CacheConfigError, match="unknown cache 'disk' .inferd has the caches "
+                                               "local, redis"):
+        parse_cache_config(["disk,size=1"], caches=plugins.caches())
+    with pytest.raises(ValueError, match='invalid value for trace mode option: zipkin. '
+                                         'Available options are "opentelemetry" and "triton"'):
+        parse_trace_config(["mode=zipkin"], environ={}, sinks=plugins.trace_sinks())
+    with pytest.raises(InvalidArgument, match=r"not a remote repository URL \(s3://, gs://, "
+                                              r"as://, az://\)"):
+        parse_url("hdfs://cluster/models", storages=plugins.storages())
+    with pytest.raises(RecordError, match="takes a local path or an s3:// URL"):
+        open_store("gs://bucket/state.json", plugins.state_stores())
+
+
+def test_without_its_plugin_a_feature_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "redis_cache,fsspec_storage,s3_state")
+    plugins = Plugins.load()
+    assert plugins.caches().names() == ("local",)
+    assert not is_remote_url("s3://bucket/models", plugins.storages())
+    with pytest.raises(RecordError, match="takes a local path$"):
+        open_store("s3://bucket/state.json", plugins.state_stores())
+
+
+def test_an_empty_registry_says_so() -> None:
+    class Things(Registry[object]):  # type: ignore[type-var]
+        kind = "thing"
+
+    with pytest.raises(LookupError, match=r"unknown thing 'x' \(no thing is installed\)"):
+        Things().require("x")
+
+
+def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
+    from inferd.kernel.cli_app import mount
+    from inferd.kernel.cli_commands import CommandRegistry, CommandSpec
+
+    commands = CommandRegistry()
+    commands.add(CommandSpec("serve", "inferd.plugins.cli.commands:models"))
+    with pytest.raises(ValueError, match="command 'serve' is the kernel's own"):
+        mount(commands)
+
+
+def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferd.kernel import plugins as plugin_manager
+    from inferd.kernel.server import StartupFailed
+    from inferd.kernel.trace_config import TraceConfig
+    from inferd.kernel.trace_sinks import NullSink
+    from inferd.kernel.tracing import tracer_for
+
+    monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "triton_trace")
+    plugin_manager.installed.cache_clear()
+    try:
+        assert isinstance(tracer_for(TraceConfig()).sink, NullSink)  # tracing off: no sink
+        with pytest.raises(StartupFailed, match=r"mode=triton: unknown trace mode 'triton' "
+                                                r"\(available: opentelemetry\)"):
+            tracer_for(TraceConfig(level=("TIMESTAMPS",), file="/tmp/trace.json"))
+    finally:
+        plugin_manager.installed.cache_clear()
+
+
+def test_serve_refuses_a_url_no_storage_plugin_reads(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "inferd.kernel.cli", "serve", "--model-repository",
+         "hdfs://cluster/models"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "hdfs://cluster/models: not a remote repository URL (s3://, gs://, as://, az://)" \
+        in done.stderr
