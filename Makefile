@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 # whenever a source under kernel/ or protocols/ is newer; setup.py does nothing when its
 # manifest still matches the compiled sources. Should the build fail, the code runs as pure
 # Python (inferd.protocols.build), and so it does with INFERD_COMPILE=0.
-COMPILE_INPUTS := $(wildcard kernel/*.py kernel/*/*.py protocols/*.py protocols/*/*.py)
+COMPILE_INPUTS := $(wildcard kernel/*.py kernel/*/*.py kernel/*/*/*.py protocols/*.py protocols/*/*.py)
 
 $(VENV)/.compiled: $(VENV)/.installed setup.py $(COMPILE_INPUTS)
 	$(PY) setup.py --quiet build_ext --inplace

@@ -30,10 +30,10 @@ GROUP = "inferd.protocols.compiled"
 # The modules one inference request crosses, each kept only where bench/bench_compiled.py
 # shows it faster compiled. Left interpreted: the message kinds (the wire codec checks decoded
 # values against their type hints, which compiled classes no longer carry in full);
-# kernel/batched_instance.py (backends subclass it, and its generic slotted dataclasses fail
-# to import compiled); kernel/scheduling/progress.py (tests subclass it); kernel/dataplane.py
-# and kernel/router.py (their unit tests drive them with stand-ins a compiled signature
-# refuses, and no step of the bench shows them yet).
+# kernel/actors/executor/batched_instance.py (backends subclass it, and its generic slotted
+# dataclasses fail to import compiled); kernel/actors/scheduler/progress.py (tests subclass it);
+# kernel/dataplane/data_plane.py and kernel/runtime/router.py (their unit tests drive them with
+# stand-ins a compiled signature refuses, and no step of the bench shows them yet).
 COMPILED = [
     "protocols/wire.py",
     "protocols/wire_kinds.py",
@@ -44,15 +44,15 @@ COMPILED = [
     "protocols/kserve_grpc.py",
     "protocols/kserve_grpc_inputs.py",
     "protocols/kserve_grpc_wire.py",
-    "kernel/scheduling/batcher.py",
-    "kernel/scheduling/queue_policy.py",
-    "kernel/scheduling/requests.py",
-    "kernel/scheduling/response_order.py",
-    "kernel/scheduling/routing.py",
-    "kernel/scheduling/version.py",
-    "kernel/actors/scheduler_dispatch.py",
-    "kernel/request_validation.py",
-    "kernel/statistics.py",
+    "kernel/actors/scheduler/batcher.py",
+    "kernel/actors/scheduler/queue_policy.py",
+    "kernel/actors/scheduler/requests.py",
+    "kernel/actors/scheduler/response_order.py",
+    "kernel/actors/scheduler/routing.py",
+    "kernel/actors/scheduler/version.py",
+    "kernel/actors/scheduler/dispatch.py",
+    "kernel/actors/scheduler/request_validation.py",
+    "kernel/observability/statistics.py",
 ]
 
 

@@ -125,9 +125,9 @@ def _scheduler_steps() -> dict[str, Step]:
     from google.protobuf import text_format
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from inferd.kernel.scheduling.progress import Progress
-    from inferd.kernel.scheduling.requests import Slot
-    from inferd.kernel.scheduling.version import Version
+    from inferd.kernel.actors.scheduler.progress import Progress
+    from inferd.kernel.actors.scheduler.requests import Slot
+    from inferd.kernel.actors.scheduler.version import Version
     from inferd.protocols.messages import BatchResult, InferRequest, InferResponse
 
     config = text_format.Parse(

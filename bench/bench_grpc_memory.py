@@ -11,7 +11,7 @@ while the request runs a thread samples ``VmRSS`` every ``--sample-ms``; afterwa
 minus its resident size just before the request; ``×tensor`` is that growth divided by the
 tensor's size, so 1.0 means the process held one extra copy of the tensor at its worst
 moment. The client runs in this process, so its own copies are not counted. The executor is
-the server's one child process running ``inferd.kernel.executor_process``.
+the server's one child process running ``inferd.kernel.actors.executor.main``.
 
 Run as ``.venv/bin/python bench/bench_grpc_memory.py [--sizes-mib 256 1024]``; it needs
 about eight times the largest tensor in free memory (client copies included).

@@ -55,12 +55,12 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from inferd.kernel.addresses import EXECUTORS
-from inferd.kernel.actor import Actor
-from inferd.kernel.plugins import Plugins
-from inferd.kernel.repository import ModelRepository
-from inferd.kernel.process_link import ProcessLink
-from inferd.kernel.router import Router
+from inferd.kernel.actors.repository.folders import ModelRepository
+from inferd.kernel.runtime.actor import Actor
+from inferd.kernel.runtime.addresses import EXECUTORS
+from inferd.kernel.runtime.plugin_manager import Plugins
+from inferd.kernel.runtime.process_link import ProcessLink
+from inferd.kernel.runtime.router import Router
 from inferd.protocols import wire
 from inferd.protocols.client import AsyncClient, Client
 from inferd.protocols.messages import (
@@ -351,7 +351,7 @@ class HelloCatcher(Actor):
 def start_executor(hub: str) -> subprocess.Popen[bytes]:
     """An executor process, started with the arguments the executor pool gives one."""
     command = [
-        sys.executable, "-m", "inferd.kernel.executor_process",
+        sys.executable, "-m", "inferd.kernel.actors.executor.main",
         "--name", EXECUTOR, "--hub", hub,
         "--options", '{"intra_op_threads": 1}',
         "--parent-pid", str(os.getpid()),

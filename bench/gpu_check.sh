@@ -96,7 +96,7 @@ for name in names:
     except metadata.PackageNotFoundError:
         found.append(f"{name} -")
 print("== versions:", ", ".join(found))
-import inferd.kernel.cli, tritonclient.grpc, tritonclient.http, zmq  # noqa: E401,F401
+import inferd.kernel.cli.main, tritonclient.grpc, tritonclient.http, zmq  # noqa: E401,F401
 EOF
 PYTHONUNBUFFERED=1 "$python" bench/gpu_check.py --log-dir "$log_dir" "${cpu_only[@]}" "$@"
 status=$?

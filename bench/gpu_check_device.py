@@ -80,7 +80,7 @@ def zero_copy(gpu: bool, repository: Path) -> str:
 def _instance(repository: Path, model: str) -> Any:
     """An instance of ``model`` loaded by the pytorch backend in this process."""
     from inferd.kernel.backend import ModelContext
-    from inferd.kernel.modelconfig import parse_config_text
+    from inferd.kernel.modelconfig.reading import parse_config_text
     from inferd.plugins.backends.pytorch.backend import PyTorchBackend
 
     folder = repository / model
@@ -302,7 +302,7 @@ def _load(world: World, model: str, batch: np.ndarray, concurrency: int, seconds
 
 
 def throughput(world: World, batches: list[int], concurrency: int, seconds: float) -> str:
-    from inferd.kernel.server import format_table
+    from inferd.kernel.supervisor import format_table
 
     width = int(world.io_width("wide_cpu"))
     devices = ["cpu", "gpu"] if world.gpu else ["cpu"]

@@ -7,7 +7,7 @@ no package index is reachable and a build backend may be missing or too old.
 ``TARGET/inferd/...`` with its data files, and writes ``inferd-<version>.dist-info`` with the
 metadata and entry points (the ``inferd`` plugin group, the ``inferd`` command), which is how
 inferd finds its own plugins. No compiled module, no ``inferd`` script: run
-``python -m inferd.kernel.cli`` (``bench/serving.py`` does when there is no script).
+``python -m inferd.kernel.cli.main`` (``bench/serving.py`` does when there is no script).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from mix_traffic import Tally
 if TYPE_CHECKING:
     from mix_chaos import Chaos
 
-EXECUTOR_MODULE = "inferd.kernel.executor_process"
+EXECUTOR_MODULE = "inferd.kernel.actors.executor.main"
 SHM_DIR = Path("/dev/shm")
 
 

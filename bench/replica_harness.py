@@ -59,7 +59,7 @@ def free_port() -> int:
 
 def launcher() -> list[str]:
     """The running interpreter's ``inferd`` (the module, so any venv works)."""
-    return [sys.executable, "-m", "inferd.kernel.cli"]
+    return [sys.executable, "-m", "inferd.kernel.cli.main"]
 
 
 def log_tail(path: Path, characters: int = LOG_TAIL_CHARACTERS) -> str:

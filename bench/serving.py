@@ -64,9 +64,9 @@ def launcher(python: str = "") -> list[str]:
     """The venv's ``inferd`` script, or the module it runs when there is no script; with
     ``python``, that interpreter's inferd (another checkout's venv, say)."""
     if python:
-        return [python, "-m", "inferd.kernel.cli"]
+        return [python, "-m", "inferd.kernel.cli.main"]
     script = Path(sys.executable).parent / "inferd"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli.main"]
 
 
 def start(

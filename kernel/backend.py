@@ -8,7 +8,7 @@ already-validated requests, never concurrently on one instance, always off the e
 Plugins register a ``BackendSpec`` naming their backend class by import path, so the hook
 module imports no framework: the class is imported only inside the executor, when a model
 needs it. This module owns the contract and the backend registry (an
-``inferd.kernel.registry.Registry``); it does no I/O.
+``inferd.kernel.runtime.registry.Registry``); it does no I/O.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from inferd.kernel.registry import Registry, import_entry, load_entry
+from inferd.kernel.runtime.registry import Registry, import_entry, load_entry
 from inferd.protocols.errors import InferdError, InvalidArgument, Unsupported
 from inferd.protocols.messages import DeviceWindow, InferRequest, InferResponse
 
@@ -40,16 +40,16 @@ class BackendSpec:
     ``default_filename`` is the model file looked for in a version folder. ``isolate`` asks
     for a process of its own, so a framework that conflicts with others never shares an
     interpreter with them. ``gpu_packages`` are distributions any one of which, installed,
-    lets the backend run on a GPU (``inferd.kernel.devices``: what ``KIND_AUTO`` becomes).
+    lets the backend run on a GPU (``inferd.kernel.runtime.devices``: what ``KIND_AUTO`` becomes).
     ``process_per_instance`` puts each instance of its models in an executor process of its
-    own (``inferd.kernel.placement``), as Triton runs a python model's instances in stubs.
-    ``completion`` is ``"package.module:function"``, a ``function(context) -> ModelConfig``
-    that completes and checks a config from the model file as a load would, without a server
-    (``inferd check``, the catalog), imported lazily; ``completion_runs_model_code`` says it
+    own (``inferd.kernel.actors.executor_pool.placement``), as Triton runs a python model's
+    instances in stubs. ``completion`` is ``"package.module:function"``, a ``function(context) ->
+    ModelConfig`` that completes and checks a config from the model file as a load would, without a
+    server (``inferd check``, the catalog), imported lazily; ``completion_runs_model_code`` says it
     runs the model's own code (then only ``inferd check`` uses it, never a server).
     ``runs_in_server`` says the backend is native and thread-safe, so its CPU instances may
     run in the server's own process, as Triton runs its native backends (``--cpu-executor
-    server``, the default; ``inferd.kernel.actors.executor_pool`` places them).
+    server``, the default; ``inferd.kernel.actors.executor_pool.actor`` places them).
     """
 
     name: str

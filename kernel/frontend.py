@@ -4,7 +4,7 @@ A frontend adapts one protocol (KServe HTTP, KServe gRPC, native zmq, ...) to th
 protocol-agnostic ``DataPlane``. It runs in the main process's event loop, binds its socket in
 ``serve`` and reports it with ``task_status.started()``, and stops taking new requests when
 ``stop_accepting`` is called, letting the ones in flight finish. Owns the contract and the
-frontend registry (an ``inferd.kernel.registry.Registry``), no protocol itself.
+frontend registry (an ``inferd.kernel.runtime.registry.Registry``), no protocol itself.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.abc
 
-from inferd.kernel.registry import Registry, load_entry
+from inferd.kernel.runtime.registry import Registry, load_entry
 
 if TYPE_CHECKING:
-    from inferd.kernel.dataplane import DataPlane
+    from inferd.kernel.dataplane.data_plane import DataPlane
     from inferd.kernel.settings import Settings
 
 

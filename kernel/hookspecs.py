@@ -28,13 +28,13 @@ import pluggy
 
 if TYPE_CHECKING:
     from inferd.kernel.backend import BackendRegistry
-    from inferd.kernel.cache_config import CacheRegistry
-    from inferd.kernel.cli_commands import CommandRegistry
-    from inferd.kernel.control_state import StateStoreRegistry
+    from inferd.kernel.actors.scheduler.cache_config import CacheRegistry
+    from inferd.kernel.cli.commands import CommandRegistry
+    from inferd.kernel.actors.control.desired_state_record import StateStoreRegistry
     from inferd.kernel.frontend import FrontendRegistry
-    from inferd.kernel.remote_storage import StorageRegistry
-    from inferd.kernel.repository_agents import AgentRegistry
-    from inferd.kernel.trace_sinks import TraceSinkRegistry
+    from inferd.kernel.actors.repository.remote_storage import StorageRegistry
+    from inferd.kernel.actors.repository.agents import AgentRegistry
+    from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
 
 PROJECT = "inferd"
 
@@ -63,7 +63,7 @@ def inferd_register_frontends(registry: FrontendRegistry) -> None:
 @hookspec
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     """Add the command-line options a plugin reads to ``inferd serve``: a frontend declares
-    its port and address here (``inferd.kernel.options.ListenFlags``), and its limits.
+    its port and address here (``inferd.kernel.cli.flags.ListenFlags``), and its limits.
 
     Parsed values reach the plugin through ``Settings.options`` keyed by the option's
     ``dest``; the kernel's own flags are ``Settings`` fields. Choose names that cannot clash

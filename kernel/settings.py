@@ -3,7 +3,7 @@
 Its fields are the kernel's own flags, typed, named after tritonserver's (SPEC 6.1). The
 flags a plugin declares (``inferd_add_options``: a frontend's port, address and limits, for
 instance) are not fields: they land in ``options`` by their ``dest``, and the plugin reads
-them there. Owns no parsing beyond value types; ``inferd.kernel.cli_serve`` builds it.
+them there. Owns no parsing beyond value types; ``inferd.kernel.cli.serve`` builds it.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.kernel.cache_config import CacheConfig
-from inferd.kernel.logs import LogSettings
-from inferd.kernel.trace_config import TraceConfig
+from inferd.kernel.actors.scheduler.cache_config import CacheConfig
+from inferd.kernel.observability.logs import LogSettings
+from inferd.kernel.observability.trace_config import TraceConfig
 
 CPU_EXECUTOR_CHOICES = ("server", "process")
 """``--cpu-executor``: where the CPU instances of native backends run."""
@@ -23,7 +23,7 @@ CPU_EXECUTOR_CHOICES = ("server", "process")
 class Settings:
     model_repositories: tuple[str, ...] = ("model_repository",)
     # --repository-cache-dir: where remote roots' models are fetched ("" for the default,
-    # inferd.kernel.repository_mirror.default_cache_dir).
+    # inferd.kernel.actors.repository.mirror.default_cache_dir).
     repository_cache_dir: str = ""
     # --repository-timeout-secs: how long one request to a remote root may stay silent.
     repository_timeout_secs: float = 30.0
@@ -43,7 +43,8 @@ class Settings:
     cpu_executor: str = "server"
     intra_op_threads: int = 1
     # Tensors from this many bytes up cross between the processes in shared memory (0: never),
-    # at most ``executor_shm_capacity`` bytes of segments per process (inferd.kernel.link_memory).
+    # at most ``executor_shm_capacity`` bytes of segments per process
+    # (inferd.kernel.runtime.link_memory).
     executor_shm_threshold: int = 64 * 1024
     executor_shm_capacity: int = 256 * 1024 * 1024
     # The plugins' options (inferd_add_options) by dest, e.g. "http_port".
@@ -55,10 +56,11 @@ class Settings:
     model_config_name: str = ""
     # --backend-config: (backend or "" for every backend, setting, value).
     backend_config: tuple[tuple[str, str, str], ...] = ()
-    # --cache-config: the server's response cache, None for none (inferd.kernel.cache_config).
+    # --cache-config: the server's response cache, None for none
+    # (inferd.kernel.actors.scheduler.cache_config).
     cache: CacheConfig | None = None
     # --trace-config (and tritonserver's deprecated --trace-file and its kin): the tracing the
-    # server starts with (inferd.kernel.trace_config; no --trace-config: none).
+    # server starts with (inferd.kernel.observability.trace_config; no --trace-config: none).
     trace: TraceConfig = field(default_factory=TraceConfig)
     # --model-control-state: the desired-state record replicas share (path or s3:// URL, ""
     # for none), re-read every --model-control-state-poll-secs (0: only at start-up).

@@ -9,8 +9,8 @@ main process's registered region, an executor's opened IPC handle), and, in an e
 ``pointer``, the device address of the window's first byte. A reshape keeps all three (a slice
 would too, wrongly: none is ever taken). On the kernel wire such a tensor travels as its window
 (``inferd.protocols.wire``), never as bytes. Whatever needs the values on the host copies them
-from the device first (``inferd.kernel.cuda_windows``, ``inferd.kernel.device_memory``). Pure:
-no CUDA, no I/O.
+from the device first (``inferd.kernel.actors.scheduler.cuda_windows``,
+``inferd.kernel.actors.executor.device_memory``). Pure: no CUDA, no I/O.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ a gRPC settings map with Triton's setting names and error messages, the settings
 in either form (every value a string, the level a list of strings). A name that is no setting
 is ignored, as Triton ignores it; a bad value of a setting refuses the update whole, before
 anything changes. Pure: no I/O, no state; the settings themselves live in
-``inferd.kernel.tracing``.
+``inferd.kernel.observability.tracing``.
 """
 
 from __future__ import annotations

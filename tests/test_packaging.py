@@ -34,7 +34,7 @@ def test_the_gpu_machines_pure_python_install_has_the_plugins_and_the_data(
     assert (tmp_path / "inferd" / "protocols" / "openapi.json").is_file()
     assert not list(tmp_path.rglob("__pycache__"))
     probe = (
-        "import importlib.metadata as m, inferd.kernel.cli as cli;"
+        "import importlib.metadata as m, inferd.kernel.cli.main as cli;"
         "print(cli.__file__);"
         "print(sorted(e.name for e in m.entry_points(group='inferd')));"
         "print(m.version('inferd'))"

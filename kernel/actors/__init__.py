@@ -1,2 +1,2 @@
-"""The kernel's actors, one module each: repository, control, scheduler, executor pool and
-executor."""
+"""The kernel's actors, one package each: repository, control, scheduler, executor pool and
+executor; each package holds its actor (``actor.py``) and the helpers only that actor uses."""

@@ -23,16 +23,32 @@ import every plugin's hook module at start-up):
 
 from __future__ import annotations
 
-from inferd.kernel.backend import (
-    Backend,
-    BackendRegistry,
-    BackendSpec,
-    Emit,
-    Instance,
-    Model,
-    ModelContext,
+from inferd.kernel.actors.control.desired_state_record import (
+    Entry,
+    Record,
+    RecordError,
+    StateStoreRegistry,
+    StateStoreSpec,
+    Store,
+    checked,
+    dump,
 )
-from inferd.kernel.cache_config import (
+from inferd.kernel.actors.control.desired_state_record import digest as record_digest
+from inferd.kernel.actors.control.desired_state_record import parse as parse_record
+from inferd.kernel.actors.repository.agents import (
+    AgentModel,
+    AgentRefused,
+    AgentRegistry,
+    AgentSpec,
+)
+from inferd.kernel.actors.repository.remote_storage import (
+    READ_TIMEOUT_SECS,
+    RemoteLocation,
+    RemoteStorageError,
+    StorageRegistry,
+    StorageSpec,
+)
+from inferd.kernel.actors.scheduler.cache_config import (
     CacheConfigError,
     CacheCounters,
     CacheRegistry,
@@ -45,7 +61,16 @@ from inferd.kernel.cache_config import (
     text,
     whole_number,
 )
-from inferd.kernel.cli_commands import (
+from inferd.kernel.backend import (
+    Backend,
+    BackendRegistry,
+    BackendSpec,
+    Emit,
+    Instance,
+    Model,
+    ModelContext,
+)
+from inferd.kernel.cli.commands import (
     CANNOT_CONNECT,
     EXIT_CODES,
     OK,
@@ -55,21 +80,7 @@ from inferd.kernel.cli_commands import (
     CommandSpec,
     examples,
 )
-from inferd.kernel.control_state import (
-    Entry,
-    Record,
-    RecordError,
-    StateStoreRegistry,
-    StateStoreSpec,
-    Store,
-    checked,
-    dump,
-)
-from inferd.kernel.control_state import digest as record_digest
-from inferd.kernel.control_state import parse as parse_record
-from inferd.kernel.frontend import Frontend, FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.options import (
+from inferd.kernel.cli.flags import (
     ListenFlags,
     add_boolean,
     boolean_word,
@@ -78,23 +89,17 @@ from inferd.kernel.options import (
     positive_count,
     positive_seconds,
 )
-from inferd.kernel.remote_storage import (
-    READ_TIMEOUT_SECS,
-    RemoteLocation,
-    RemoteStorageError,
-    StorageRegistry,
-    StorageSpec,
-)
-from inferd.kernel.repository_agents import AgentModel, AgentRefused, AgentRegistry, AgentSpec
-from inferd.kernel.trace_config import TraceConfig, trace_integer
-from inferd.kernel.trace_sinks import (
+from inferd.kernel.frontend import Frontend, FrontendRegistry, FrontendSpec
+from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.observability.trace_config import TraceConfig, trace_integer
+from inferd.kernel.observability.trace_sinks import (
     CLOSE_TIMEOUT_SECS,
     SinkWorker,
     TraceSink,
     TraceSinkRegistry,
     TraceSinkSpec,
 )
-from inferd.kernel.tracing import CURRENT, Trace, TraceSetting, traced
+from inferd.kernel.observability.tracing import CURRENT, Trace, TraceSetting, traced
 
 __all__ = [
     "CANNOT_CONNECT", "CLOSE_TIMEOUT_SECS", "CURRENT", "EXIT_CODES", "OK", "READ_TIMEOUT_SECS",

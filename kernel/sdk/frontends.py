@@ -7,18 +7,18 @@ socket; the metrics configuration and the process and GPU metrics readers."""
 
 from __future__ import annotations
 
-from inferd.kernel import log_context
-from inferd.kernel.dataplane import DataPlane
-from inferd.kernel.gpu_metrics import GpuMetrics
-from inferd.kernel.limits import default_connection_cap
-from inferd.kernel.loop_socket import LoopSocket
-from inferd.kernel.metrics_config import MetricsConfig, metrics_config_from_options
-from inferd.kernel.process_metrics import CpuUtilization, machine_memory
-from inferd.kernel.request_log import request_failed
-from inferd.kernel.server import StartupFailed
+from inferd.kernel.dataplane.data_plane import DataPlane
+from inferd.kernel.dataplane.streams import ResponseStream
+from inferd.kernel.dataplane.tls import read_certificates, read_key_pair, server_context
+from inferd.kernel.observability import log_context
+from inferd.kernel.observability.gpu_metrics import GpuMetrics
+from inferd.kernel.observability.metrics_config import MetricsConfig, metrics_config_from_options
+from inferd.kernel.observability.process_metrics import CpuUtilization, machine_memory
+from inferd.kernel.observability.request_log import request_failed
+from inferd.kernel.runtime.loop_socket import LoopSocket
+from inferd.kernel.runtime.open_file_limit import default_connection_cap
 from inferd.kernel.settings import Settings
-from inferd.kernel.streams import ResponseStream
-from inferd.kernel.tls import read_certificates, read_key_pair, server_context
+from inferd.kernel.supervisor import StartupFailed
 
 __all__ = [
     "DataPlane", "Settings", "StartupFailed",

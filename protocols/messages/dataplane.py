@@ -124,7 +124,8 @@ class IndexEntry(Message):
     state: str = ""
     reason: str = ""
     warnings: tuple[str, ...] = ()  # a READY version's config fields inferd ignores
-    # The model's catalog metadata (an inferd extension; ``inferd.kernel.catalog``).
+    # The model's catalog metadata (an inferd extension;
+    # ``inferd.kernel.actors.repository.catalog``).
     catalog: dict[str, Any] = field(default_factory=dict)
 
 

@@ -36,8 +36,9 @@ class LoadVersion(Message):
     """Control -> executor pool -> executors: load one version of a model with
     ``instance_count`` instances. ``config`` is a serialized ModelConfig; ``load_id`` names
     this load, so a reload can bring up a second copy of the same version beside the one
-    serving. The pool splits a load over executor processes (``inferd.kernel.placement``):
-    each executor gets the config narrowed to its own instance groups and their count."""
+    serving. The pool splits a load over executor processes
+    (``inferd.kernel.actors.executor_pool.placement``): each executor gets the config narrowed to
+    its own instance groups and their count."""
 
     load_id: int
     model: str
@@ -154,7 +155,7 @@ class RemoteStreamRequest(Message):
 @dataclass(frozen=True, slots=True)
 class StreamInferRequest(Message):
     """Frontend -> scheduler, in the main process only: answered with a ``ResponseStream``
-    (``inferd.kernel.streams``) of the request's responses, one for a model that is not
+    (``inferd.kernel.dataplane.streams``) of the request's responses, one for a model that is not
     decoupled, any number for one that is."""
 
     request: InferRequest

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from inferd.kernel.cli_serve import serve_parser
-from inferd.kernel.plugins import Plugins
-from inferd.kernel.remote_storage import is_remote_url
+from inferd.kernel.actors.repository.remote_storage import is_remote_url
+from inferd.kernel.cli.serve import serve_parser
+from inferd.kernel.runtime.plugin_manager import Plugins
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

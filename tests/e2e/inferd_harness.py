@@ -37,12 +37,12 @@ from inferd.protocols.errors import InferdError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_REPOSITORY = PROJECT_ROOT / "model_repository"
-INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
+INFERD = [sys.executable, "-m", "inferd.kernel.cli.main"]
 
 START_TIMEOUT_SECS = 60.0
 STOP_TIMEOUT_SECS = 30.0
 POLL_SECS = 0.05
-SERVING_LINE = "inferd is serving ("  # kernel/server.py logs it once every frontend listens
+SERVING_LINE = "inferd is serving ("  # kernel/supervisor.py logs it once every frontend listens
 T = TypeVar("T")
 
 

@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from tests.e2e.inferd_harness import InferdHarness, ServerHandle, free_port
 
 
-INFERD = [sys.executable, "-m", "inferd.kernel.cli"]
+INFERD = [sys.executable, "-m", "inferd.kernel.cli.main"]
 PROTOCOLS = ("tcp", "http", "grpc")
 CLI_TIMEOUT_SECS = 60
 MLP_CATALOG = """description = "A small MLP"

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.kernel.control_state import Entry, Record, digest, dump, parse
+from inferd.kernel.actors.control.desired_state_record import Entry, Record, digest, dump, parse
 from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
 
 WAIT_SECS = 45.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.devices import visible_gpus
+from inferd.kernel.runtime.devices import visible_gpus
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(bool(visible_gpus()), reason="--cpu-only is for no GPU")

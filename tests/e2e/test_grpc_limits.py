@@ -34,7 +34,7 @@ EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 # onnxruntime's output, the response bytes; then gRPC's own copy of those): 4.0 seen. The
 # model runs in this process (a native backend's default placement), so no shared memory
 # segment carries the tensor; with --cpu-executor process the executor's output crosses in
-# one (kernel/link_memory.py) and the main process grew by under 3.5 copies plus 2 shared.
+# one (kernel/runtime/link_memory.py) and the main process grew by under 3.5 copies plus 2 shared.
 MAX_MAIN_COPIES = 4.5
 MAX_SHARED_COPIES = 0.2
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.kernel.scheduling import progress
+from inferd.kernel.actors.scheduler import progress
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pluggy
 import pytest
 
 from inferd.kernel import hookspecs
-from inferd.kernel.plugins import Plugins
+from inferd.kernel.runtime.plugin_manager import Plugins
 
 HOOKS = [
     value for name, value in vars(hookspecs).items()

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.cache_config import CacheConfigError, parse_cache_config
-from inferd.kernel.control_state import RecordError, open_store
-from inferd.kernel.plugins import Plugins
-from inferd.kernel.registry import Registry
-from inferd.kernel.remote_storage import is_remote_url, parse_url
-from inferd.kernel.trace_config import parse_trace_config
+from inferd.kernel.actors.control.desired_state_record import RecordError, open_store
+from inferd.kernel.actors.repository.remote_storage import is_remote_url, parse_url
+from inferd.kernel.actors.scheduler.cache_config import CacheConfigError, parse_cache_config
+from inferd.kernel.observability.trace_config import parse_trace_config
+from inferd.kernel.runtime.plugin_manager import Plugins
+from inferd.kernel.runtime.registry import Registry
 from inferd.protocols.errors import InvalidArgument
 
 
@@ -72,8 +72,8 @@ def test_an_empty_registry_says_so() -> None:
 
 
 def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
-    from inferd.kernel.cli_app import mount
-    from inferd.kernel.cli_commands import CommandRegistry, CommandSpec
+    from inferd.kernel.cli.app import mount
+    from inferd.kernel.cli.commands import CommandRegistry, CommandSpec
 
     commands = CommandRegistry()
     commands.add(CommandSpec("serve", "inferd.plugins.cli.commands:models"))
@@ -82,11 +82,11 @@ def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
 
 
 def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inferd.kernel import plugins as plugin_manager
-    from inferd.kernel.server import StartupFailed
-    from inferd.kernel.trace_config import TraceConfig
-    from inferd.kernel.trace_sinks import NullSink
-    from inferd.kernel.tracing import tracer_for
+    from inferd.kernel.runtime import plugin_manager
+    from inferd.kernel.supervisor import StartupFailed
+    from inferd.kernel.observability.trace_config import TraceConfig
+    from inferd.kernel.observability.trace_sinks import NullSink
+    from inferd.kernel.observability.tracing import tracer_for
 
     monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "triton_trace")
     plugin_manager.installed.cache_clear()
@@ -101,7 +101,7 @@ def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -
 
 def test_serve_refuses_a_url_no_storage_plugin_reads(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "inferd.kernel.cli", "serve", "--model-repository",
+        [sys.executable, "-m", "inferd.kernel.cli.main", "serve", "--model-repository",
          "hdfs://cluster/models"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert "hdfs://cluster/models: not a remote repository URL (s3://, gs://, as://, az://)" \

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from inferd.kernel.tracing import disabled_tracer
+from inferd.kernel.observability.tracing import disabled_tracer
 from inferd.plugins.frontends.kserve_http import app as asgi
 from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferd.kernel.actors.executor.device_memory import DeviceMemory
+from inferd.kernel.actors.executor.instance_slot import InstanceSlot, execute_batch
 from inferd.kernel.backend import NONE_CANCELLED
-from inferd.kernel.device_memory import DeviceMemory
-from inferd.kernel.instance_slot import InstanceSlot, execute_batch
 from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.messages import DeviceWindow, InferBatch, InferRequest, InferResponse
-from tests.kernel.test_cuda_shared_memory import FakeCuda
+from tests.kernel.dataplane.test_cuda_shared_memory import FakeCuda
 from tests.plugins.test_pytorch_backend import AddsOneInPlace, load, save_script
 from tests.services import import_or_missing
 

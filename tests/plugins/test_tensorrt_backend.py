@@ -25,7 +25,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import ModelContext
-from inferd.kernel.modelconfig import parse_config_text
+from inferd.kernel.modelconfig.reading import parse_config_text
 from inferd.plugins.backends.tensorrt.backend import TensorRTBackend
 from inferd.protocols.errors import InvalidArgument, Unavailable, Unsupported
 from inferd.protocols.messages import InferRequest, InferResponse

@@ -14,8 +14,8 @@ import zmq
 import zmq.asyncio
 
 from inferd.kernel.frontend import FrontendRegistry
+from inferd.kernel.observability.tracing import disabled_tracer
 from inferd.kernel.settings import Settings
-from inferd.kernel.tracing import disabled_tracer
 from inferd.plugins.frontends.zmq import inferd_register_frontends
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend
 from inferd.protocols import wire

@@ -13,7 +13,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 import pytest
-from inferd.kernel.tracing import disabled_tracer
+from inferd.kernel.observability.tracing import disabled_tracer
 from inferd.kernel.settings import Settings
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend
 from inferd.protocols.client import AsyncClient, Client, InferResult

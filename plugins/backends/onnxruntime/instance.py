@@ -4,8 +4,8 @@ Owns what is onnxruntime's own in running a batch: the execution plan read from 
 BYTES inputs fed as text, one ``session.run`` per group of compatible requests, and mapping
 onnxruntime's failures to errors. The batch skeleton (name checks, reshapes, grouping,
 concatenation, splitting outputs into one response per request, phase timing) is
-``inferd.kernel.batched_instance``'s. It imports no onnxruntime itself (it is handed a
-session) and never raises out of ``execute``: every failure becomes that request's error.
+``inferd.kernel.actors.executor.batched_instance``'s. It imports no onnxruntime itself (it is handed
+a session) and never raises out of ``execute``: every failure becomes that request's error.
 """
 
 from __future__ import annotations

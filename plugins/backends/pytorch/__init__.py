@@ -4,7 +4,7 @@ It registers the backend by import path only. It must import no framework: torch
 by ``backend.py``, inside the executor, when a model needs it, so this plugin loads on a
 machine without torch and only its models become UNAVAILABLE there. ``model.pt``
 (TorchScript) is its default file; ``model.pt2`` (``torch.export``) is the kernel's second
-built-in torch file name (``inferd.kernel.modelconfig.MODEL_FILES``).
+built-in torch file name (``inferd.kernel.modelconfig.reading.MODEL_FILES``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ copied only when the program may write to a read-only buffer), calling the progr
 into numpy (views of CPU tensors), or, for an output a request asks in CUDA shared memory on
 a GPU, copying it there device-to-device, and Triton's failure texts. The
 batch skeleton (name checks, reshapes, grouping, concatenation, splitting outputs into one
-response per request, phase timing) is ``inferd.kernel.batched_instance``'s. It is handed
-torch and the program (it imports neither) and never raises out of ``execute``.
+response per request, phase timing) is ``inferd.kernel.actors.executor.batched_instance``'s. It is
+handed torch and the program (it imports neither) and never raises out of ``execute``.
 """
 
 from __future__ import annotations

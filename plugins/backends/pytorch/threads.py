@@ -1,8 +1,8 @@
 """Torch's CPU thread pools, which are per process, set once for every model in it.
 
 Owns Triton's ``INTRA_OP_THREAD_COUNT`` / ``INTER_OP_THREAD_COUNT`` parameters and how torch
-sizes its pools; the once-per-process rules are ``inferd.kernel.process_threads``'s. Torch
-accepts an intra-op size at any time, an inter-op size only before it first runs parallel
+sizes its pools; the once-per-process rules are ``inferd.kernel.actors.executor.process_threads``'s.
+Torch accepts an intra-op size at any time, an inter-op size only before it first runs parallel
 work, so a late inter-op value is reported, not applied.
 """
 

@@ -1,8 +1,8 @@
 """How one unary RPC of the KServe gRPC frontend ends: ``async with Rpc(context, name):`` sets
 the request's log context and, when the RPC raised, aborts it with the gRPC status the
 error's code maps to (``inferd.protocols.errors``), INTERNAL for any other exception, and
-writes the request's one error line (``inferd.kernel.request_log``); with verbose logging each
-call's opening line is Triton's (``log_call``). The one place this
+writes the request's one error line (``inferd.kernel.observability.request_log``); with verbose
+logging each call's opening line is Triton's (``log_call``). The one place this
 frontend turns exceptions into statuses; a stream request's failure is a response instead
 (``streams``). It knows nothing of what the RPC does.
 """

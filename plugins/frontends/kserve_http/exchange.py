@@ -2,7 +2,7 @@
 (method, path arguments, headers, whole body) and the response it returns (status, body parts
 or a stream, headers, whether it may be compressed, its trace), and the one way an error
 becomes a response: ``{"error": ...}`` with its status, plus the request's one error line
-(``inferd.kernel.request_log``).
+(``inferd.kernel.observability.request_log``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from inferd.kernel.sdk.frontends import request_failed
 from inferd.kernel.sdk import Trace
+from inferd.kernel.sdk.frontends import request_failed
 from inferd.protocols import json_bodies
 
 # Bodies (or outputs) above this are decoded, encoded and compressed in a worker thread, so a
@@ -56,6 +56,7 @@ def error_response(status: int, message: str) -> HttpResponse:
 
 
 def failed(status: int, message: str, error: BaseException | None = None) -> HttpResponse:
-    """A request's error answer, and its one log line (``inferd.kernel.request_log``)."""
+    """A request's error answer, and its one log line
+    (``inferd.kernel.observability.request_log``)."""
     request_failed(status, message, exc_info=error)
     return error_response(status, message)

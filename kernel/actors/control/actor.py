@@ -1,0 +1,412 @@
+"""The control actor: the model lifecycle, the control modes, and the repository API.
+
+It owns the state of every (model, version) (``inferd.kernel.actors.control.model_status``) and
+decides what is loaded: the start-up set of the mode (NONE: everything; EXPLICIT: ``--load-model``),
+and the load/unload/index calls of the repository API. As in Triton a load is whole or nothing:
+it resolves the config through the repository actor, brings every selected version up
+(``versions``: kept when the load changes nothing it depends on, else a new copy
+beside the one serving), and serves them only once all are up; if one fails the copies go
+again, so what served stays READY. Loads of one model are serialized; loads of different
+models run side by side, none on the inference path. The parts it owns and calls, each given
+what it needs: ``EnsembleLifecycle`` (``inferd.kernel.actors.control.ensembles``), ``DesiredState``
+(``--model-control-state``), ``RepositoryPoller`` (POLL mode), ``ExecutorRecovery`` (a
+lost executor) and ``VersionUnloader`` (``unload``: an unload request is answered
+once the model takes no new request); ``views`` words its state for the index, the
+catalog and metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import anyio
+
+from inferd.kernel.actors.control.desired_state import DesiredState
+from inferd.kernel.actors.control.desired_state_record import Record, Store
+from inferd.kernel.actors.control.ensembles import EnsembleLifecycle
+from inferd.kernel.actors.control.file_overrides import remove_override_folder, write_override_files
+from inferd.kernel.actors.control.lifecycle_log import ModelStateLog
+from inferd.kernel.actors.control.model_status import ModelStatus, VersionStatus
+from inferd.kernel.actors.control.poll import RepositoryPoller
+from inferd.kernel.actors.control.recovery import ExecutorRecovery
+from inferd.kernel.actors.control.unload import VersionUnloader, answer_when_retired
+from inferd.kernel.actors.control.versions import VersionLoader
+from inferd.kernel.actors.control.views import (
+    index_entries,
+    load_durations,
+    load_failure,
+    with_state,
+)
+from inferd.kernel.runtime.actor import Actor
+from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY, SCHEDULER
+from inferd.kernel.runtime.router import Router
+from inferd.kernel.settings import Settings
+from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
+from inferd.protocols.messages import (
+    Ack,
+    Catalog,
+    CatalogRequest,
+    Catalogs,
+    DescribeModels,
+    Envelope,
+    ExecutorHello,
+    ExecutorLost,
+    HealthRequest,
+    HealthStatus,
+    Index,
+    IndexRequest,
+    ListModels,
+    LoadRequest,
+    LoadStartupModels,
+    Metrics,
+    MetricsRequest,
+    ModelKnown,
+    ModelList,
+    PollRequest,
+    ReadCatalogs,
+    ResolvedModel,
+    ResolveModel,
+    Shutdown,
+    StartupReport,
+    UnloadRequest,
+)
+from inferd.protocols.names import check_model_name
+
+log = logging.getLogger(__name__)
+
+NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class ControlActor(Actor):
+    address = CONTROL
+
+    def __init__(
+        self, router: Router, settings: Settings, override_root: str | Path,
+        state: tuple[Store, tuple[Record, str | None]] | None = None,
+    ) -> None:
+        super().__init__(router)
+        self._settings = settings
+        self._override_root = override_root  # where loads with files write their folders
+        self._models: dict[str, ModelStatus] = {}
+        self._required: set[str] = set()  # what strict readiness waits for
+        self._started = False
+        self._states = ModelStateLog()  # one log line per state change
+        self._ensembles = EnsembleLifecycle(
+            router, self._models, self._states,
+            explicit=settings.model_control_mode == "explicit",
+            load=lambda name, cause: self._load(name, cause=cause),
+            unload=self._unload_no_longer_required,
+        )
+        self._unloader = VersionUnloader(router, self._states,
+                                         is_served=self._ensembles.is_served,
+                                         version_unloaded=self._ensembles.version_unloaded)
+        self._versions = VersionLoader(router, settings, self._states,
+                                       refresh_dependents=self._ensembles.refresh_dependents)
+        self._poller = RepositoryPoller(router, settings.repository_poll_secs,
+                                        load=self._poll_load, unload=self._poll_unload)
+        self._recovery = ExecutorRecovery(
+            router, self._models, self._states, reload=self._reload_orphan,
+            refresh_dependents=self._ensembles.refresh_dependents, spawn=self.spawn,
+        )
+        # --model-control-state: its store and the record read at start-up.
+        store, start = state or (None, (Record(), None))
+        self._desired = DesiredState(
+            store, start, poll_secs=settings.model_control_state_poll_secs,
+            load=self._follow_load, unload=self._follow_unload,
+            note_failure=self._note_failure, spawn=self.spawn,
+        )
+
+    def _model(self, name: str) -> ModelStatus:
+        return self._models.setdefault(name, ModelStatus())
+
+    # ------------------------------------------------------------------ start-up
+
+    async def on_load_startup_models(
+        self, message: LoadStartupModels, envelope: Envelope
+    ) -> StartupReport:
+        mode = self._settings.model_control_mode
+        if mode == "explicit" and "*" not in self._settings.load_models:
+            names = list(self._settings.load_models)
+        elif mode == "explicit" or mode in ("none", "poll"):
+            listing = await self.router.ask(REPOSITORY, ListModels())
+            assert isinstance(listing, ModelList)
+            names = list(listing.names)
+        else:
+            names = []
+        if mode == "poll":
+            await self._poller.begin()
+        failures: dict[str, str] = {}
+
+        async def load(name: str) -> None:
+            try:
+                await self._load(name, cause="start-up")
+            except InferdError as error:
+                failures[name] = error.message
+
+        self._required.update(names)
+        self._ensembles.mark_requested(*names)
+        async with anyio.create_task_group() as tasks:
+            for name in names:
+                tasks.start_soon(load, name)
+        await self._desired.apply_start_record({name for name in names if name not in failures})
+        self._started = True
+        if mode == "poll":
+            self.spawn(self._poller.poll_forever)
+        return StartupReport(failures)
+
+    # ------------------------------------------------------------------ repository API
+
+    async def on_load_request(self, request: LoadRequest, envelope: Envelope) -> Ack:
+        if self._settings.model_control_mode != "explicit":
+            raise Unavailable(NOT_EXPLICIT)
+        async with self._desired.recording(request.model):  # --model-control-state's write follows
+            try:
+                await self._load(request.model, request.config, request.files)
+            except InferdError as error:
+                raise load_failure(request.model, error) from None
+            self._ensembles.mark_requested(request.model)
+            self._required.add(request.model)
+            await self._desired.record_load(request.model, request.config, request.files)
+        return Ack()
+
+    async def on_unload_request(self, request: UnloadRequest, envelope: Envelope) -> Ack:
+        """As Triton's, the answer comes once the model takes no new request: at once when
+        none is in flight (the unload is then done), else while its versions are UNLOADING,
+        waiting for those requests in the background."""
+        if self._settings.model_control_mode != "explicit":
+            raise Unavailable(NOT_EXPLICIT)
+        self._required.discard(request.model)
+
+        async def unload() -> None:
+            async with self._desired.recording(request.model):
+                unloaded = await self._ensembles.unload_with_dependents(
+                    request.model, request.unload_dependents)
+                await self._desired.record_unload(request.model, unloaded)
+
+        await answer_when_retired(unload, self._models.get(request.model), self.spawn)
+        return Ack()
+
+    async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:
+        listing = await self.router.ask(REPOSITORY, ListModels())
+        assert isinstance(listing, ModelList)
+        catalogs = await self.router.ask(REPOSITORY, ReadCatalogs())
+        assert isinstance(catalogs, Catalogs)
+        return Index(index_entries(listing, self._models, catalogs.metadata,
+                                   ready_only=request.ready_only))
+
+    async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
+        """The repository's descriptions, with each model's state; a READY model's inputs and
+        outputs are those of the config its newest READY version is served with."""
+        described = await self.router.ask(REPOSITORY, DescribeModels(request.labels,
+                                                                      request.task))
+        assert isinstance(described, Catalog)
+        return Catalog(tuple(with_state(entry, self._models.get(entry.name))
+                             for entry in described.entries))
+
+    async def on_health_request(self, request: HealthRequest, envelope: Envelope) -> HealthStatus:
+        if request.what == "live":
+            return HealthStatus(True)
+        if not self._started:
+            return HealthStatus(False)
+        if not self._settings.strict_readiness:
+            return HealthStatus(True)
+        return HealthStatus(all(self._model(name).ready() for name in self._required))
+
+    # ------------------------------------------------------------------ POLL mode
+
+    async def on_poll_request(self, request: PollRequest, envelope: Envelope) -> Ack:
+        """Poll now. The folders must still hold still, for a short settle interval instead
+        of a whole poll period: the caller says it has finished copying."""
+        if self._settings.model_control_mode != "poll":
+            raise Unavailable("repository poll is only available with --model-control-mode=poll")
+        await self._poller.poll_now()
+        return Ack()
+
+    async def _poll_load(self, name: str) -> None:
+        try:
+            await self._load(name, cause="poll: a new or changed model folder")
+        except InferdError as error:
+            log.error("poll: %s", error.message)
+        else:
+            self._required.add(name)
+
+    async def _poll_unload(self, name: str, cause: str) -> None:
+        self._required.discard(name)
+        await self._unload(name, cause=cause)
+        model = self._models.get(name)
+        if model is not None and not model.ready() and model.lock.statistics().tasks_waiting == 0:
+            del self._models[name]  # gone from the repository: gone from the index
+
+    async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
+        return Metrics(load_durations(self._models))
+
+    # ------------------------------------------------------------------ executors
+
+    async def on_executor_lost(self, message: ExecutorLost, envelope: Envelope) -> None:
+        self._recovery.executor_lost(message.name, message.reason)
+
+    async def on_executor_hello(self, message: ExecutorHello, envelope: Envelope) -> None:
+        self._recovery.executor_started(message.name)
+
+    async def _reload_orphan(self, name: str) -> None:
+        # What served keeps serving: a cached copy stands in for unreadable storage.
+        await self._load(name, cause="its executor restarted", cached_ok=True)
+
+    # ------------------------------------------------------------------ for the ensembles
+
+    async def _unload_no_longer_required(self, name: str, cause: str) -> None:
+        self._required.discard(name)
+        await self._unload(name, cause=cause)
+
+    # ------------------------------------------------------------------ for the record
+
+    async def _follow_load(self, name: str, config: str, files: dict[str, bytes],
+                           cause: str) -> None:
+        await self._load(name, config, files, cause=cause)
+        self._ensembles.mark_requested(name)
+        self._required.add(name)
+
+    async def _follow_unload(self, name: str) -> None:
+        self._required.discard(name)
+        await self._ensembles.unload_with_dependents(name, True)
+        model = self._models.get(name)
+        if (model is not None and not model.versions and not model.lock.locked()
+                and model.lock.statistics().tasks_waiting == 0):
+            del self._models[name]  # it never loaded here: its error goes too
+
+    def _note_failure(self, name: str, why: str) -> None:
+        self._model(name).error, self._model(name).error_version = why, None
+
+    # ------------------------------------------------------------------ load and unload
+
+    async def _load(
+        self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
+        *, cause: str = "load requested", cached_ok: bool = False,
+    ) -> None:
+        # The name is checked before anything else, and the override files are written
+        # (every path checked first) before the model has an entry in the index: a refused
+        # request leaves no trace.
+        check_model_name(name)
+        if files and not config_override:
+            raise InvalidArgument(
+                f"failed to load '{name}': file overrides need a 'config' parameter too"
+            )
+        override_dir = write_override_files(name, files, self._override_root) if files else ""
+        try:
+            model = self._model(name)
+            async with model.lock:
+                model.cause = cause
+                await self._load_locked(name, model, config_override, override_dir, cached_ok)
+                if model.override_dir != override_dir:
+                    remove_override_folder(model.override_dir)
+                model.override_dir = override_dir
+        except InferdError:
+            remove_override_folder(override_dir)
+            raise
+        except BaseException:
+            remove_override_folder(override_dir)
+            raise
+
+    async def _load_locked(
+        self, name: str, model: ModelStatus, config_override: str, override_dir: str,
+        cached_ok: bool = False,
+    ) -> None:
+        """Resolve and load every version of ``name``; the caller owns ``override_dir``.
+
+        As Triton, a load is whole or nothing: every version the policy selects is brought
+        up (loaded beside the one serving, or kept when unchanged) before any serves; if one
+        fails, the copies brought up go again and what served before keeps serving. Only once
+        all serve do the versions the policy no longer selects unload."""
+        try:
+            resolved = await self.router.ask(
+                REPOSITORY, ResolveModel(name, config_override, override_dir, cached_ok)
+            )
+        except NotFound:
+            self._forget_if_unknown(name, model)
+            raise
+        except InferdError as error:
+            model.error, model.error_version = error.message, None
+            self._states.load_failed(name, model.serving(), error.message)
+            self._known_after_failure(name, model)
+            raise
+        assert isinstance(resolved, ResolvedModel)
+        try:
+            await self._ensembles.prepare(name, model, resolved)
+        except InferdError as error:
+            self._states.load_failed(name, model.serving(), error.message)
+            self._known_after_failure(name, model)
+            raise
+        # Past its config, as in Triton: until a version serves, its requests hear "has no
+        # available versions" (while it loads and warms up, and if the load fails).
+        self.router.tell(SCHEDULER, ModelKnown(name, tuple(resolved.versions)))
+        failures: dict[int, str] = {}
+        brought_up: dict[int, VersionStatus] = {}
+
+        async def bring_up(number: int) -> None:
+            try:
+                brought_up[number] = await self._versions.bring_up(name, model, resolved, number)
+            except InferdError as error:
+                failures[number] = error.message
+
+        if resolved.backend:
+            async with anyio.create_task_group() as tasks:
+                for number in resolved.versions:
+                    tasks.start_soon(bring_up, number)
+            if not failures:
+                for number in resolved.versions:
+                    await self._versions.serve(name, model, number, brought_up[number], resolved)
+        else:  # an ensemble: nothing to bring up, the scheduler serves it from its config
+            for number in resolved.versions:
+                try:
+                    await self._ensembles.serve_version(name, model, number, resolved)
+                except InferdError as error:
+                    failures[number] = error.message
+        if failures:
+            number, cause = min(failures.items())
+            model.error = (
+                f"load failed for model '{name}': version {number} is at"
+                f" UNAVAILABLE state: {cause}"
+            )
+            model.error_version = number
+            await self._versions.abandon(name, model, brought_up, model.error)
+            self.router.tell(SCHEDULER, ModelKnown(name))
+            raise InvalidArgument(model.error)
+        for number in [n for n in model.versions if n not in resolved.versions]:
+            await self._unloader.unload_version(name, model, number, reason="unloaded",
+                                                cause="no longer selected by the version policy")
+        model.error = ""
+
+    def _known_after_failure(self, name: str, model: ModelStatus) -> None:
+        """A load that failed before any version: a model that never had one stays unknown
+        to requests ("is not found", as Triton's config or duplicate failures), one that had
+        versions ends its wait for a reload."""
+        if model.versions:
+            self.router.tell(SCHEDULER, ModelKnown(name))
+
+    def _forget_if_unknown(self, name: str, model: ModelStatus) -> None:
+        """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless
+        the model was loaded before (from an override) or another load of it is waiting."""
+        if not model.versions and model.lock.statistics().tasks_waiting == 0:
+            model.error = ""
+            if self._models.get(name) is model:
+                del self._models[name]
+
+    async def _unload(self, name: str, *, cause: str = "unload requested") -> None:
+        model = self._models.get(name)
+        if model is None:
+            return
+        async with model.lock:
+            await self._unloader.unload_all(name, model, cause)
+            remove_override_folder(model.override_dir)
+            model.override_dir = ""
+
+    async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
+        """Unload everything (the last step of a graceful shutdown)."""
+        self._desired.stop_following()  # --model-control-state loads nothing more
+        async with anyio.create_task_group() as tasks:
+            for name in list(self._models):
+                tasks.start_soon(functools.partial(self._unload, name, cause="shutting down"))
+        return Ack()
+

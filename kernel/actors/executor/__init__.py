@@ -1,0 +1,5 @@
+"""The executor actor (``actor``) and its process's entry point (``main``): a model version's
+instances (``instance_slot``), warm-up, the python models' execution environments, the batch
+skeleton array-based backends share (``batched_instance``), a framework's per-process thread pools,
+the low-priority threads loads run on, and the clients' CUDA regions opened in its process
+(``device_memory``)."""

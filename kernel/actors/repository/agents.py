@@ -1,0 +1,95 @@
+"""Repository agents (Triton's ``model_repository_agents``): plugins that see a model's files
+before it loads and may change or refuse them, found by name in the registry plugins fill
+(``inferd_register_repository_agents``; the built-in ``checksum`` is
+``inferd.plugins.agents.checksum``).
+
+``run_agents`` runs the agents a config lists, in its order, on the model's local folder (a
+remote model's after its files were fetched): each may return another folder to load instead,
+or raise ``AgentRefused``; the load then fails with ``model '<name>': repository agent
+'<agent>': <its message>``, which the repository index shows as the model's reason. An agent
+no plugin registered fails the load the same way, naming the agents there are. Owns the
+contract and the order; the agents own their I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferd.kernel.runtime.registry import Registry, available, import_entry
+from inferd.protocols.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+
+class AgentRefused(InvalidArgument):
+    """An agent refuses the load; the message says why (Triton's words where it has them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentModel:
+    """What an agent sees of one load: the model's name, its folder (its files, relative to
+    which Triton's agents name paths), the versions about to load, its config, and this
+    agent's ``parameters`` from the config."""
+
+    name: str
+    folder: Path
+    versions: tuple[int, ...]
+    config: ModelConfig
+    parameters: Mapping[str, str]
+
+
+Agent = Callable[[AgentModel], "Path | str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """``name`` is the config's ``agents [{ name: ... }]``; ``entry`` is
+    ``"package.module:function"``, an ``Agent``, imported when a config first names it."""
+
+    name: str
+    entry: str
+
+    def load_function(self) -> Agent:
+        function: Agent = import_entry(self.entry)
+        return function
+
+
+class AgentRegistry(Registry[AgentSpec]):
+    """Filled by ``inferd_register_repository_agents`` hooks: ``registry.add(AgentSpec(...))``."""
+
+    kind = "repository agent"
+
+
+def run_agents(name: str, folder: Path, versions: Sequence[int], config: ModelConfig,
+               agents: AgentRegistry | None = None) -> Path:
+    """The folder to load ``name`` from once every agent its config lists has run;
+    ``InvalidArgument`` when one refuses, fails or is not installed. ``agents`` defaults to
+    the installed plugins' agents (looked up only when the config lists one)."""
+    listed = config.model_repository_agents.agents
+    if not listed:
+        return folder
+    if agents is None:
+        from inferd.kernel.runtime.plugin_manager import installed
+
+        agents = installed().agents()
+    for agent in listed:
+        spec = agents.get(agent.name)
+        if spec is None:
+            raise InvalidArgument(f"model '{name}': repository agent '{agent.name}' is not "
+                                  f"installed ({available(agents)})")
+        model = AgentModel(name, folder, tuple(versions), config, dict(agent.parameters))
+        try:
+            changed = spec.load_function()(model)
+        except AgentRefused as refusal:
+            raise InvalidArgument(f"model '{name}': repository agent '{agent.name}': "
+                                  f"{refusal.message}") from None
+        except Exception as error:  # noqa: BLE001 - a broken agent fails its load only
+            raise InvalidArgument(f"model '{name}': repository agent '{agent.name}' failed: "
+                                  f"{type(error).__name__}: {error}") from None
+        if changed is not None:
+            folder = Path(changed)
+    return folder

@@ -1,0 +1,8 @@
+"""Ensembles (SPEC 4) as the scheduler serves them.
+
+``planning`` turns an ensemble config into the order its steps may run in (pure; control and
+``inferd check`` use it too); ``served`` and ``pinning`` are what the scheduler keeps of a served
+ensemble and the versions one request runs on; ``running`` runs one request's dataflow through the
+composing models. Control's part (loading, serving, unloading an ensemble, and which ensembles use
+which models) is ``inferd.kernel.actors.control.ensembles`` and
+``inferd.kernel.actors.control.ensemble_dependencies``."""

@@ -1,0 +1,291 @@
+"""The CUDA half of the KServe shared-memory extension: regions of GPU memory a client shares.
+
+Owns the CUDA regions: opening a client's CUDA IPC handle (``cudaIpcOpenMemHandle`` on the
+device it names), refusing a region larger than the allocation behind the handle
+(``cuMemGetAddressRange``), the name -> region map and its status rows, the ``DeviceWindow``
+of a request's window (what a GPU executor is sent instead of the bytes: it opens the handle
+itself, ``inferd.kernel.actors.executor.device_memory``), and moving a window's bytes between the
+device and the host where the model runs elsewhere: an input is read into host memory with one copy,
+an output is written onto the device with one copy. Closing a handle waits for the last window of
+a request in flight (the region's finalizer runs when nothing holds it), so an unregister
+never pulls memory from under a running request; the finalizer then names the region to the
+executors that were sent its windows (``on_closed``), so they close theirs. Statuses and
+messages are Triton's
+(``src/shared_memory_manager.cc``, ``src/http_server.cc``).
+
+Every CUDA call goes through a ``CudaRuntime``: ``BindingsRuntime`` (NVIDIA's cuda-bindings,
+the ``cuda`` extra) where the server sees a GPU, none otherwise, and then a register is refused
+with Triton's message for a server without GPUs. Nothing touches CUDA before the first
+register, so a server that never sees a CUDA region never makes a CUDA context. Names are
+unique across system and CUDA regions; ``inferd.kernel.dataplane.system_shared_memory`` checks that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import itertools
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from inferd.kernel.runtime.devices import visible_gpus
+from inferd.protocols.errors import Internal, InvalidArgument, NotFound
+from inferd.protocols.messages import DeviceWindow
+
+IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+_serials = itertools.count(1)
+_live: weakref.WeakValueDictionary[int, CudaRegion] = weakref.WeakValueDictionary()
+
+OnClosed = Callable[[int, frozenset[str]], None]
+"""``on_closed(region serial, executors)``: a region's handle closed here; the executors
+that were sent its windows may close theirs."""
+
+
+class CudaCallFailed(Exception):
+    """A CUDA call answered an error; the message is CUDA's error string."""
+
+
+class CudaRuntime(Protocol):
+    """The CUDA calls the extension makes (the only thing its unit tests replace)."""
+
+    def open_ipc_handle(self, handle: bytes, device_id: int) -> int:
+        """``cudaSetDevice`` then ``cudaIpcOpenMemHandle``: the device pointer."""
+
+    def allocation_size(self, pointer: int, device_id: int) -> int:
+        """The bytes of the allocation ``pointer`` lies in (``cuMemGetAddressRange``)."""
+
+    def close_ipc_handle(self, pointer: int, device_id: int) -> None:
+        """``cudaIpcCloseMemHandle``."""
+
+    def copy_to_host(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        """``cudaMemcpy`` device -> host, complete when it returns."""
+
+    def copy_to_device(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        """``cudaMemcpy`` host -> device, complete when it returns."""
+
+
+def _call(function: Any, *arguments: Any) -> Any:
+    """``function(*arguments)`` of cuda-bindings, its values; ``CudaCallFailed`` for an error
+    it answers and for one it raises (a CUDA library it cannot load, say)."""
+    try:
+        result = function(*arguments)
+    except Exception as failure:
+        raise CudaCallFailed(f"{getattr(function, '__name__', function)}: {failure}") from None
+    return _checked(result)
+
+
+def _checked(result: Any) -> Any:
+    """cuda-bindings answer ``(error, *values)``; raise on an error, else the values."""
+    error, *values = result
+    if int(error) != 0:
+        raise CudaCallFailed(_error_text(error))
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _error_text(error: Any) -> str:
+    """CUDA's text for a runtime error; the enum's name for a driver one."""
+    from cuda.bindings import runtime
+
+    if isinstance(error, runtime.cudaError_t):
+        _, text = runtime.cudaGetErrorString(error)
+        return text.decode() if isinstance(text, bytes) else str(text)
+    return str(error)
+
+
+class BindingsRuntime:
+    """``CudaRuntime`` through cuda-bindings' runtime and driver modules."""
+
+    def __init__(self) -> None:
+        from cuda.bindings import driver, runtime
+
+        self._runtime = runtime
+        self._driver = driver
+
+    def open_ipc_handle(self, handle: bytes, device_id: int) -> int:
+        runtime = self._runtime
+        _call(runtime.cudaSetDevice, device_id)
+        ipc = runtime.cudaIpcMemHandle_t()
+        # The struct is the handle's 64 bytes; not every cuda-bindings release exposes its
+        # ``reserved`` field, so they are written through its address.
+        ctypes.memmove(ipc.getPtr(), handle, IPC_HANDLE_BYTES)
+        pointer = _call(runtime.cudaIpcOpenMemHandle, ipc,
+                        runtime.cudaIpcMemLazyEnablePeerAccess)
+        return int(pointer)
+
+    def allocation_size(self, pointer: int, device_id: int) -> int:
+        _call(self._runtime.cudaSetDevice, device_id)
+        _base, size = _call(self._driver.cuMemGetAddressRange, self._driver.CUdeviceptr(pointer))
+        return int(size)
+
+    def close_ipc_handle(self, pointer: int, device_id: int) -> None:
+        _call(self._runtime.cudaSetDevice, device_id)
+        _call(self._runtime.cudaIpcCloseMemHandle, pointer)
+
+    def copy_to_host(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        runtime = self._runtime
+        _call(runtime.cudaSetDevice, device_id)
+        kind = runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        _call(runtime.cudaMemcpy, target, source, byte_size, kind)
+
+    def copy_to_device(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        runtime = self._runtime
+        _call(runtime.cudaSetDevice, device_id)
+        kind = runtime.cudaMemcpyKind.cudaMemcpyHostToDevice
+        _call(runtime.cudaMemcpy, target, source, byte_size, kind)
+
+
+def present_runtime() -> CudaRuntime | None:
+    """cuda-bindings' runtime where this process sees a GPU and has cuda-bindings, else
+    ``None``. Imports cuda-bindings but makes no CUDA call (no context)."""
+    if not visible_gpus() or importlib.util.find_spec("cuda.bindings") is None:
+        return None
+    try:
+        return BindingsRuntime()
+    except ImportError:
+        return None
+
+
+def _close(runtime: CudaRuntime, pointer: int, device_id: int, serial: int,
+           sent_to: set[str], on_closed: OnClosed | None) -> None:
+    try:
+        runtime.close_ipc_handle(pointer, device_id)
+    except CudaCallFailed:
+        pass  # nothing is left to tell: the region is already gone from every list
+    if sent_to and on_closed is not None:
+        on_closed(serial, frozenset(sent_to))
+
+
+@dataclass(eq=False)
+class CudaRegion:
+    """One registered CUDA region: ``byte_size`` bytes of device memory at ``pointer``."""
+
+    name: str
+    device_id: int
+    byte_size: int
+    pointer: int
+    runtime: CudaRuntime
+    handle: bytes = b""
+    on_closed: OnClosed | None = field(default=None, repr=False)
+    serial: int = field(default_factory=lambda: next(_serials))
+    # The executors sent windows of it (``inferd.kernel.actors.scheduler.cuda_windows``), told when
+    # it closes.
+    sent_to: set[str] = field(default_factory=set)
+    _finalizer: weakref.finalize[..., CudaRegion] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Closes the handle once neither the registry nor a request in flight holds the region.
+        self._finalizer = weakref.finalize(
+            self, _close, self.runtime, self.pointer, self.device_id, self.serial,
+            self.sent_to, self.on_closed
+        )
+        _live[self.serial] = self
+
+    def window(self, offset: int, byte_size: int) -> DeviceWindow:
+        """``byte_size`` bytes from ``offset`` as an executor is sent them (bounds checked by
+        the caller)."""
+        return DeviceWindow(self.handle, self.device_id, offset, byte_size, self.serial)
+
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        """``byte_size`` bytes from ``offset`` copied into host memory (read-only)."""
+        host = bytearray(byte_size)
+        if byte_size:
+            address = ctypes.addressof((ctypes.c_char * byte_size).from_buffer(host))
+            try:
+                self.runtime.copy_to_host(address, self.pointer + offset, byte_size,
+                                          self.device_id)
+            except CudaCallFailed as error:
+                raise Internal(f"failed to read CUDA shared memory region '{self.name}': "
+                               f"{error}") from None
+        return memoryview(host).toreadonly()
+
+    def write(self, offset: int, data: memoryview) -> None:
+        """``data`` copied onto the device at ``offset``; the caller checked the bounds."""
+        if data.nbytes:
+            array = np.frombuffer(data, dtype=np.uint8)
+            address = int(array.ctypes.data)
+            try:
+                self.runtime.copy_to_device(self.pointer + offset, address, data.nbytes,
+                                            self.device_id)
+            except CudaCallFailed as error:
+                raise Internal(f"failed to write CUDA shared memory region '{self.name}': "
+                               f"{error}") from None
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def live_region(serial: int) -> CudaRegion | None:
+    """The region of that serial while anything still holds it (a window's ``region``)."""
+    return _live.get(serial)
+
+
+def refuse_without_gpus(name: str) -> InvalidArgument:
+    """What Triton built without GPUs answers a CUDA register."""
+    return InvalidArgument(
+        f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
+    )
+
+
+class CudaRegistry:
+    """The CUDA regions by name. ``runtime`` is looked up at the first register (``None``:
+    no GPU here, and every register is refused)."""
+
+    def __init__(
+        self, runtime: Callable[[], CudaRuntime | None] = present_runtime
+    ) -> None:
+        self._find_runtime = runtime
+        self._runtime: CudaRuntime | None = None
+        self._looked = False
+        self.regions: dict[str, CudaRegion] = {}
+        self.on_closed: OnClosed | None = None  # the data plane's: it tells the executors
+
+    def runtime(self) -> CudaRuntime | None:
+        if not self._looked:
+            self._runtime, self._looked = self._find_runtime(), True
+        return self._runtime
+
+    def register(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
+        """Open ``handle`` on ``device_id``; the caller checked the name is free."""
+        runtime = self.runtime()
+        if runtime is None:
+            raise refuse_without_gpus(name)
+        if len(handle) != IPC_HANDLE_BYTES:
+            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        if device_id < 0:
+            raise InvalidArgument("failed to register shared memory region: invalid args")
+        try:
+            pointer = runtime.open_ipc_handle(handle, device_id)
+        except CudaCallFailed:
+            # Triton logs CUDA's reason and tells the client no more than this.
+            raise InvalidArgument("failed to register shared memory region: invalid args") from None
+        region = CudaRegion(name, device_id, byte_size, pointer, runtime, handle,
+                            self.on_closed)
+        try:
+            size = runtime.allocation_size(pointer, device_id)
+        except CudaCallFailed:
+            size = -1
+        if byte_size > size:
+            region.close()
+            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
+        self.regions[name] = region
+
+    def unregister(self, name: str = "") -> None:
+        """Drop ``name`` (unknown: nothing happens), or every region; each handle closes when
+        the last request using it is done."""
+        for each in [name] if name else list(self.regions):
+            self.regions.pop(each, None)
+
+    def close(self) -> None:
+        for region in self.regions.values():
+            region.close()
+        self.regions.clear()
+
+    def region(self, name: str) -> CudaRegion:
+        region = self.regions.get(name)
+        if region is None:
+            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return region

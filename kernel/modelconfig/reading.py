@@ -1,0 +1,344 @@
+"""Pure functions on Triton's ``ModelConfig`` protobuf: parse, normalize, print.
+
+Owns reading a config from protobuf text (``config.pbtxt``) or JSON (a load override) with
+errors that say ``file:line:col: problem``, filling in Triton's defaults (name, backend and
+platform, default model file, version policy, instance groups, batching defaults), and
+printing the normalized config as Triton's ``GET v2/models/{m}/config`` JSON. The validation
+rules live in ``inferd.kernel.modelconfig.validation`` and are re-exported here. Nothing here
+touches the file system: whether a model file exists is asked through a callable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.modelconfig.validation import (
+    ENSEMBLE_PLATFORM,
+    PLATFORM_BACKENDS,
+    check_ensemble_graph,
+    validate,
+    validate_ensemble,
+)
+from inferd.protocols.errors import InvalidArgument
+
+__all__ = [
+    "ENSEMBLE_PLATFORM",
+    "MODEL_FILES",
+    "PLATFORM_BACKENDS",
+    "ModelConfig",
+    "backend_can_auto_complete",
+    "check_ensemble_graph",
+    "config_to_json",
+    "config_to_json_text",
+    "model_file_candidates",
+    "normalize",
+    "parse_config_json",
+    "parse_config_text",
+    "validate",
+    "validate_ensemble",
+]
+
+InstanceGroup = model_config_pb2.ModelInstanceGroup
+
+MODEL_FILES: tuple[tuple[str, str], ...] = (
+    ("model.savedmodel", "tensorflow"),
+    ("model.graphdef", "tensorflow"),
+    ("model.plan", "tensorrt"),
+    ("model.onnx", "onnxruntime"),
+    ("model.pt", "pytorch"),
+    ("model.pt2", "pytorch"),
+    ("model.py", "python"),
+)
+"""(default model file, backend) in the order Triton looks for them in a version folder."""
+
+# A backend's platform; the first listed where a backend has several (TensorFlow's formats,
+# told apart by their model file: FILE_PLATFORMS).
+BACKEND_PLATFORMS = {backend: platform for platform, backend in reversed(PLATFORM_BACKENDS.items())}
+FILE_PLATFORMS = {
+    "model.savedmodel": "tensorflow_savedmodel",
+    "model.graphdef": "tensorflow_graphdef",
+}
+PLATFORM_FILES = {platform: filename for filename, platform in FILE_PLATFORMS.items()}
+TORCH_EXPORT_FILENAME = "model.pt2"
+SEQUENCE_IDLE_DEFAULT_MICROSECONDS = 1_000_000
+
+_INT64_JSON_PATHS = (
+    "input[].dims",
+    "input[].reshape.shape",
+    "output[].dims",
+    "output[].reshape.shape",
+    "version_policy.specific.versions",
+    "dynamic_batching.max_queue_delay_microseconds",
+    "dynamic_batching.priority_levels",
+    "dynamic_batching.default_priority_level",
+    "dynamic_batching.default_queue_policy.default_timeout_microseconds",
+    "dynamic_batching.priority_queue_policy{}.default_timeout_microseconds",
+    "sequence_batching.max_sequence_idle_microseconds",
+    "sequence_batching.oldest.max_queue_delay_microseconds",
+    "sequence_batching.direct.max_queue_delay_microseconds",
+    "sequence_batching.state[].dims",
+    "sequence_batching.state[].initial_state[].dims",
+    "ensemble_scheduling.step[].model_version",
+    "model_warmup[].inputs{}.dims",
+)
+"""The 64-bit fields Triton prints as JSON numbers; protobuf's JSON prints them as strings.
+``[]`` walks every list item, ``{}`` every map value. The rest (cuda graph dims, secondary
+device ids) stay strings, as in Triton."""
+
+_LOCATION = re.compile(r"^\d+(?::\d+)? : ")
+_NO_FIELD = re.compile(r'^Message type "(?:[\w.]+\.)?(\w+)" has no field named "([^"]+)"\.?$')
+_NO_ENUM_VALUE = re.compile(r'^Enum type "(?:[\w.]+\.)?(\w+)" has no value named (\S+?)\.?$')
+_REPEATED_FIELD = re.compile(
+    r'^Message type "(?:[\w.]+\.)?(\w+)" should not have multiple "([^"]+)" fields\.?$'
+)
+
+
+def parse_config_text(text: str, filename: str) -> ModelConfig:
+    """Parse ``config.pbtxt`` text; errors read ``<filename>:<line>:<col>: <problem>``."""
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as error:
+        line, column = error.GetLine(), error.GetColumn()
+        problem = _short_problem(str(error), text, line)
+        where = filename if line is None else f"{filename}:{line}:{column or 1}"
+        raise InvalidArgument(f"{where}: {problem}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{filename}: messages are nested too deeply") from None
+    return config
+
+
+def parse_config_json(text: str) -> ModelConfig:
+    """Parse a ModelConfig given as JSON (camelCase or snake_case field names)."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise InvalidArgument(f"config override is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgument("config override must be a JSON object (a ModelConfig)")
+    config = ModelConfig()
+    try:
+        json_format.ParseDict(document, config)
+    except (json_format.ParseError, RecursionError) as error:
+        problem = str(error).split("\n", 1)[0].rstrip(".")
+        raise InvalidArgument(f"config override is not a valid model config: {problem}") from None
+    return config
+
+
+def model_file_candidates(backends: BackendRegistry) -> list[tuple[str, str]]:
+    """(file name, backend) pairs in lookup order: the built-in files first (a registered
+    backend claiming one of them wins over the built-in name), then other registered
+    backends' default files."""
+    candidates = []
+    for filename, builtin_backend in MODEL_FILES:
+        spec = backends.for_filename(filename)
+        candidates.append((filename, spec.name if spec is not None else builtin_backend))
+    known = {filename for filename, _ in candidates}
+    for spec in sorted(backends, key=lambda spec: spec.name):
+        if spec.default_filename and spec.default_filename not in known:
+            candidates.append((spec.default_filename, spec.name))
+            known.add(spec.default_filename)
+    return candidates
+
+
+def normalize(
+    config: ModelConfig,
+    *,
+    folder_name: str,
+    backends: BackendRegistry,
+    default_filename_present: Callable[[str], bool] | None = None,
+    gpu_ids: Sequence[int] = (),
+    backend_uses_gpu: Callable[[str], bool] | None = None,
+) -> ModelConfig:
+    """Return a copy of ``config`` with Triton's defaults filled in.
+
+    ``default_filename_present(name)`` says whether a version folder holds a file or folder
+    of that name; it is used to infer the backend when the config names none. ``gpu_ids``
+    are the GPUs of this machine (a ``KIND_GPU`` group naming none gets them all);
+    ``KIND_AUTO`` groups become ``KIND_GPU`` when there are any and ``backend_uses_gpu``
+    (every backend unless given) says the model's backend can run on one, else ``KIND_CPU``.
+    """
+    normalized = ModelConfig()
+    normalized.CopyFrom(config)
+    if not normalized.name:
+        normalized.name = folder_name
+    present = default_filename_present or (lambda filename: False)
+    if normalized.platform != ENSEMBLE_PLATFORM:
+        _fill_backend(normalized, backends, present)
+        on_gpu = backend_uses_gpu is None or backend_uses_gpu(normalized.backend)
+        _fill_instance_groups(normalized, gpu_ids, auto_on_gpu=on_gpu)
+        _fill_pinned_memory(normalized)
+    if normalized.version_policy.WhichOneof("policy_choice") is None:
+        normalized.version_policy.latest.num_versions = 1
+    _fill_batching_defaults(normalized)
+    return normalized
+
+
+def backend_can_auto_complete(config: ModelConfig) -> bool:
+    """Whether the config's backend fills in missing inputs/outputs from the model file."""
+    if config.backend in ("onnxruntime", "python", "tensorrt"):
+        return True
+    if config.platform == "tensorflow_savedmodel":
+        return True  # a GraphDef says too little of its tensors (as in Triton)
+    backend: str = config.backend
+    return backend == "pytorch" and config.default_model_filename == TORCH_EXPORT_FILENAME
+
+
+def config_to_json(config: ModelConfig) -> dict[str, Any]:
+    """The config as Triton prints it: snake_case names, every scalar, enum names, and the
+    64-bit fields of ``_INT64_JSON_PATHS`` as numbers."""
+    document: dict[str, Any]
+    # protobuf < 5.26 names the option that prints defaults differently (and its stubs
+    # know only their own name, so the option goes as a keyword mapping).
+    defaults: dict[str, Any] = {"always_print_fields_with_no_presence": True}
+    try:
+        document = json_format.MessageToDict(
+            config, preserving_proto_field_name=True, **defaults
+        )
+    except TypeError:
+        defaults = {"including_default_value_fields": True}
+        document = json_format.MessageToDict(
+            config, preserving_proto_field_name=True, **defaults
+        )
+    for path in _INT64_JSON_PATHS:
+        _numbers_at(document, path.split("."))
+    return document
+
+
+def config_to_json_text(config: ModelConfig) -> str:
+    return json.dumps(config_to_json(config), separators=(",", ":"))
+
+
+def _short_problem(message: str, text: str, line: int | None) -> str:
+    problem = _LOCATION.sub("", message, count=1)
+    problem = _strip_quoted_line(problem, text, line)
+    if match := _NO_FIELD.match(problem):
+        owner, field = match.groups()
+        return f'no field named "{field}"' + ("" if owner == "ModelConfig" else f" in {owner}")
+    if match := _NO_ENUM_VALUE.match(problem):
+        enum, value = match.groups()
+        return f'no value named "{value}" in enum {enum}'
+    if match := _REPEATED_FIELD.match(problem):
+        owner, field = match.groups()
+        return f'field "{field}" is set more than once in {owner}'
+    return problem.rstrip(".")
+
+
+def _strip_quoted_line(problem: str, text: str, line: int | None) -> str:
+    # protobuf prefixes some problems with the whole offending line in quotes; the
+    # line:col we print already points at it.
+    lines = text.splitlines()
+    if line is not None and 1 <= line <= len(lines):
+        for candidate in (lines[line - 1], lines[line - 1] + "\n"):
+            prefix = f"'{candidate}': "
+            if problem.startswith(prefix):
+                return problem[len(prefix):]
+    return problem
+
+
+def _fill_backend(
+    config: ModelConfig, backends: BackendRegistry, present: Callable[[str], bool]
+) -> None:
+    candidates = model_file_candidates(backends)
+    if not config.backend:
+        if config.platform:
+            spec = backends.for_platform(config.platform)
+            config.backend = PLATFORM_BACKENDS.get(config.platform) or (
+                spec.name if spec is not None else ""
+            )
+        elif config.default_model_filename:
+            config.backend = dict(candidates).get(config.default_model_filename, "")
+        else:
+            found = next(((f, b) for f, b in candidates if present(f)), None)
+            if found is not None:
+                config.default_model_filename, config.backend = found
+    if not config.backend:
+        return
+    if not config.default_model_filename:
+        own_files = [filename for filename, backend in candidates if backend == config.backend]
+        if config.platform in PLATFORM_FILES:
+            own_files = [PLATFORM_FILES[config.platform]]
+        chosen = next((f for f in own_files if present(f)), own_files[0] if own_files else "")
+        config.default_model_filename = chosen
+    torch_export = config.default_model_filename == TORCH_EXPORT_FILENAME
+    if not config.platform and config.backend in BACKEND_PLATFORMS and not torch_export:
+        config.platform = FILE_PLATFORMS.get(config.default_model_filename,
+                                             BACKEND_PLATFORMS[config.backend])
+
+
+def _fill_instance_groups(
+    config: ModelConfig, gpu_ids: Sequence[int], *, auto_on_gpu: bool
+) -> None:
+    if not config.instance_group:
+        config.instance_group.add()
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == InstanceGroup.KIND_AUTO:
+            on_gpu = (auto_on_gpu and bool(gpu_ids)
+                      and all(gpu in gpu_ids for gpu in group.gpus))
+            group.kind = InstanceGroup.KIND_GPU if on_gpu else InstanceGroup.KIND_CPU
+        # A negative count is left for validation to report.
+        if group.count == 0:
+            group.count = 1
+        if group.kind == InstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(gpu_ids)
+
+
+def _fill_pinned_memory(config: ModelConfig) -> None:
+    # Triton enables both by default and prints them; they change nothing on CPU.
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
+
+
+def _fill_batching_defaults(config: ModelConfig) -> None:
+    # An empty preferred list means "send when full", which a preferred size of
+    # max_batch_size says explicitly, as Triton prints it.
+    if (
+        config.HasField("dynamic_batching")
+        and not config.dynamic_batching.preferred_batch_size
+        and config.max_batch_size > 0
+    ):
+        config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        if sequence.max_sequence_idle_microseconds == 0:
+            sequence.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_MICROSECONDS
+        if (
+            sequence.HasField("oldest")
+            and not sequence.oldest.preferred_batch_size
+            and config.max_batch_size > 0
+        ):
+            sequence.oldest.preferred_batch_size.append(config.max_batch_size)
+
+
+def _numbers_at(node: Any, steps: list[str]) -> None:
+    step, rest = steps[0], steps[1:]
+    if not isinstance(node, dict):
+        return
+    if step.endswith(("[]", "{}")):
+        child = node.get(step[:-2])
+        items = child if isinstance(child, list) else (
+            list(child.values()) if isinstance(child, dict) else []
+        )
+        for item in items:
+            _numbers_at(item, rest)
+        return
+    if step not in node:
+        return
+    if rest:
+        _numbers_at(node[step], rest)
+        return
+    value = node[step]
+    node[step] = [int(item) for item in value] if isinstance(value, list) else int(value)

@@ -1,0 +1,124 @@
+"""The typed facade over pluggy: the only module that touches the PluginManager.
+
+Plugins come from the ``inferd`` entry-point group (built-ins included). Two environment
+variables filter them by entry-point name: ``INFERD_PLUGINS`` (comma-separated allow-list;
+unset means all) and ``INFERD_DISABLE_PLUGINS`` (deny-list, applied after). ``check_pending``
+runs at load so a misspelled hook fails loudly instead of silently never being called. Each
+registry is filled once per ``Plugins``; ``installed()`` is this process's plugins, loaded on
+first use, for the lookups that have no ``Plugins`` at hand (a cache name, a trace mode, a URL
+scheme, a record's store, a repository agent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.metadata
+import logging
+import os
+from typing import Any
+
+import pluggy
+
+from inferd.kernel import hookspecs
+from inferd.kernel.actors.control.desired_state_record import StateStoreRegistry
+from inferd.kernel.actors.repository.agents import AgentRegistry
+from inferd.kernel.actors.repository.remote_storage import StorageRegistry
+from inferd.kernel.actors.scheduler.cache_config import CacheRegistry
+from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.cli.commands import CommandRegistry
+from inferd.kernel.frontend import FrontendRegistry
+from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
+from inferd.kernel.runtime.registry import Registry
+
+log = logging.getLogger(__name__)
+
+ALLOW_ENV = "INFERD_PLUGINS"
+DENY_ENV = "INFERD_DISABLE_PLUGINS"
+
+
+def _names_from_env(variable: str) -> set[str] | None:
+    value = os.environ.get(variable)
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+class Plugins:
+    """The loaded plugins, and typed calls of their hooks."""
+
+    def __init__(self, manager: pluggy.PluginManager, loaded: list[str]) -> None:
+        self._manager = manager
+        self.loaded = loaded
+        self._registries: dict[str, Registry[Any]] = {}
+
+    @classmethod
+    def load(cls) -> Plugins:
+        manager = pluggy.PluginManager(hookspecs.PROJECT)
+        manager.add_hookspecs(hookspecs)
+        allow, deny = _names_from_env(ALLOW_ENV), _names_from_env(DENY_ENV) or set()
+        loaded = []
+        entry_points = importlib.metadata.entry_points(group=hookspecs.PROJECT)
+        for entry_point in sorted(entry_points, key=lambda ep: ep.name):
+            if (allow is not None and entry_point.name not in allow) or entry_point.name in deny:
+                log.debug("plugin %s skipped by %s/%s", entry_point.name, ALLOW_ENV, DENY_ENV)
+                continue
+            if manager.get_plugin(entry_point.name) is not None:
+                continue
+            manager.register(entry_point.load(), name=entry_point.name)
+            loaded.append(entry_point.name)
+        manager.check_pending()
+        return cls(manager, loaded)
+
+    def _filled(self, hook: str, registry: Registry[Any]) -> Any:
+        """``registry`` filled by every implementation of ``hook``, once per instance."""
+        if hook not in self._registries:
+            getattr(self._manager.hook, hook)(registry=registry)
+            self._registries[hook] = registry
+        return self._registries[hook]
+
+    def backends(self) -> BackendRegistry:
+        registry: BackendRegistry = self._filled("inferd_register_backends", BackendRegistry())
+        return registry
+
+    def frontends(self) -> FrontendRegistry:
+        registry: FrontendRegistry = self._filled("inferd_register_frontends",
+                                                  FrontendRegistry())
+        return registry
+
+    def caches(self) -> CacheRegistry:
+        registry: CacheRegistry = self._filled("inferd_register_caches", CacheRegistry())
+        return registry
+
+    def trace_sinks(self) -> TraceSinkRegistry:
+        registry: TraceSinkRegistry = self._filled("inferd_register_trace_sinks",
+                                                   TraceSinkRegistry())
+        return registry
+
+    def storages(self) -> StorageRegistry:
+        registry: StorageRegistry = self._filled("inferd_register_repository_storage",
+                                                 StorageRegistry())
+        return registry
+
+    def state_stores(self) -> StateStoreRegistry:
+        registry: StateStoreRegistry = self._filled("inferd_register_state_stores",
+                                                    StateStoreRegistry())
+        return registry
+
+    def commands(self) -> CommandRegistry:
+        registry: CommandRegistry = self._filled("inferd_register_commands", CommandRegistry())
+        return registry
+
+    def agents(self) -> AgentRegistry:
+        registry: AgentRegistry = self._filled("inferd_register_repository_agents",
+                                               AgentRegistry())
+        return registry
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        self._manager.hook.inferd_add_options(parser=parser)
+
+
+@functools.cache
+def installed() -> Plugins:
+    """This process's plugins, loaded once (``inferd serve`` loads its own and uses these)."""
+    return Plugins.load()

@@ -1,0 +1,388 @@
+"""The CUDA shared-memory extension without a GPU: only the CUDA calls are replaced, by
+``FakeCuda``, whose device memory is host memory that it lends out only through opened IPC
+handles and checks as CUDA would (a handle opened once per process, copies only inside an
+opened allocation, nothing after a close). The registry, the data plane and the HTTP/gRPC
+codecs are the real ones."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2
+
+from inferd.kernel.actors.scheduler.cuda_windows import on_host
+from inferd.kernel.dataplane.cuda_shared_memory import CudaCallFailed, CudaRegistry, present_runtime
+from inferd.kernel.dataplane.data_plane import DataPlane
+from inferd.kernel.dataplane.system_shared_memory import SharedMemoryRegistry
+from inferd.kernel.runtime.devices import visible_gpus
+from inferd.protocols import kserve_grpc_admin, kserve_http_admin
+from inferd.protocols.errors import ErrorCode, InferdError
+from inferd.protocols.messages import (
+    Ack,
+    InferRequest,
+    InferResponse,
+    Message,
+    SharedMemoryInferRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryInput,
+    SharedMemoryOutput,
+    SharedMemoryRef,
+    SharedMemoryRegionStatus,
+    SharedMemoryRegister,
+    SharedMemoryStatus,
+    SharedMemoryStatusRequest,
+    SharedMemoryUnregister,
+    Tensor,
+)
+
+
+def address(memory: bytearray) -> int:
+    return ctypes.addressof((ctypes.c_char * len(memory)).from_buffer(memory))
+
+
+class FakeCuda:
+    """``CudaRuntime`` over host memory: what a client's ``cudaMalloc`` + ``cudaIpcGetMemHandle``
+    made (``allocate``), refusing what the real calls refuse."""
+
+    def __init__(self) -> None:
+        self.allocations: dict[bytes, tuple[bytearray, int]] = {}
+        self.opened: dict[int, bytes] = {}
+        self.closed: list[bytes] = []
+        self.copies: list[str] = []
+
+    def allocate(self, size: int, device: int = 0) -> tuple[bytes, bytearray]:
+        handle = os.urandom(64)
+        memory = bytearray(size)
+        self.allocations[handle] = (memory, device)
+        return handle, memory
+
+    def open_ipc_handle(self, handle: bytes, device_id: int) -> int:
+        if handle not in self.allocations or self.allocations[handle][1] != device_id:
+            raise CudaCallFailed("invalid argument")
+        pointer = address(self.allocations[handle][0])
+        if pointer in self.opened:  # one open per handle and context
+            raise CudaCallFailed("invalid resource handle")
+        self.opened[pointer] = handle
+        return pointer
+
+    def allocation_size(self, pointer: int, device_id: int) -> int:
+        return len(self.allocations[self.opened[pointer]][0])
+
+    def close_ipc_handle(self, pointer: int, device_id: int) -> None:
+        handle = self.opened.pop(pointer, None)
+        if handle is None:
+            raise CudaCallFailed("invalid argument")
+        self.closed.append(handle)
+
+    def _check(self, pointer: int, byte_size: int, device_id: int) -> None:
+        for base, handle in self.opened.items():
+            memory, device = self.allocations[handle]
+            if base <= pointer and pointer + byte_size <= base + len(memory):
+                assert device == device_id, "a copy on another device than the region's"
+                return
+        raise CudaCallFailed("invalid argument")  # outside every opened allocation
+
+    def copy_to_host(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        self._check(source, byte_size, device_id)
+        self.copies.append("to host")
+        ctypes.memmove(target, source, byte_size)
+
+    def copy_to_device(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        self._check(target, byte_size, device_id)
+        self.copies.append("to device")
+        ctypes.memmove(target, source, byte_size)
+
+
+@pytest.fixture
+def cuda() -> FakeCuda:
+    return FakeCuda()
+
+
+@pytest.fixture
+def registry(cuda: FakeCuda, tmp_path: Path) -> SharedMemoryRegistry:
+    (tmp_path / "data").write_bytes(bytes(4096))
+    return SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: cuda))
+
+
+class EchoRouter:
+    """A scheduler of a model on the CPU answering each input ``INx`` as output ``OUTx``: as
+    the real one, it has CUDA inputs read to the host (``on_host``); ``gate`` holds the
+    answer until it is set."""
+
+    def __init__(self) -> None:
+        self.seen: list[InferRequest] = []
+        self.gate: anyio.Event | None = None
+        self.arrived = anyio.Event()
+
+    async def call(self, owner: str, request: Message) -> Message:
+        assert isinstance(request, InferRequest)
+        request = on_host(request)
+        self.seen.append(request)
+        self.arrived.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        outputs = tuple(Tensor(t.name.replace("IN", "OUT"), t.datatype, t.shape, t.data)
+                        for t in request.inputs)
+        return InferResponse(request.model, "1", outputs)
+
+
+def handle(dataplane: DataPlane, request: Message) -> Message:
+    async def run() -> Message:
+        return await dataplane.handle(request)
+
+    return anyio.run(run)
+
+
+def error_of(dataplane: DataPlane, request: Message) -> InferdError:
+    with pytest.raises(InferdError) as error:
+        handle(dataplane, request)
+    return error.value
+
+
+def register(name: str, handle_bytes: bytes, size: int, device: int = 0) -> SharedMemoryRegister:
+    return SharedMemoryRegister(name, "", size, memory="cuda", raw_handle=handle_bytes,
+                                device_id=device)
+
+
+def test_register_status_and_unregister_one_or_all(
+        registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    first, _ = cuda.allocate(256)
+    second, _ = cuda.allocate(512, device=1)
+    assert isinstance(handle(dataplane, register("a", first, 256)), Ack)
+    assert isinstance(handle(dataplane, register("b", second, 100, device=1)), Ack)
+    status = handle(dataplane, SharedMemoryStatusRequest(memory="cuda"))
+    assert status == SharedMemoryStatus((SharedMemoryRegionStatus("a", "", 0, 256, 0),
+                                         SharedMemoryRegionStatus("b", "", 0, 100, 1)))
+    assert handle(dataplane, SharedMemoryStatusRequest()) == SharedMemoryStatus(())
+    assert handle(dataplane, SharedMemoryUnregister("a", "cuda")) == Ack()
+    assert cuda.closed == [first]
+    handle(dataplane, SharedMemoryUnregister("unknown", "cuda"))  # not an error, as in Triton
+    handle(dataplane, SharedMemoryUnregister(memory="cuda"))
+    assert cuda.closed == [first, second] and not cuda.opened
+    assert handle(dataplane, register("a", first, 256)) == Ack()  # the name is free again
+    registry.close()
+    assert not cuda.opened
+
+
+def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    allocation, _ = cuda.allocate(64)
+    handle(dataplane, register("gpu", allocation, 64))
+    handle(dataplane, SharedMemoryRegister("host", "/data", 64))
+    other, _ = cuda.allocate(64)
+    cases: list[tuple[Message, ErrorCode, str]] = [
+        (register("gpu", other, 64), ErrorCode.ALREADY_EXISTS,
+         "shared memory region 'gpu' already in manager"),
+        (register("host", other, 64), ErrorCode.ALREADY_EXISTS,
+         "shared memory region 'host' already in manager"),
+        (SharedMemoryRegister("gpu", "/data", 64), ErrorCode.ALREADY_EXISTS,
+         "shared memory region 'gpu' already in manager"),
+        (register("", other, 64), ErrorCode.INVALID_ARGUMENT,
+         "'region name' is necessary to register cuda shared memory region"),
+        (register("short", other[:60], 64), ErrorCode.INVALID_ARGUMENT,
+         "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"),
+        (register("stranger", os.urandom(64), 64), ErrorCode.INVALID_ARGUMENT,
+         "failed to register shared memory region: invalid args"),
+        (register("elsewhere", other, 64, device=3), ErrorCode.INVALID_ARGUMENT,
+         "failed to register shared memory region: invalid args"),
+        (register("big", other, 65), ErrorCode.INVALID_ARGUMENT,
+         "failed to register shared memory region 'big': invalid args"),
+        (SharedMemoryStatusRequest("nope", "cuda"), ErrorCode.NOT_FOUND,
+         "Unable to find cuda shared memory region: 'nope'"),
+        (SharedMemoryStatusRequest("host", "cuda"), ErrorCode.NOT_FOUND,
+         "The region named 'host' is registered as system shared memory, not CUDA shared "
+         "memory"),
+        (SharedMemoryStatusRequest("gpu"), ErrorCode.NOT_FOUND,
+         "The region named 'gpu' is registered as CUDA shared memory, not system shared "
+         "memory"),
+    ]
+    for request, code, message in cases:
+        error = error_of(dataplane, request)
+        assert (error.code, error.message) == (code, message), request
+    assert cuda.closed == [other]  # the region too big for its allocation is closed again
+    # Unregistering a name of the other kind leaves it, as Triton does.
+    handle(dataplane, SharedMemoryUnregister("host", "cuda"))
+    handle(dataplane, SharedMemoryUnregister("gpu", "system"))
+    assert [r.name for r in registry.status(memory="cuda").regions] == ["gpu"]
+    assert [r.name for r in registry.status().regions] == ["host"]
+
+
+def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
+        registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
+    router = EchoRouter()
+    dataplane = DataPlane(router, shared_memory=registry)  # type: ignore[arg-type]
+    values = np.arange(16, dtype=np.float32)
+    inputs, device_inputs = cuda.allocate(128)
+    outputs, device_outputs = cuda.allocate(128)
+    device_inputs[64:128] = values.tobytes()
+    handle(dataplane, register("in", inputs, 128))
+    handle(dataplane, register("out", outputs, 128))
+    request = SharedMemoryInferRequest(
+        InferRequest("m", (), outputs=("OUT0",)),
+        (SharedMemoryInput("IN0", "FP32", (16,), SharedMemoryRef("in", 64, 64)),),
+        {"OUT0": SharedMemoryRef("out", 64, 32)},
+    )
+    reply = handle(dataplane, request)
+    assert isinstance(reply, SharedMemoryInferResponse)
+    assert reply.outputs == (SharedMemoryOutput("OUT0", "FP32", (16,),
+                                                SharedMemoryRef("out", 64, 32)),)
+    sent = router.seen[0].inputs[0]
+    assert isinstance(sent, Tensor) and sent.data.tolist() == values.tolist()
+    assert not sent.data.flags.writeable
+    assert bytes(device_outputs[32:96]) == values.tobytes()
+    assert cuda.copies == ["to host", "to device"]
+
+    outside = SharedMemoryInferRequest(
+        InferRequest("m", ()),
+        (SharedMemoryInput("IN0", "FP32", (16,), SharedMemoryRef("in", 64, 65)),),
+    )
+    error = error_of(dataplane, outside)
+    assert (error.code, error.message) == (
+        ErrorCode.INVALID_ARGUMENT, "Invalid offset + byte size for shared memory region: 'in'")
+    small = SharedMemoryInferRequest(
+        InferRequest("m", (), outputs=("OUT0",)),
+        (SharedMemoryInput("IN0", "FP32", (16,), SharedMemoryRef("in", 64, 64)),),
+        {"OUT0": SharedMemoryRef("out", 32)},
+    )
+    error = error_of(dataplane, small)
+    assert error.message == ("shared memory size specified with the request for output 'OUT0' "
+                             "(32 bytes) should be at least 64 bytes to hold the results")
+    assert len(router.seen) == 2  # a bad window is refused before the model runs
+    cuda.opened.clear()  # the memory went away under the server: CUDA refuses the copy
+    error = error_of(dataplane, request)
+    assert (error.code, error.message) == (
+        ErrorCode.INTERNAL, "failed to read CUDA shared memory region 'in': invalid argument")
+
+
+def test_an_unregister_during_a_request_closes_the_handle_after_it(
+        registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
+    router = EchoRouter()
+    router.gate = anyio.Event()
+    dataplane = DataPlane(router, shared_memory=registry)  # type: ignore[arg-type]
+    allocation, memory = cuda.allocate(64)
+    handle(dataplane, register("out", allocation, 64))
+    request = SharedMemoryInferRequest(
+        InferRequest("m", (), outputs=("OUT0",)),
+        (Tensor("IN0", "INT32", (16,), np.full(16, 7, np.int32)),),
+        {"OUT0": SharedMemoryRef("out", 64)},
+    )
+    replies: list[Message] = []
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as group:
+            async def infer() -> None:
+                replies.append(await dataplane.handle(request))
+
+            group.start_soon(infer)
+            await router.arrived.wait()
+            await dataplane.handle(SharedMemoryUnregister("out", "cuda"))
+            assert registry.status(memory="cuda").regions == ()
+            assert cuda.closed == []  # the request in flight still writes there
+            assert router.gate is not None
+            router.gate.set()
+
+    anyio.run(scenario)
+    gc.collect()
+    assert isinstance(replies[0], SharedMemoryInferResponse)
+    assert bytes(memory) == np.full(16, 7, np.int32).tobytes()
+    assert cuda.closed == [allocation]
+
+
+def test_without_a_gpu_every_register_is_refused_with_tritons_message(tmp_path: Path) -> None:
+    looked: list[bool] = []
+
+    def no_gpu() -> None:
+        looked.append(True)
+
+    registry = SharedMemoryRegistry(tmp_path, CudaRegistry(no_gpu))
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    assert looked == []  # nothing is looked up (no CUDA context) before a CUDA request
+    refused = error_of(dataplane, register("g", os.urandom(64), 64))
+    assert (refused.code, refused.message) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "failed to register CUDA shared memory region: 'g', GPUs not supported")
+    assert handle(dataplane, SharedMemoryStatusRequest(memory="cuda")) == SharedMemoryStatus(())
+    assert isinstance(handle(dataplane, SharedMemoryUnregister(memory="cuda")), Ack)
+    missing = error_of(dataplane, SharedMemoryStatusRequest("g", "cuda"))
+    assert (missing.code, missing.message) == (
+        ErrorCode.NOT_FOUND, "Unable to find cuda shared memory region: 'g'")
+    assert looked == [True]
+
+
+@pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU")
+def test_a_machine_without_gpus_has_no_cuda_runtime() -> None:
+    assert present_runtime() is None
+
+
+def test_the_bindings_runtime_turns_every_cuda_error_into_one_exception() -> None:
+    # Where cuda-bindings is installed but no GPU or driver answers, each call fails as
+    # CudaCallFailed with CUDA's text, which the registry turns into Triton's message.
+    bindings = pytest.importorskip("cuda.bindings.runtime")
+    if bool(visible_gpus()):
+        pytest.skip("this machine has a GPU")
+    from inferd.kernel.dataplane.cuda_shared_memory import BindingsRuntime
+
+    runtime = BindingsRuntime()
+    assert bindings is not None
+    for call, arguments in ((runtime.open_ipc_handle, (bytes(64), 0)),
+                            (runtime.allocation_size, (4096, 0)),
+                            (runtime.copy_to_host, (0, 0, 1, 0)),
+                            (runtime.close_ipc_handle, (4096, 0))):
+        with pytest.raises(CudaCallFailed):
+            call(*arguments)
+    registry = SharedMemoryRegistry(Path("/nonexistent"), CudaRegistry(lambda: runtime))
+    with pytest.raises(InferdError) as error:
+        registry.register_cuda("r", os.urandom(64), 0, 64)
+    assert error.value.message == "failed to register shared memory region: invalid args"
+
+
+# --------------------------------------------------------------------------------- codecs
+
+
+def test_http_register_body_and_status_rows() -> None:
+    import base64
+
+    raw = os.urandom(64)
+    body = json.dumps({"raw_handle": {"b64": base64.b64encode(raw).decode()},
+                       "device_id": 1, "byte_size": 4096}).encode()
+    assert kserve_http_admin.decode_shared_memory_register("r", body, "cuda") == (
+        register("r", raw, 4096, device=1))
+    for document, message in [
+        ({"device_id": 0, "byte_size": 1},
+         "Shared memory register request has no 'raw_handle' field"),
+        ({"raw_handle": "abc", "device_id": 0, "byte_size": 1},
+         "'raw_handle' must be an object with a base64 string 'b64'"),
+        ({"raw_handle": {"b64": "AA=="}, "byte_size": 1},
+         "Shared memory register request has no 'device_id' field"),
+        ({"raw_handle": {"b64": "AA=="}, "device_id": -1, "byte_size": 1},
+         "'device_id' must be a non-negative integer, got -1"),
+    ]:
+        with pytest.raises(InferdError) as error:
+            kserve_http_admin.decode_shared_memory_register(
+                "r", json.dumps(document).encode(), "cuda")
+        assert (error.value.code, error.value.message) == (ErrorCode.INVALID_ARGUMENT, message)
+    status = SharedMemoryStatus((SharedMemoryRegionStatus("r", "", 0, 4096, 1),))
+    assert json.loads(kserve_http_admin.encode_shared_memory_status(status, "cuda")) == [
+        {"name": "r", "device_id": 1, "byte_size": 4096}]
+
+
+def test_grpc_register_request_and_status_response() -> None:
+    raw = os.urandom(64)
+    request: Any = service_pb2.CudaSharedMemoryRegisterRequest(
+        name="r", raw_handle=raw, device_id=2, byte_size=64)
+    assert kserve_grpc_admin.decode_shared_memory_register(request, "cuda") == (
+        register("r", raw, 64, device=2))
+    status = SharedMemoryStatus((SharedMemoryRegionStatus("r", "", 0, 64, 2),))
+    reply = kserve_grpc_admin.encode_shared_memory_status(status, "cuda")
+    assert isinstance(reply, service_pb2.CudaSharedMemoryStatusResponse)
+    row = reply.regions["r"]
+    assert (row.name, row.device_id, row.byte_size) == ("r", 2, 64)

@@ -1,0 +1,237 @@
+"""The system shared-memory registry and the data plane's use of it, without a server: objects
+are plain files in a temporary folder standing in for ``/dev/shm``, and the scheduler is a fake
+that echoes each input as an output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from inferd.kernel.dataplane.cuda_shared_memory import CudaRegistry
+from inferd.kernel.dataplane.data_plane import DataPlane
+from inferd.kernel.dataplane.system_shared_memory import (
+    SharedMemoryRegistry,
+    fits,
+    mapping_window,
+    object_name,
+)
+from inferd.protocols.errors import ErrorCode, InferdError
+from inferd.protocols.messages import (
+    Ack,
+    InferRequest,
+    InferResponse,
+    Message,
+    SharedMemoryInferRequest,
+    SharedMemoryInferResponse,
+    SharedMemoryInput,
+    SharedMemoryOutput,
+    SharedMemoryRef,
+    SharedMemoryRegister,
+    SharedMemoryStatus,
+    SharedMemoryStatusRequest,
+    SharedMemoryUnregister,
+    Tensor,
+)
+from inferd.protocols.tensors import from_numpy
+
+OBJECT_BYTES = 3 * 4096
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "data").write_bytes(bytes(range(256)) * (OBJECT_BYTES // 256))
+    return tmp_path
+
+
+@pytest.fixture
+def registry(root: Path) -> SharedMemoryRegistry:
+    return SharedMemoryRegistry(root)
+
+
+def error_of(call: Any, *arguments: Any) -> InferdError:
+    with pytest.raises(InferdError) as error:
+        call(*arguments)
+    return error.value
+
+
+# ------------------------------------------------------------------------------ pure parts
+
+
+@pytest.mark.parametrize(("key", "name"), [
+    ("/data", "data"), ("data", "data"), ("//data", "data"), ("/a/b", None), ("/", None),
+    ("", None), ("/..", None), ("/.", None), ("/x\0y", None),
+])
+def test_object_name(key: str, name: str | None) -> None:
+    assert object_name(key) == name
+
+
+def test_mapping_window_aligns_the_file_offset() -> None:
+    assert mapping_window(0, 10, 4096) == (0, 10, 0)
+    assert mapping_window(5000, 10, 4096) == (4096, 914, 904)
+    assert mapping_window(8192, 1, 4096) == (8192, 1, 0)
+
+
+def test_fits() -> None:
+    assert fits(0, 16, 16) and fits(16, 0, 16) and fits(4, 12, 16)
+    assert not fits(4, 13, 16) and not fits(-1, 1, 16) and not fits(0, -1, 16)
+
+
+# -------------------------------------------------------------------------------- registry
+
+
+def test_register_status_and_views(registry: SharedMemoryRegistry, root: Path) -> None:
+    registry.register("whole", "/data", 0, OBJECT_BYTES)
+    registry.register("tail", "data", 5000, 100)
+    status = registry.status()
+    assert [(r.name, r.key, r.offset, r.byte_size) for r in status.regions] == [
+        ("tail", "data", 5000, 100), ("whole", "/data", 0, OBJECT_BYTES),  # by name
+    ]
+    assert [r.name for r in registry.status("tail").regions] == ["tail"]
+    content = (root / "data").read_bytes()
+    assert bytes(registry.view(SharedMemoryRef("tail", 10, 4))) == content[5004:5014]
+    registry.view(SharedMemoryRef("whole", 4, 0))[:] = b"\xff" * 4
+    assert (root / "data").read_bytes()[:4] == b"\xff" * 4  # writes reach the object
+
+
+def test_registry_errors(registry: SharedMemoryRegistry) -> None:
+    registry.register("r", "/data", 0, 64)
+    twice = error_of(registry.register, "r", "/data", 0, 64)
+    assert (twice.code, twice.message) == (
+        ErrorCode.ALREADY_EXISTS, "shared memory region 'r' already in manager"
+    )
+    past = error_of(registry.register, "p", "/data", 4096, OBJECT_BYTES)
+    assert (past.code, past.message) == (
+        ErrorCode.INVALID_ARGUMENT, "failed to register shared memory region 'p': invalid args"
+    )
+    missing = error_of(registry.register, "m", "/missing", 0, 1)
+    assert missing.message == "Unable to open shared memory region: '/missing'"
+    assert error_of(registry.register, "e", "/../etc/passwd", 0, 1).code == (
+        ErrorCode.INVALID_ARGUMENT
+    )
+    (registry._root / "link").symlink_to(registry._root / "data")  # anyone can add links
+    (registry._root / "folder").mkdir()
+    for key in ("/link", "/folder"):
+        refused = error_of(registry.register, key, key, 0, 1)
+        assert refused.message == f"Unable to open shared memory region: '{key}'"
+    unknown = error_of(registry.status, "nope")
+    assert (unknown.code, unknown.message) == (
+        ErrorCode.NOT_FOUND, "Unable to find system shared memory region: 'nope'"
+    )
+    not_found = error_of(registry.view, SharedMemoryRef("nope", 1))
+    assert not_found.message == "Unable to find shared memory region: 'nope'"
+    outside = error_of(registry.view, SharedMemoryRef("r", 8, 60))
+    assert (outside.code, outside.message) == (
+        ErrorCode.INVALID_ARGUMENT, "Invalid offset + byte size for shared memory region: 'r'"
+    )
+
+
+def test_unregister_one_all_and_unknown(registry: SharedMemoryRegistry) -> None:
+    for name in ("a", "b", "c"):
+        registry.register(name, "/data", 0, 16)
+    registry.unregister("unknown")
+    registry.unregister("a")
+    assert [r.name for r in registry.status().regions] == ["b", "c"]
+    registry.unregister()
+    assert len(registry) == 0
+
+
+def test_a_view_outlives_its_unregistered_region(
+    registry: SharedMemoryRegistry, root: Path
+) -> None:
+    registry.register("r", "/data", 0, 16)
+    array = np.frombuffer(registry.view(SharedMemoryRef("r", 16)), dtype=np.uint8)
+    registry.unregister("r")
+    registry.register("r", "/data", 0, 16)  # the name is free again at once
+    assert array.tolist() == list(range(16))  # the old mapping is still there
+    array[0] = 42
+    assert (root / "data").read_bytes()[0] == 42
+
+
+# ------------------------------------------------------------------------------ data plane
+
+
+class EchoRouter:
+    """A scheduler that answers every inference request with its inputs renamed as outputs
+    (``IN`` -> ``OUT``), and keeps the requests it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[InferRequest] = []
+
+    async def ask(self, owner: str, request: Message) -> Message:
+        assert isinstance(request, InferRequest)
+        self.seen.append(request)
+        outputs = tuple(
+            Tensor(t.name.replace("IN", "OUT"), t.datatype, t.shape, t.data)
+            for t in request.inputs
+        )
+        return InferResponse(request.model, "1", outputs)
+
+    call = ask  # the data plane sends inferences to a local scheduler with Router.call
+
+
+def handle(dataplane: DataPlane, request: Message) -> Message:
+    async def run() -> Message:
+        return await dataplane.handle(request)
+
+    return anyio.run(run)
+
+
+def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root: Path) -> None:
+    router = EchoRouter()
+    dataplane = DataPlane(router, shared_memory=registry)  # type: ignore[arg-type]
+    assert isinstance(handle(dataplane, SharedMemoryRegister("in", "/data", 64, 0)), Ack)
+    handle(dataplane, SharedMemoryRegister("out", "/data", 64, 4096))
+    status = handle(dataplane, SharedMemoryStatusRequest())
+    assert isinstance(status, SharedMemoryStatus) and len(status.regions) == 2
+    values = np.arange(16, dtype=np.int32)
+    (root / "data").write_bytes(values.tobytes() + bytes(OBJECT_BYTES - 64))
+    inline = from_numpy("IN1", np.ones(4, np.float32))
+    request = SharedMemoryInferRequest(
+        InferRequest("m", (), outputs=("OUT0", "OUT1")),
+        (SharedMemoryInput("IN0", "INT32", (16,), SharedMemoryRef("in", 64)), inline),
+        {"OUT0": SharedMemoryRef("out", 64)},
+    )
+    reply = handle(dataplane, request)
+    assert isinstance(reply, SharedMemoryInferResponse)
+    written, returned = reply.outputs
+    assert written == SharedMemoryOutput("OUT0", "INT32", (16,), SharedMemoryRef("out", 64))
+    assert isinstance(returned, Tensor) and returned.name == "OUT1"
+    assert (root / "data").read_bytes()[4096 : 4096 + 64] == values.tobytes()
+    sent = router.seen[0]
+    assert [type(t) for t in sent.inputs] == [Tensor, Tensor]  # never a region reference
+    assert not sent.inputs[0].data.flags.writeable  # the client's memory stays the client's
+    assert isinstance(handle(dataplane, SharedMemoryUnregister()), Ack)
+
+
+def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry) -> None:
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    registry.register("out", "/data", 0, 64)
+    request = SharedMemoryInferRequest(
+        InferRequest("m", (), outputs=("OUT0",)),
+        (from_numpy("IN0", np.zeros(16, np.int32)),),
+        {"OUT0": SharedMemoryRef("out", 32)},
+    )
+    error = error_of(handle, dataplane, request)
+    assert (error.code, error.message) == (
+        ErrorCode.INVALID_ARGUMENT,
+        "shared memory size specified with the request for output 'OUT0' (32 bytes) should be "
+        "at least 64 bytes to hold the results",
+    )
+
+
+def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
+    # tests/kernel/dataplane/test_cuda_shared_memory.py has the CUDA regions of a server with a GPU.
+    registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    refused = error_of(handle, dataplane, SharedMemoryRegister("g", "", 16, memory="cuda"))
+    assert refused.code == ErrorCode.INVALID_ARGUMENT
+    assert refused.message == (
+        "failed to register CUDA shared memory region: 'g', GPUs not supported")
+    assert handle(dataplane, SharedMemoryStatusRequest(memory="cuda")) == SharedMemoryStatus(())
+    assert isinstance(handle(dataplane, SharedMemoryUnregister(memory="cuda")), Ack)
+    missing = error_of(handle, dataplane, SharedMemoryStatusRequest("g", "cuda"))
+    assert missing.message == "Unable to find cuda shared memory region: 'g'"
