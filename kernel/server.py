@@ -28,6 +28,7 @@ from inferd.kernel.actors.scheduler import SchedulerActor
 from inferd.kernel.addresses import CONTROL, EXECUTORS, SCHEDULER
 from inferd.kernel.control_state import Record, RecordError, Store, open_store
 from inferd.kernel.dataplane import DataPlane
+from inferd.kernel.dataplane_on_demand import OnDemandRequests
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.metrics_config import metrics_config_from_options
 from inferd.kernel.plugins import Plugins
@@ -112,7 +113,9 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES, state)
-    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer)
+    on_demand = (OnDemandRequests(router, settings.model_load_on_demand_timeout_secs)
+                 if settings.model_load_on_demand else None)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=on_demand)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tasks:
