@@ -71,15 +71,15 @@ def parse_budget(text: str, device_total: Callable[[str], int | None]
             raise ValueError(f"device {device} is given twice")
         amount = amount.strip()
         if amount.endswith("%"):
-            total = device_total(device)
-            if total is None:
-                raise ValueError(f"{part}: the total memory of {device} is not known here")
             try:
                 share = float(amount[:-1])
             except ValueError:
                 share = -1.0
             if not 0 < share <= 100:
                 raise ValueError(f"{part}: a percentage above 0 and at most 100")
+            total = device_total(device)
+            if total is None:
+                raise ValueError(f"{part}: the total memory of {device} is not known here")
             budgets[device] = int(total * share / 100)
         else:
             budgets[device] = parse_size(amount)
@@ -211,6 +211,8 @@ class MemoryMeter:
             memory = machine_memory()
             return memory[0] if memory else None
         nvml = self._open_nvml()
+        if nvml is None:
+            return None
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(int(device[3:]))
             return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)

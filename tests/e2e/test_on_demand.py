@@ -183,6 +183,23 @@ def test_an_ensembles_first_request_loads_its_steps(client: Client) -> None:
     assert state(client, "pipe") == "READY"
 
 
+def test_poll_mode_loads_on_request_and_a_poll_loads_no_new_folder(inferd: Any) -> None:
+    root: Path = inferd.repository(configs={"p1": echo("p1"), "p2": echo("p2")})
+    server: ServerHandle = inferd.start(root, "--model-control-mode", "poll",
+                                        "--model-load-on-demand",
+                                        "--repository-poll-secs", "3600")
+    with server.client(timeout=60) as client:
+        assert [entry for entry in client.index() if entry.state] == []
+        assert infer(client, "p1") == X.tolist()
+        add_model(root, "p3", echo("p3"))
+
+        client.poll()
+
+        assert [entry.name for entry in client.index()] == ["p1", "p2", "p3"]
+        assert (state(client, "p1"), state(client, "p2"), state(client, "p3")) == ("READY", "", "")
+        assert infer(client, "p3") == X.tolist()
+
+
 # ---------------------------------------------------------------------- budget
 
 
