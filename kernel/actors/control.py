@@ -218,8 +218,11 @@ class ControlActor(Actor):
         assert isinstance(listing, ModelList)
         catalogs = await self.router.ask(REPOSITORY, ReadCatalogs())
         assert isinstance(catalogs, Catalogs)
-        return Index(index_entries(listing, self._models, catalogs.metadata,
-                                   ready_only=request.ready_only))
+        entries = index_entries(listing, self._models, catalogs.metadata,
+                                ready_only=request.ready_only)
+        if self._budget is not None:  # each READY version's footprint and last use
+            entries = self._budget.annotate(entries, await self._usage())
+        return Index(entries)
 
     async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
         """The repository's descriptions, with each model's state; a READY model's inputs and

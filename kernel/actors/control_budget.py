@@ -22,7 +22,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -31,6 +31,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.model_status import ModelStatus, State
 from inferd.kernel.process_metrics import PROC, machine_memory, process_usage
 from inferd.protocols.errors import Unavailable
+from inferd.protocols.messages import IndexEntry
 
 log = logging.getLogger(__name__)
 
@@ -388,6 +389,25 @@ class MemoryBudget:
     @staticmethod
     def _last_used(model: str, usage: Usage) -> int:
         return max((last for (m, _), (last, _) in usage.items() if m == model), default=0)
+
+    def annotate(self, entries: tuple[IndexEntry, ...], usage: Usage
+                 ) -> tuple[IndexEntry, ...]:
+        """The index ``entries`` with what each READY version holds (its model's footprint
+        shared among its READY versions) and its last use (inference or on-demand request)."""
+        ready: dict[str, int] = {}
+        for entry in entries:
+            if entry.state == State.READY:
+                ready[entry.name] = ready.get(entry.name, 0) + 1
+        annotated = []
+        for entry in entries:
+            footprint = self.footprints.get(entry.name)
+            if entry.state == State.READY and entry.version.isdigit():
+                held = footprint.held // ready[entry.name] if footprint is not None else 0
+                last, _ = usage.get((entry.name, int(entry.version)), (0, False))
+                entry = replace(entry, memory_bytes=held,
+                                last_used_ms=max(last, self._touched.get(entry.name, 0)))
+            annotated.append(entry)
+        return tuple(annotated)
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:
         samples: list[tuple[str, dict[str, str], float]] = []

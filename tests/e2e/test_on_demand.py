@@ -8,7 +8,9 @@ wait is for an event (a metric, a started batch), never a sleep."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +26,7 @@ from inferd.protocols.errors import NotFound, Unavailable
 from inferd.protocols.messages import IndexEntry
 from tests.e2e import inferd_harness
 from tests.e2e.inferd_harness import (
+    INFERD,
     ServerHandle,
     add_model,
     metric,
@@ -241,6 +244,14 @@ def test_a_budget_for_two_of_three_unloads_the_least_recently_used(
 
         infer(client, "m2")  # it comes back, and the least recently used now goes
         assert state(client, "m1") == "UNAVAILABLE"
+        held = {e.name: (e.memory_bytes, e.last_used_ms > 0) for e in client.index()}
+        assert held == {"m1": (0, False), "m2": (100, True), "m3": (100, True)}
+    for where in (server.url, f"http://{server.http_url}"):
+        shown = subprocess.run([*INFERD, "models", "--url", where, "--format", "json"],
+                               capture_output=True, text=True, timeout=60, check=True)
+        records = {row["name"]: row for row in json.loads(shown.stdout)}
+        assert records["m2"]["memory"] == "100 B" and records["m2"]["last_used"] != "never"
+        assert "memory" not in records["m1"]
 
 
 def test_pinned_models_are_never_unloaded(
