@@ -26,7 +26,8 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.actors.control_budget import MemoryBudget, Usage, is_pinned
+from inferd.kernel.actors.control_budget import MemoryBudget, Usage
+from inferd.kernel.actors.control_budget_rules import is_pinned
 from inferd.kernel.actors.control_desired import DesiredState
 from inferd.kernel.actors.control_on_demand import OnDemandLoads
 from inferd.kernel.actors.control_poll import RepositoryPoller

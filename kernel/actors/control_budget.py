@@ -1,11 +1,13 @@
 """Control's memory budget per device (``--model-memory-budget``, an inferd extension), an
 object the control actor owns and calls around every load of a model with instances.
 
-Owns each loaded version's footprint (declared by the config parameter
+Owns each loaded model's footprint (declared by the config parameter
 ``INFERD_MEMORY_BYTES``, else measured after its load: the growth of the resident memory of
 the server and its executor processes for a CPU model, of the device memory NVML reports for
-a GPU model), the budget of each device and its use, and the choice of what to unload when a
-load would not fit: the least recently used idle models on that device, never a pinned one
+a GPU model, and never less than its files or its last measurement; ``memory_meter``), the
+budget of each device and its use, and when a load would not fit what to unload
+(``control_budget_rules`` chooses): the least recently used idle models on that device,
+never a pinned one
 (``--load-model``, ``INFERD_PIN``), one with requests queued or running, one being loaded or
 unloaded, or a composing model of an ensemble that is busy or loading (an idle ensemble goes
 with its composing model). Loads within a budget run one at a time, so a measurement sees one
@@ -16,222 +18,27 @@ the actor's, passed in.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.actors.control_budget_rules import (
+    Candidate,
+    choose_evictions,
+    declared_bytes,
+    device_of,
+    format_bytes,
+)
+from inferd.kernel.memory_meter import MemoryMeter, folder_bytes
 from inferd.kernel.model_status import ModelStatus, State
-from inferd.kernel.process_metrics import PROC, machine_memory, process_usage
 from inferd.protocols.errors import Unavailable
 from inferd.protocols.messages import IndexEntry
 
 log = logging.getLogger(__name__)
-
-MEMORY_PARAMETER = "INFERD_MEMORY_BYTES"
-PIN_PARAMETER = "INFERD_PIN"
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
-          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
-          "gib": 1024**3, "tib": 1024**4}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DEVICE = re.compile(r"^(cpu|gpu\d+)$")
-
-
-# ---------------------------------------------------------------------- pure parts
-
-
-def parse_size(text: str) -> int:
-    """``16GiB``, ``500MB``, ``1048576``: a number of bytes (``ValueError`` otherwise)."""
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ValueError(f"expected a size such as 16GiB, 500MB or 1048576, got {text!r}")
-    return int(float(match.group(1)) * _UNITS[unit])
-
-
-def parse_budget(text: str, device_total: Callable[[str], int | None]
-                 ) -> tuple[tuple[str, int], ...]:
-    """``cpu=16GiB,gpu0=70%``: each device's budget in bytes; a percentage is of the
-    device's total memory (``device_total``). ``ValueError`` says what is wrong."""
-    budgets: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        device, equals, amount = part.partition("=")
-        device = device.strip().lower()
-        if not equals or not _DEVICE.match(device):
-            raise ValueError(f"expected DEVICE=SIZE or DEVICE=PERCENT% with DEVICE cpu or gpuN, "
-                             f"got {part!r}")
-        if device in budgets:
-            raise ValueError(f"device {device} is given twice")
-        amount = amount.strip()
-        if amount.endswith("%"):
-            try:
-                share = float(amount[:-1])
-            except ValueError:
-                share = -1.0
-            if not 0 < share <= 100:
-                raise ValueError(f"{part}: a percentage above 0 and at most 100")
-            total = device_total(device)
-            if total is None:
-                raise ValueError(f"{part}: the total memory of {device} is not known here")
-            budgets[device] = int(total * share / 100)
-        else:
-            budgets[device] = parse_size(amount)
-        if budgets[device] <= 0:
-            raise ValueError(f"{part}: a budget above 0 bytes")
-    if not budgets:
-        raise ValueError("expected at least one DEVICE=SIZE")
-    return tuple(sorted(budgets.items()))
-
-
-def format_bytes(count: float) -> str:
-    """``16 GiB``, ``1.5 MiB``, ``512 B``: for messages and the index."""
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(count) >= size:
-            return f"{count / size:.3g} {unit}"
-    return f"{int(count)} B"
-
-
-def _parameter(config: ModelConfig, key: str) -> str:
-    return config.parameters[key].string_value.strip() if key in config.parameters else ""
-
-
-def device_of(config: ModelConfig) -> str:
-    """The device whose budget a model's instances count against: its first GPU for a
-    config whose instance groups ask for KIND_GPU, else the CPU."""
-    for group in config.instance_group:
-        if group.kind == group.KIND_GPU:
-            return f"gpu{group.gpus[0] if group.gpus else 0}"
-    return "cpu"
-
-
-def declared_bytes(config: ModelConfig) -> int | None:
-    """``INFERD_MEMORY_BYTES`` of the config, or None (a bad value is the load's error)."""
-    text = _parameter(config, MEMORY_PARAMETER)
-    return parse_size(text) if text else None
-
-
-def is_pinned(config: ModelConfig) -> bool:
-    """Config parameter ``INFERD_PIN: "true"``: never unloaded to make room."""
-    return _parameter(config, PIN_PARAMETER).lower() in ("true", "1", "yes")
-
-
-def folder_bytes(path: str) -> int:
-    """The size of a model's files: the estimate of a footprint never measured."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-    return total
-
-
-@dataclass(slots=True)
-class Candidate:
-    """A model that may be unloaded to make room: what it holds, when it was last used,
-    and the idle ensembles that go with it."""
-
-    model: str
-    held: int
-    last_used_ms: int
-    ensembles: tuple[str, ...] = ()
-
-
-def choose_evictions(need: int, budget: int, used: int,
-                     candidates: list[Candidate]) -> list[Candidate] | None:
-    """The least recently used candidates whose unloading lets ``need`` more bytes fit
-    (``[]`` when it fits already), or None when even all of them are not enough."""
-    chosen: list[Candidate] = []
-    for candidate in sorted(candidates, key=lambda c: (c.last_used_ms, c.model)):
-        if used + need <= budget:
-            break
-        chosen.append(candidate)
-        used -= candidate.held
-    return chosen if used + need <= budget else None
-
-
-# ---------------------------------------------------------------------- measuring
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and every process below it (the executors), from ``/proc``."""
-    parents: dict[int, list[int]] = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-            parent = int(text[text.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(parent, []).append(int(entry.name))
-    tree, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        tree.append(pid)
-        pending.extend(parents.get(pid, ()))
-    return tree
-
-
-def resident_bytes(root: int) -> int | None:
-    usages = [process_usage(pid) for pid in process_tree(root)]
-    held = [usage[1] for usage in usages if usage is not None]
-    return sum(held) if held else None
-
-
-class MemoryMeter:
-    """What a device holds now: the server's processes' resident memory (cpu), or the used
-    memory NVML reports (gpuN); None where it cannot be read."""
-
-    def __init__(self) -> None:
-        self._nvml: Any = None
-
-    def reading(self, device: str) -> int | None:
-        if device == "cpu":
-            return resident_bytes(os.getpid())
-        nvml = self._open_nvml()
-        if nvml is None:
-            return None
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(int(device[3:]))
-            return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
-        except Exception:  # NVMLError: a GPU it does not see
-            return None
-
-    def total(self, device: str) -> int | None:
-        if device == "cpu":
-            memory = machine_memory()
-            return memory[0] if memory else None
-        nvml = self._open_nvml()
-        if nvml is None:
-            return None
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(int(device[3:]))
-            return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-        except Exception:
-            return None
-
-    def _open_nvml(self) -> Any:
-        if self._nvml is None:
-            try:
-                nvml = importlib.import_module("pynvml")
-                nvml.nvmlInit()
-            except Exception:  # no gpu extra, no driver
-                return None
-            self._nvml = nvml
-        return self._nvml
-
-
-# ---------------------------------------------------------------------- the budget
 
 
 @dataclass(slots=True)
@@ -307,13 +114,19 @@ class MemoryBudget:
                 held, measured = declared, False
             else:
                 after = self._meter.reading(device)
-                held = max(0, after - before) if after is not None and before is not None \
-                    else need
+                grown = after - before if after is not None and before is not None else need
+                # Growth reads low when the allocator reuses what an unloaded model freed:
+                # a model holds at least its files and what it held when last measured.
+                held = max(grown, folder_bytes(path), self._remembered.get(name, 0))
                 measured = True
-                if name in self.footprints:  # a reload: what it held before still counts
-                    held = max(held, self.footprints[name].held)
             self.footprints[name] = Footprint(device, held, measured)
             self._remembered[name] = held
+            if self.used(device) > budget:  # it holds more than it was thought to
+                try:
+                    await self._make_room(name, device, held, budget)
+                except Unavailable as error:
+                    log.warning("the %s budget is exceeded, '%s' stays loaded: %s", device,
+                                name, error.message)
             log.info("model '%s' holds %s of the %s budget (%s of %s used)", name,
                      format_bytes(held), device, format_bytes(self.used(device)),
                      format_bytes(budget))
