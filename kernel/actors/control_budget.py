@@ -4,7 +4,7 @@ object the control actor owns and calls around every load of a model with instan
 Owns each loaded model's footprint (declared by the config parameter
 ``INFERD_MEMORY_BYTES``, else measured after its load: the growth of the resident memory of
 the server and its executor processes for a CPU model, of the device memory NVML reports for
-a GPU model, and never less than its files or its last measurement; ``memory_meter``), the
+a GPU model, and never less than its files; ``memory_meter``), the
 budget of each device and its use, and when a load would not fit what to unload
 (``control_budget_rules`` chooses): the least recently used idle models on that device,
 never a pinned one
@@ -104,8 +104,12 @@ class MemoryBudget:
                 self.footprints[name] = Footprint(device, declared, False)
             return
         async with self._lock:
-            need = declared if declared is not None else self._remembered.get(
-                name, folder_bytes(path))
+            files = folder_bytes(path)
+            # Measured: its files at least, else what it held last time (a first load in the
+            # process also holds the framework's own start-up, which may read larger than
+            # the budget: only a declared size or its files refuse the load outright).
+            need = declared if declared is not None else max(
+                files, min(self._remembered.get(name, 0), budget))
             await self._make_room(name, device, need, budget)
             before = self._meter.reading(device) if declared is None else None
             await load()
@@ -116,8 +120,8 @@ class MemoryBudget:
                 after = self._meter.reading(device)
                 grown = after - before if after is not None and before is not None else need
                 # Growth reads low when the allocator reuses what an unloaded model freed:
-                # a model holds at least its files and what it held when last measured.
-                held = max(grown, folder_bytes(path), self._remembered.get(name, 0))
+                # a model holds at least its files.
+                held = max(grown, files)
                 measured = True
             self.footprints[name] = Footprint(device, held, measured)
             self._remembered[name] = held
@@ -143,13 +147,16 @@ class MemoryBudget:
         chosen = choose_evictions(need, budget, used, candidates)
         if chosen is None:
             self.counters.refused[device] = self.counters.refused.get(device, 0) + 1
+            opening = (f"cannot load '{name}' within the {device} memory budget of "
+                       f"{format_bytes(budget)} (--model-memory-budget): it needs about "
+                       f"{format_bytes(need)}")
+            if need > budget:
+                raise Unavailable(f"{opening}, more than the whole budget")
             held = ", ".join(f"'{model}' ({format_bytes(size)}, {why})"
                              for model, size, why in holders) or "nothing"
             raise Unavailable(
-                f"cannot load '{name}' within the {device} memory budget of "
-                f"{format_bytes(budget)} (--model-memory-budget): it needs about "
-                f"{format_bytes(need)}, {format_bytes(max(0, budget - used))} is free, and "
-                f"what holds the rest cannot be unloaded now: {held}")
+                f"{opening}, {format_bytes(max(0, budget - used))} is free, and what holds "
+                f"the rest cannot be unloaded now: {held}")
         reason = (f"unloaded: evicted to make room for '{name}' ({device} budget "
                   f"{format_bytes(budget)})")
         for candidate in chosen:
