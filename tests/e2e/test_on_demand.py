@@ -3,7 +3,9 @@ a request for a model of the repository that is not loaded loads it; concurrent 
 requests share one load; a failing load answers every waiter and is not tried again at once;
 an explicit unload holds until a request loads the model again; an ensemble brings its
 composing models; a budget unloads the least recently used idle model to make room, never a
-pinned or a busy one, and says so in the index and the metrics. Real servers and models; every
+pinned or a busy one nor a composing model of an ensemble in use (an idle ensemble goes with
+its composing model), and says so in the index, the metrics and ``inferd models``; a measured
+footprint matches what the process grew by. Real servers and models; every
 wait is for an event (a metric, a started batch), never a sleep."""
 
 from __future__ import annotations
@@ -294,6 +296,44 @@ def test_a_model_with_a_request_in_flight_is_never_unloaded(
             assert state(other, "idle") == "UNAVAILABLE"
         release.write_text("")
         assert running.result() == X.tolist()
+
+
+def test_an_idle_ensemble_goes_with_its_composing_model_and_comes_back(
+        budgeted: Callable[..., tuple[ServerHandle, Client]]) -> None:
+    server, client = budgeted(step=sized("step", 100), pipe=pipe_ensemble("pipe", "step"),
+                              a=sized("a", 100), b=sized("b", 100))
+    with client:
+        client.infer("pipe", {"IN": X})  # loads step with it
+        infer(client, "a")
+
+        infer(client, "b")  # step is the least recently used: pipe cannot stay without it
+
+        reason = "unloaded: evicted to make room for 'b' (cpu budget 250 B)"
+        assert rows(client, "step") == [IndexEntry("step", "1", "UNAVAILABLE", reason)]
+        assert rows(client, "pipe") == [IndexEntry("pipe", "1", "UNAVAILABLE", reason)]
+        assert client.infer("pipe", {"IN": X}).as_numpy("OUT").tolist() == X.tolist()
+        assert (state(client, "pipe"), state(client, "step")) == ("READY", "READY")
+
+
+def test_a_composing_model_of_an_ensemble_in_use_is_never_unloaded(
+        budgeted: Callable[..., tuple[ServerHandle, Client]], tmp_path: Path) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
+    server, client = budgeted(
+        step=sized("step", 100, "slow", delay_ms="20000", started_file=str(started),
+                   release_file=str(release)),
+        pipe=pipe_ensemble("pipe", "step"), a=sized("a", 100), b=sized("b", 100))
+    with client, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(client.infer, "pipe", {"IN": X})
+        wait_started(started, server=server)
+        with server.client(timeout=60) as other:
+            infer(other, "a")
+
+            infer(other, "b")
+
+            assert (state(other, "pipe"), state(other, "step")) == ("READY", "READY")
+            assert state(other, "a") == "UNAVAILABLE"
+        release.write_text("")
+        assert running.result().as_numpy("OUT").tolist() == X.tolist()
 
 
 def test_a_model_larger_than_the_budget_is_refused_with_a_503(
