@@ -17,10 +17,10 @@ from typing import Any
 
 import anyio
 
+from inferd.kernel.actors.control_budget_rules import parse_budget
 from inferd.kernel.cache_config import CacheConfig, CacheConfigError, parse_cache_config
 from inferd.kernel.limits import raise_open_file_limit
 from inferd.kernel.logs import LogSettings, configure_logging
-from inferd.kernel.actors.control_budget_rules import parse_budget
 from inferd.kernel.memory_meter import MemoryMeter
 from inferd.kernel.options import add_boolean, backend_setting, byte_count, positive_seconds
 from inferd.kernel.plugins import Plugins, installed
