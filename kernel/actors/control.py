@@ -26,7 +26,7 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actor import Actor
-from inferd.kernel.actors.control_budget import MemoryBudget, Usage
+from inferd.kernel.actors.control_budget import MemoryBudget, NoRoom, Usage
 from inferd.kernel.actors.control_budget_rules import is_pinned
 from inferd.kernel.actors.control_desired import DesiredState
 from inferd.kernel.actors.control_on_demand import OnDemandLoads
@@ -317,8 +317,13 @@ class ControlActor(Actor):
         assert isinstance(resolved, ResolvedModel)
         if not resolved.backend:
             return await load()  # an ensemble holds nothing; its composing models load here
-        await self._budget.load_within(name, ModelConfig.FromString(resolved.config),
-                                       resolved.path, load)
+        try:
+            await self._budget.load_within(name, ModelConfig.FromString(resolved.config),
+                                           resolved.path, load)
+        except NoRoom as error:
+            if not self._is_ready(name):  # the index says why it is not loaded
+                self._note_failure(name, error.message)
+            raise
 
     async def _usage(self) -> Usage:
         usage = await self.router.ask(SCHEDULER, UsageRequest())

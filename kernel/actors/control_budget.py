@@ -41,6 +41,10 @@ from inferd.protocols.messages import IndexEntry
 log = logging.getLogger(__name__)
 
 
+class NoRoom(Unavailable):
+    """A load the budget has no room for, however much it unloads (503)."""
+
+
 @dataclass(slots=True)
 class Footprint:
     device: str
@@ -128,7 +132,7 @@ class MemoryBudget:
             if self.used(device) > budget:  # it holds more than it was thought to
                 try:
                     await self._make_room(name, device, held, budget)
-                except Unavailable as error:
+                except NoRoom as error:
                     log.warning("the %s budget is exceeded, '%s' stays loaded: %s", device,
                                 name, error.message)
             log.info("model '%s' holds %s of the %s budget (%s of %s used)", name,
@@ -151,10 +155,10 @@ class MemoryBudget:
                        f"{format_bytes(budget)} (--model-memory-budget): it needs about "
                        f"{format_bytes(need)}")
             if need > budget:
-                raise Unavailable(f"{opening}, more than the whole budget")
+                raise NoRoom(f"{opening}, more than the whole budget")
             held = ", ".join(f"'{model}' ({format_bytes(size)}, {why})"
                              for model, size, why in holders) or "nothing"
-            raise Unavailable(
+            raise NoRoom(
                 f"{opening}, {format_bytes(max(0, budget - used))} is free, and what holds "
                 f"the rest cannot be unloaded now: {held}")
         reason = (f"unloaded: evicted to make room for '{name}' ({device} budget "

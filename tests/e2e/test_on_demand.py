@@ -344,6 +344,8 @@ def test_a_model_larger_than_the_budget_is_refused_with_a_503(
             infer(client, "huge")
         assert "cannot load 'huge' within the cpu memory budget of 250 B" in error.value.message
         assert "it needs about 1000 B, more than the whole budget" in error.value.message
+        assert rows(client, "huge") == [IndexEntry("huge", "", "UNAVAILABLE",
+                                                   error.value.message)]
 
 
 # ---------------------------------------------------------------------- measured
