@@ -10,8 +10,9 @@ budget of each device and its use, and when a load would not fit what to unload
 never a pinned one
 (``--load-model``, ``INFERD_PIN``), one with requests queued or running, one being loaded or
 unloaded, or a composing model of an ensemble that is busy or loading (an idle ensemble goes
-with its composing model). Loads within a budget run one at a time, so a measurement sees one
-load's growth only. When nothing more can go, the load fails with a 503 naming the budget and
+with its composing model). A model with a declared size has it reserved and loads beside
+others; loads that are measured run one at a time, so a measurement sees one load's growth
+only. When nothing more can go, the load fails with a 503 naming the budget and
 what holds it. The unloading itself, the model status and the scheduler's usage figures are
 the actor's, passed in.
 """
@@ -84,6 +85,7 @@ class MemoryBudget:
         self.footprints: dict[str, Footprint] = {}  # per loaded model
         self._remembered: dict[str, int] = {}  # a model's last footprint, once unloaded
         self._touched: dict[str, int] = {}  # ms: when a request last asked for it to load
+        self._loading: set[str] = set()  # loads under way within the budget
         self._lock = anyio.Lock()
         self.counters = BudgetCounters()
 
@@ -98,7 +100,9 @@ class MemoryBudget:
     async def load_within(self, name: str, config: ModelConfig, path: str,
                           load: Callable[[], Awaitable[None]]) -> None:
         """Run ``load`` (of ``name``, whose config is ``config`` and files ``path``) within
-        its device's budget: first unload what must go for it to fit, then measure it."""
+        its device's budget: first unload what must go for it to fit, then keep what it
+        holds. A declared size is reserved and loads beside other loads; a measured one
+        loads alone, so that the meter sees its growth only."""
         device = device_of(config)
         budget = self.budgets.get(device)
         declared = declared_bytes(config)
@@ -107,27 +111,24 @@ class MemoryBudget:
             if declared is not None:
                 self.footprints[name] = Footprint(device, declared, False)
             return
+        if declared is not None:
+            await self._load_declared(name, device, budget, declared, load)
+            return
         async with self._lock:
             files = folder_bytes(path)
-            # Measured: its files at least, else what it held last time (a first load in the
-            # process also holds the framework's own start-up, which may read larger than
-            # the budget: only a declared size or its files refuse the load outright).
-            need = declared if declared is not None else max(
-                files, min(self._remembered.get(name, 0), budget))
+            # Its files at least, else what it held last time (a first load in the process
+            # also holds the framework's own start-up, which may read larger than the
+            # budget: only a declared size or its files refuse the load outright).
+            need = max(files, min(self._remembered.get(name, 0), budget))
             await self._make_room(name, device, need, budget)
-            before = self._meter.reading(device) if declared is None else None
-            await load()
-            self.touch(name)
-            if declared is not None:
-                held, measured = declared, False
-            else:
-                after = self._meter.reading(device)
-                grown = after - before if after is not None and before is not None else need
-                # Growth reads low when the allocator reuses what an unloaded model freed:
-                # a model holds at least its files.
-                held = max(grown, files)
-                measured = True
-            self.footprints[name] = Footprint(device, held, measured)
+            before = self._meter.reading(device)
+            await self._loading_while(name, load)
+            after = self._meter.reading(device)
+            grown = after - before if after is not None and before is not None else need
+            # Growth reads low when the allocator reuses what an unloaded model freed: a
+            # model holds at least its files.
+            held = max(grown, files)
+            self.footprints[name] = Footprint(device, held, True)
             self._remembered[name] = held
             if self.used(device) > budget:  # it holds more than it was thought to
                 try:
@@ -135,9 +136,38 @@ class MemoryBudget:
                 except NoRoom as error:
                     log.warning("the %s budget is exceeded, '%s' stays loaded: %s", device,
                                 name, error.message)
-            log.info("model '%s' holds %s of the %s budget (%s of %s used)", name,
-                     format_bytes(held), device, format_bytes(self.used(device)),
-                     format_bytes(budget))
+            self._loaded(name, device, budget)
+
+    async def _load_declared(self, name: str, device: str, budget: int, declared: int,
+                             load: Callable[[], Awaitable[None]]) -> None:
+        async with self._lock:
+            await self._make_room(name, device, declared, budget)
+            previous = self.footprints.get(name)
+            self.footprints[name] = Footprint(device, declared, False)  # reserved
+            self._loading.add(name)
+        try:
+            await self._loading_while(name, load)
+        except BaseException:
+            if previous is not None:  # a reload that failed: the copy serving stays
+                self.footprints[name] = previous
+            else:
+                self.footprints.pop(name, None)
+            raise
+        self._loaded(name, device, budget)
+
+    async def _loading_while(self, name: str, load: Callable[[], Awaitable[None]]) -> None:
+        """``load()``, with ``name`` kept from eviction until it is done."""
+        self._loading.add(name)
+        try:
+            await load()
+        finally:
+            self._loading.discard(name)
+        self.touch(name)
+
+    def _loaded(self, name: str, device: str, budget: int) -> None:
+        log.info("model '%s' holds %s of the %s budget (%s of %s used)", name,
+                 format_bytes(self.footprints[name].held), device,
+                 format_bytes(self.used(device)), format_bytes(budget))
 
     def unloaded(self, name: str) -> None:
         """``name`` has no version loaded any more: it holds nothing."""
@@ -201,7 +231,7 @@ class MemoryBudget:
         status = self._models.get(model)
         if self._pinned(model):
             return "pinned"
-        if status is not None and status.lock.locked():
+        if model in self._loading or (status is not None and status.lock.locked()):
             return "loading or unloading"
         if status is not None and any(v.state in (State.LOADING, State.UNLOADING)
                                       for v in status.versions.values()):

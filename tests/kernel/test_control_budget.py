@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -140,3 +141,38 @@ async def test_index_rows_get_their_share_and_last_use(tmp_path: Path) -> None:
 
     assert [(e.memory_bytes, e.last_used_ms) for e in annotated] == [(150, 5), (150, 7),
                                                                      (0, 0), (0, 0)]
+
+
+async def test_declared_loads_run_side_by_side_and_a_loading_one_is_never_chosen(
+        tmp_path: Path) -> None:
+    server = Server(tmp_path, budget=250)
+    release = anyio.Event()
+
+    async def slow() -> None:
+        await release.wait()
+        server.models["slow"] = ModelStatus({1: VersionStatus(State.READY)})
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(server.budget.load_within, "slow", config(100), str(server.folder),
+                         slow)
+        await anyio.wait_all_tasks_blocked()
+        await server.load("quick", 100, last_used_ms=5)  # while slow's load goes on
+
+        await server.load("third", 100)  # slow, never used, is not the one to go
+
+        assert [name for name, _ in server.evicted] == ["quick"]
+        with pytest.raises(Unavailable, match="'slow' \\(100 B, loading or unloading\\)"):
+            await server.load("fourth", 200)
+        release.set()
+    assert server.budget.used("cpu") == 200
+
+
+async def test_a_failed_declared_load_gives_its_reservation_back(tmp_path: Path) -> None:
+    server = Server(tmp_path, budget=250)
+
+    async def failing() -> None:
+        raise Unavailable("the executor went away")
+
+    with pytest.raises(Unavailable):
+        await server.budget.load_within("m", config(100), str(server.folder), failing)
+    assert server.budget.used("cpu") == 0
