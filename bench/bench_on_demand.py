@@ -15,6 +15,9 @@ go together).
 ``all loaded``
     EXPLICIT mode with ``--load-model '*'``: every model loaded before the clients start.
 
+With ``--declared`` each config declares its footprint (``INFERD_MEMORY_BYTES``), so cold
+loads run side by side; without it each is measured, one load at a time.
+
 The table gives per phase the requests, infer/s, hit rate (requests that did not wait for a
 load: 1 - ``inferd_model_load_waits_total`` / requests), p50 and p99 of the hits and of the
 cold requests (a request counts as cold when it took longer than ``--cold-ms``: the server
@@ -45,8 +48,10 @@ import serving
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_models(repository: Path, count: int, largest_mb: float) -> list[int]:
-    """``count`` models of growing size; the size of each one's file, in bytes."""
+def write_models(repository: Path, count: int, largest_mb: float, declared: float = 0.0
+                 ) -> list[int]:
+    """``count`` models of growing size; the size of each one's file, in bytes. With
+    ``declared``, each config declares ``INFERD_MEMORY_BYTES`` as that many times its file."""
     sizes = []
     for index in range(count):
         megabytes = 0.25 + (largest_mb - 0.25) * index / max(1, count - 1)
@@ -64,11 +69,14 @@ def write_models(repository: Path, count: int, largest_mb: float) -> list[int]:
         folder = repository / f"m{index:02d}"
         (folder / "1").mkdir(parents=True)
         onnx.save(model, folder / "1" / "model.onnx")
+        size = (folder / "1" / "model.onnx").stat().st_size
+        parameter = (f'parameters {{ key: "INFERD_MEMORY_BYTES" value {{ string_value: '
+                     f'"{int(size * declared)}" }} }}\n' if declared else "")
         (folder / "config.pbtxt").write_text(
             f'name: "m{index:02d}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
             f'input [{{ name: "x" data_type: TYPE_FP32 dims: [ {width} ] }}]\n'
-            f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {width} ] }}]\n')
-        sizes.append((folder / "1" / "model.onnx").stat().st_size)
+            f'output [{{ name: "y" data_type: TYPE_FP32 dims: [ {width} ] }}]\n' + parameter)
+        sizes.append(size)
     return sizes
 
 
@@ -139,6 +147,9 @@ def main() -> None:
     parser.add_argument("--zipf", type=float, default=1.1)
     parser.add_argument("--cold-ms", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--declared", action="store_true",
+                        help="each model declares INFERD_MEMORY_BYTES (--overhead times its "
+                             "file): loads run side by side instead of one at a time")
     parser.add_argument("--server-args", default="")
     args = parser.parse_args()
 
@@ -147,7 +158,8 @@ def main() -> None:
     with serving.temporary_folder("inferd-bench-on-demand-") as work:
         repository = work / "repository"
         print(f"writing {args.models} models...", file=sys.stderr)
-        sizes = write_models(repository, args.models, args.largest_mb)
+        sizes = write_models(repository, args.models, args.largest_mb,
+                             args.overhead if args.declared else 0.0)
         model_widths = widths(repository, args.models)
         budget = int(np.mean(sizes) * args.room * args.overhead)
         phases = {
@@ -177,7 +189,8 @@ def main() -> None:
                          *percentiles(cold), loads, evictions / args.seconds, held / 2**20))
     print(f"\n{args.models} models ({min(sizes) / 1e6:.2f}–{max(sizes) / 1e6:.2f} MB files, "
           f"{sum(sizes) / 1e6:.0f} MB in all), budget {budget / 2**20:.0f} MiB "
-          f"(~{args.room:g} models), Zipf s={args.zipf:g}, {args.clients} gRPC clients, "
+          f"(~{args.room:g} models, {'declared' if args.declared else 'measured'}), "
+          f"Zipf s={args.zipf:g}, {args.clients} gRPC clients, "
           f"{args.seconds:g} s per phase, cold = over {args.cold_ms:g} ms, "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'phase':<11} {'requests':>8} {'infer/s':>8} {'hit rate':>8} {'hit p50':>8} "
