@@ -31,6 +31,7 @@ from inferd.kernel.actors.scheduler.response_cache import (
     open_cache,
 )
 from inferd.kernel.dataplane.data_plane import DataPlane
+from inferd.kernel.dataplane.on_demand import OnDemandRequests
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.observability.metrics_config import metrics_config_from_options
 from inferd.kernel.observability.tracing import tracer_for
@@ -116,7 +117,9 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES, state)
-    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer)
+    on_demand = (OnDemandRequests(router, settings.model_load_on_demand_timeout_secs)
+                 if settings.model_load_on_demand else None)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=on_demand)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tasks:

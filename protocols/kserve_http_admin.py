@@ -141,7 +141,8 @@ def encode_index(index: Index) -> bytes:
     """Triton's index rows: ``{"name"}`` alone for a model never loaded, else its version (when
     known), state and reason (when there is one); plus, an inferd extension, ``warnings``: the
     config fields a READY version's config sets that inferd ignores (when there are any), and
-    ``catalog``: the model's catalog metadata (when it has a ``catalog.toml``)."""
+    ``catalog``: the model's catalog metadata (when it has a ``catalog.toml``); with a memory
+    budget, ``memory_bytes`` and ``last_used_ms`` of a READY version (when known)."""
     rows = []
     for entry in index.entries:
         row: dict[str, Any] = {"name": entry.name}
@@ -155,6 +156,10 @@ def encode_index(index: Index) -> bytes:
             row["warnings"] = list(entry.warnings)
         if entry.catalog:
             row["catalog"] = entry.catalog
+        if entry.memory_bytes:
+            row["memory_bytes"] = entry.memory_bytes
+        if entry.last_used_ms:
+            row["last_used_ms"] = entry.last_used_ms
         rows.append(row)
     encoded: bytes = dumps(rows)
     return encoded

@@ -128,6 +128,27 @@ METRICS: dict[str, tuple[str, str]] = {
     "inferd_link_shared_memory_segments": (
         "gauge", "Number of the shared-memory segments the server's processes hold to pass "
                  "large tensors between them"),
+    # --model-load-on-demand and --model-memory-budget (labels model, outcome, device).
+    "inferd_model_on_demand_loads_total": (
+        "counter", "Number of loads a request started (--model-load-on-demand), by outcome: "
+                   "success, failure, unavailable (no room in the budget) or not_found"),
+    "inferd_model_load_waits_total": (
+        "counter", "Number of requests that waited for their model's on-demand load"),
+    "inferd_model_load_wait_seconds_total": (
+        "counter", "Seconds requests spent waiting for their model's on-demand load"),
+    "inferd_model_memory_budget_bytes": (
+        "gauge", "The device's memory budget for loaded models (--model-memory-budget), in "
+                 "bytes"),
+    "inferd_model_memory_used_bytes": (
+        "gauge", "Bytes of the device's memory budget the loaded models hold"),
+    "inferd_model_memory_bytes": (
+        "gauge", "Bytes the loaded model holds on the device: measured after its load, or "
+                 "declared by INFERD_MEMORY_BYTES (label measured)"),
+    "inferd_model_evictions_total": (
+        "counter", "Number of models unloaded to make room in the device's memory budget"),
+    "inferd_model_budget_refusals_total": (
+        "counter", "Number of loads refused because the device's memory budget had no room "
+                   "and nothing could be unloaded"),
 }
 # Printed (with no sample) even before any model is served, as Triton prints its families.
 ALWAYS_PRINTED = (

@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
+from inferd.kernel.dataplane.on_demand import OnDemandRequests
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.dataplane.system_shared_memory import (
     SharedMemoryRegistry,
@@ -94,6 +95,9 @@ _OWNER: dict[type[Message], str] = {
     LogSettingsRequest: EXECUTORS,  # it owns the settings every process logs by
 }
 
+# The requests that load their model when --model-load-on-demand is on.
+_LOADS_ON_DEMAND = (InferRequest, ModelMetadataRequest, ModelReadyRequest, ModelConfigRequest)
+
 # Requests whose model name may not be empty (statistics without a name mean every model).
 _NAMES_A_MODEL = (
     InferRequest, ModelMetadataRequest, ModelReadyRequest, ModelConfigRequest, LoadRequest,
@@ -111,8 +115,11 @@ class DataPlane:
         extensions: tuple[str, ...] = (),
         shared_memory: SharedMemoryRegistry | None = None,
         tracer: Tracer | None = None,
+        on_demand: OnDemandRequests | None = None,
     ) -> None:
         self._router = router
+        # --model-load-on-demand: a request for a model not loaded loads it first.
+        self._on_demand = on_demand
         self.extensions = extensions
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
         self.shared_memory.cuda.on_closed = self._device_region_closed
@@ -131,6 +138,9 @@ class DataPlane:
                 check_model_name(model)
                 log_context.note(model, getattr(request, "version", ""),
                                  getattr(request, "id", ""))
+                if self._on_demand is not None and isinstance(request, _LOADS_ON_DEMAND):
+                    return await self._on_demand.call(
+                        lambda: self._router.call(owner, request), request, model)
             return await self._router.call(owner, request)  # an inference: in this task
         if isinstance(request, SharedMemoryInferRequest):
             return await self._infer_in_shared_memory(request)
@@ -149,7 +159,12 @@ class DataPlane:
         any number for one that is (gRPC's ``ModelStreamInfer``, HTTP's generate_stream)."""
         check_model_name(request.model)
         log_context.note(request.model, request.version, request.id)
-        stream = await self._router.call(_OWNER[InferRequest], StreamInferRequest(request))
+        message = StreamInferRequest(request)
+        if self._on_demand is not None:
+            stream = await self._on_demand.call(
+                lambda: self._router.call(_OWNER[InferRequest], message), message, request.model)
+        else:
+            stream = await self._router.call(_OWNER[InferRequest], message)
         if not isinstance(stream, ResponseStream):
             raise Internal(f"a stream request was answered with a {type(stream).__name__}")
         return stream
@@ -247,7 +262,11 @@ class DataPlane:
             if found is not None:
                 on_device[name] = found[1]
         plain = replace(request.request, inputs=inputs, output_windows=on_device)
-        reply = await self._router.call(_OWNER[InferRequest], plain)
+        if self._on_demand is not None:
+            reply = await self._on_demand.call(
+                lambda: self._router.call(_OWNER[InferRequest], plain), plain, plain.model)
+        else:
+            reply = await self._router.call(_OWNER[InferRequest], plain)
         if not isinstance(reply, InferResponse):
             raise Internal(f"an inference request was answered with a {reply.kind()}")
         outputs: list[Tensor | SharedMemoryOutput] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -75,8 +76,26 @@ INDEX_COLUMNS = (Column("name", "MODEL"), Column("version", "VERSION"),
                  Column("state", "STATE"), Column("reason", "REASON"))
 
 
+BUDGET_COLUMNS = (Column("memory", "MEMORY", numeric=True), Column("last_used", "LAST USED"))
+
+
 def _row(row: IndexRow) -> dict[str, str]:
-    return {"name": row.name, "version": row.version, "state": row.state, "reason": row.reason}
+    record = {"name": row.name, "version": row.version, "state": row.state,
+              "reason": row.reason}
+    if row.memory_bytes or row.last_used_ms:  # a server with --model-memory-budget
+        record["memory"] = _bytes(row.memory_bytes) if row.memory_bytes else ""
+        record["last_used"] = (time.strftime("%Y-%m-%d %H:%M:%S",
+                                             time.localtime(row.last_used_ms / 1000))
+                               if row.last_used_ms else "never")
+    return record
+
+
+def _bytes(count: int) -> str:
+    """``16 GiB``, ``1.5 MiB``, ``512 B``: as the server's budget messages word sizes."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count} B"
 
 
 Labels = Annotated[list[str] | None, typer.Option(
@@ -101,7 +120,10 @@ def models(
         connection = open_connection(url, 60.0, connect_timeout)
         rows = connection.index(ready)
         connection.close()
-        render.show(fmt.value, INDEX_COLUMNS, [_row(row) for row in rows])
+        records = [_row(row) for row in rows]
+        budgeted = any("memory" in record for record in records)
+        render.show(fmt.value, (*INDEX_COLUMNS, *BUDGET_COLUMNS) if budgeted else INDEX_COLUMNS,
+                    records)
 
 
 def catalog(

@@ -44,6 +44,8 @@ class IndexRow:
     version: str = ""
     state: str = ""
     reason: str = ""
+    memory_bytes: int = 0  # with --model-memory-budget: what a READY version holds
+    last_used_ms: int = 0  # and its last inference (ms since the epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,7 @@ class ZmqConnection:
         return bool(self._client.is_live())
 
     def index(self, ready_only: bool = False) -> list[IndexRow]:
-        return [IndexRow(e.name, e.version, e.state, e.reason)
+        return [IndexRow(e.name, e.version, e.state, e.reason, e.memory_bytes, e.last_used_ms)
                 for e in self._client.index(ready_only)]
 
     def load(self, model: str, config: str | None, files: Mapping[str, bytes]) -> None:
@@ -189,7 +191,8 @@ class HttpConnection:
         # tritonclient cannot ask for ready models only: filter here
         index = self._client.get_model_repository_index()
         rows = [IndexRow(row.get("name", ""), row.get("version", ""), row.get("state", ""),
-                         row.get("reason", "")) for row in index]
+                         row.get("reason", ""), int(row.get("memory_bytes", 0)),
+                         int(row.get("last_used_ms", 0))) for row in index]
         return [row for row in rows if row.state == "READY"] if ready_only else rows
 
     def load(self, model: str, config: str | None, files: Mapping[str, bytes]) -> None:

@@ -87,6 +87,9 @@ from inferd.protocols.messages.lifecycle import (
     ExecutorLost,
     Drain,
     Shutdown,
+    LoadOnDemand,
+    UsageRequest,
+    Usage,
 )
 from inferd.protocols.messages.extensions import (
     LogSettingsRequest,
@@ -171,6 +174,9 @@ __all__ = [
     "ExecutorLost",
     "Drain",
     "Shutdown",
+    "LoadOnDemand",
+    "UsageRequest",
+    "Usage",
     "LogSettingsRequest",
     "LogSettingsReply",
     "ApplyLogSettings",

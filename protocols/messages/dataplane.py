@@ -127,6 +127,10 @@ class IndexEntry(Message):
     # The model's catalog metadata (an inferd extension;
     # ``inferd.kernel.actors.repository.catalog``).
     catalog: dict[str, Any] = field(default_factory=dict)
+    # With --model-memory-budget (inferd's): the bytes a READY version holds and its last
+    # inference (ms since the epoch), 0 when not known.
+    memory_bytes: int = 0
+    last_used_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

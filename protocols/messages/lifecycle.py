@@ -90,3 +90,25 @@ class Drain(Message):
 @dataclass(frozen=True, slots=True)
 class Shutdown(Message):
     """Ask an actor or executor process to finish its work and stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOnDemand(Message):
+    """Data plane -> control (``--model-load-on-demand``): a request named ``model``, which
+    the scheduler does not serve; answered once it is loaded (``Ack``) or with why it is not."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRequest(Message):
+    """Control -> scheduler: how each served version is used (for the memory budget's
+    choice of what to unload)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage(Message):
+    """Per served version ``(model, version, last inference in ms since the epoch, busy)``;
+    busy: requests queued, running or pinned by an ensemble request."""
+
+    versions: tuple[tuple[str, int, int, bool], ...] = ()

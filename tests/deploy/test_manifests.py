@@ -50,8 +50,13 @@ def test_every_manifest_names_its_api_kind_and_a_valid_name() -> None:
         assert DNS_LABEL.match(document["metadata"]["name"]), document["metadata"]
 
 
+def runtime_named(name: str) -> dict[str, Any]:
+    (runtime,) = [r for r in of_kind("ServingRuntime") if r["metadata"]["name"] == name]
+    return runtime
+
+
 def test_the_serving_runtime_takes_kserves_tritonserver_arguments() -> None:
-    (runtime,) = of_kind("ServingRuntime")
+    runtime = runtime_named("kserve-inferd")
     assert runtime["apiVersion"] == "serving.kserve.io/v1alpha1"
     spec = runtime["spec"]
     assert {entry["name"] for entry in spec["supportedModelFormats"]} >= PREDICTOR_FORMATS
@@ -67,13 +72,33 @@ def test_the_serving_runtime_takes_kserves_tritonserver_arguments() -> None:
 
 def test_the_inference_service_uses_the_runtime() -> None:
     (service,) = of_kind("InferenceService")
-    (runtime,) = of_kind("ServingRuntime")
+    runtime = runtime_named("kserve-inferd")
     model = service["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
     formats = {entry["name"] for entry in runtime["spec"]["supportedModelFormats"]}
     assert model["modelFormat"]["name"] in formats
     assert model["protocolVersion"] == "v2"
     assert model["storageUri"].startswith(("s3://", "gs://", "pvc://"))
+
+
+def test_the_modelmesh_runtime_is_tritons_adapter_in_front_of_explicit_mode() -> None:
+    runtime = runtime_named("inferd-modelmesh")
+    spec = runtime["spec"]
+    assert spec["multiModel"] is True
+    assert spec["protocolVersions"] == ["grpc-v2"]
+    adapter = spec["builtInAdapter"]
+    (container,) = spec["containers"]
+    assert adapter["serverType"] == "triton" == container["name"]  # the adapter's rule
+    shell = container["args"][-1]
+    assert container["command"] == ["/bin/sh"] and "exec inferd serve" in shell
+    parsed = serve_parser(Plugins.load()).parse_args(
+        shell.split("exec inferd serve", 1)[1].split())
+    assert parsed.model_repositories == ["/models/_triton_models"]
+    assert parsed.model_control_mode == "explicit"
+    assert not parsed.model_load_on_demand and not parsed.model_memory_budget  # the mesh's
+    assert adapter["runtimeManagementPort"] == parsed.grpc_port
+    assert spec["grpcDataEndpoint"] == f"port:{parsed.grpc_port}"
+    assert container["securityContext"]["runAsNonRoot"] is True
 
 
 def deployment_files() -> list[str]:

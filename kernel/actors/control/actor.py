@@ -22,13 +22,17 @@ import logging
 from pathlib import Path
 
 import anyio
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.actors.control.budget import MemoryBudget, NoRoom, Usage
+from inferd.kernel.actors.control.budget_rules import is_pinned
 from inferd.kernel.actors.control.desired_state import DesiredState
 from inferd.kernel.actors.control.desired_state_record import Record, Store
 from inferd.kernel.actors.control.ensembles import EnsembleLifecycle
 from inferd.kernel.actors.control.file_overrides import remove_override_folder, write_override_files
 from inferd.kernel.actors.control.lifecycle_log import ModelStateLog
 from inferd.kernel.actors.control.model_status import ModelStatus, VersionStatus
+from inferd.kernel.actors.control.on_demand import OnDemandLoads
 from inferd.kernel.actors.control.poll import RepositoryPoller
 from inferd.kernel.actors.control.recovery import ExecutorRecovery
 from inferd.kernel.actors.control.unload import VersionUnloader, answer_when_retired
@@ -58,6 +62,7 @@ from inferd.protocols.messages import (
     Index,
     IndexRequest,
     ListModels,
+    LoadOnDemand,
     LoadRequest,
     LoadStartupModels,
     Metrics,
@@ -71,7 +76,9 @@ from inferd.protocols.messages import (
     Shutdown,
     StartupReport,
     UnloadRequest,
+    UsageRequest,
 )
+from inferd.protocols.messages import Usage as SchedulerUsage
 from inferd.protocols.names import check_model_name
 
 log = logging.getLogger(__name__)
@@ -95,8 +102,9 @@ class ControlActor(Actor):
         self._states = ModelStateLog()  # one log line per state change
         self._ensembles = EnsembleLifecycle(
             router, self._models, self._states,
-            explicit=settings.model_control_mode == "explicit",
-            load=lambda name, cause: self._load(name, cause=cause),
+            # On demand, an ensemble brings its composing models in POLL mode too.
+            explicit=settings.model_control_mode == "explicit" or settings.model_load_on_demand,
+            load=lambda name, cause: self._budgeted_load(name, cause=cause),
             unload=self._unload_no_longer_required,
         )
         self._unloader = VersionUnloader(router, self._states,
@@ -117,6 +125,17 @@ class ControlActor(Actor):
             load=self._follow_load, unload=self._follow_unload,
             note_failure=self._note_failure, spawn=self.spawn,
         )
+        # --model-load-on-demand and --model-memory-budget (inferd's): None when off.
+        self._on_demand = OnDemandLoads(
+            timeout_secs=settings.model_load_on_demand_timeout_secs,
+            load=self._load_on_demand, is_ready=self._is_ready,
+            spawn=self.spawn,
+        ) if settings.model_load_on_demand else None
+        self._pins = set(settings.load_models)  # --load-model ('*': every start-up model)
+        self._budget = MemoryBudget(
+            settings.model_memory_budget, self._models, usage=self._usage,
+            pinned=self._pinned, ensembles_using=self._ensembles.users, evict=self._evict,
+        ) if settings.model_memory_budget else None
 
     def _model(self, name: str) -> ModelStatus:
         return self._models.setdefault(name, ModelStatus())
@@ -129,6 +148,8 @@ class ControlActor(Actor):
         mode = self._settings.model_control_mode
         if mode == "explicit" and "*" not in self._settings.load_models:
             names = list(self._settings.load_models)
+        elif mode == "poll" and self._on_demand is not None:
+            names = []  # on demand: a model loads on its first request
         elif mode == "explicit" or mode in ("none", "poll"):
             listing = await self.router.ask(REPOSITORY, ListModels())
             assert isinstance(listing, ModelList)
@@ -141,12 +162,14 @@ class ControlActor(Actor):
 
         async def load(name: str) -> None:
             try:
-                await self._load(name, cause="start-up")
+                await self._budgeted_load(name, cause="start-up")
             except InferdError as error:
                 failures[name] = error.message
 
         self._required.update(names)
         self._ensembles.mark_requested(*names)
+        if "*" in self._pins:
+            self._pins.update(names)
         async with anyio.create_task_group() as tasks:
             for name in names:
                 tasks.start_soon(load, name)
@@ -163,9 +186,11 @@ class ControlActor(Actor):
             raise Unavailable(NOT_EXPLICIT)
         async with self._desired.recording(request.model):  # --model-control-state's write follows
             try:
-                await self._load(request.model, request.config, request.files)
+                await self._budgeted_load(request.model, request.config, request.files)
             except InferdError as error:
                 raise load_failure(request.model, error) from None
+            if self._on_demand is not None:
+                self._on_demand.forget_failure(request.model)
             self._ensembles.mark_requested(request.model)
             self._required.add(request.model)
             await self._desired.record_load(request.model, request.config, request.files)
@@ -193,8 +218,11 @@ class ControlActor(Actor):
         assert isinstance(listing, ModelList)
         catalogs = await self.router.ask(REPOSITORY, ReadCatalogs())
         assert isinstance(catalogs, Catalogs)
-        return Index(index_entries(listing, self._models, catalogs.metadata,
-                                   ready_only=request.ready_only))
+        entries = index_entries(listing, self._models, catalogs.metadata,
+                                ready_only=request.ready_only)
+        if self._budget is not None:  # each READY version's footprint and last use
+            entries = self._budget.annotate(entries, await self._usage())
+        return Index(entries)
 
     async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
         """The repository's descriptions, with each model's state; a READY model's inputs and
@@ -225,8 +253,11 @@ class ControlActor(Actor):
         return Ack()
 
     async def _poll_load(self, name: str) -> None:
+        model = self._models.get(name)
+        if self._on_demand is not None and (model is None or not model.versions):
+            return  # on demand: it loads on its first request, from the folder as it is then
         try:
-            await self._load(name, cause="poll: a new or changed model folder")
+            await self._budgeted_load(name, cause="poll: a new or changed model folder")
         except InferdError as error:
             log.error("poll: %s", error.message)
         else:
@@ -240,7 +271,73 @@ class ControlActor(Actor):
             del self._models[name]  # gone from the repository: gone from the index
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
-        return Metrics(load_durations(self._models))
+        samples = [*load_durations(self._models)]
+        if self._on_demand is not None:
+            samples += self._on_demand.metrics()
+        if self._budget is not None:
+            samples += self._budget.metrics()
+        return Metrics(tuple(samples))
+
+    # ------------------------------------------------------------------ on demand, budget
+
+    async def on_load_on_demand(self, message: LoadOnDemand, envelope: Envelope) -> Ack:
+        """A request named ``message.model``, which is not served: load it (or wait for the
+        load under way), as ``--model-load-on-demand`` says."""
+        if self._on_demand is None:
+            raise Unavailable("on-demand loading is off (--model-load-on-demand)")
+        check_model_name(message.model)
+        if self._budget is not None:
+            self._budget.touch(message.model)
+        await self._on_demand.ensure(message.model)
+        return Ack()
+
+    def _is_ready(self, name: str) -> bool:
+        model = self._models.get(name)
+        return model is not None and model.ready()
+
+    async def _load_on_demand(self, name: str) -> None:
+        await self._budgeted_load(name, cause="on demand: a request for it")
+        self._ensembles.mark_requested(name)
+
+    async def _budgeted_load(
+        self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
+        *, cause: str = "load requested",
+    ) -> None:
+        """``_load``, within ``--model-memory-budget`` when there is one: what must go to
+        make room for it goes first (``budget``), and its footprint is kept."""
+        load = functools.partial(self._load, name, config_override, files, cause=cause)
+        if self._budget is None:
+            return await load()
+        try:
+            check_model_name(name)
+            resolved = await self.router.ask(REPOSITORY, ResolveModel(name, config_override))
+        except InferdError:
+            return await load()  # it says why, as without a budget
+        assert isinstance(resolved, ResolvedModel)
+        if not resolved.backend:
+            return await load()  # an ensemble holds nothing; its composing models load here
+        try:
+            await self._budget.load_within(name, ModelConfig.FromString(resolved.config),
+                                           resolved.path, load)
+        except NoRoom as error:
+            if not self._is_ready(name):  # the index says why it is not loaded
+                self._note_failure(name, error.message)
+            raise
+
+    async def _usage(self) -> Usage:
+        usage = await self.router.ask(SCHEDULER, UsageRequest())
+        assert isinstance(usage, SchedulerUsage)
+        return {(model, number): (last, busy) for model, number, last, busy in usage.versions}
+
+    def _pinned(self, name: str) -> bool:
+        model = self._models.get(name)
+        return name in self._pins or (model is not None and any(
+            version.config and is_pinned(ModelConfig.FromString(version.config))
+            for version in model.versions.values()))
+
+    async def _evict(self, name: str, reason: str) -> None:
+        self._required.discard(name)
+        await self._unload(name, cause=reason, reason=reason)
 
     # ------------------------------------------------------------------ executors
 
@@ -393,14 +490,17 @@ class ControlActor(Actor):
             if self._models.get(name) is model:
                 del self._models[name]
 
-    async def _unload(self, name: str, *, cause: str = "unload requested") -> None:
+    async def _unload(self, name: str, *, cause: str = "unload requested",
+                      reason: str = "unloaded") -> None:
         model = self._models.get(name)
         if model is None:
             return
         async with model.lock:
-            await self._unloader.unload_all(name, model, cause)
+            await self._unloader.unload_all(name, model, cause, reason)
             remove_override_folder(model.override_dir)
             model.override_dir = ""
+            if self._budget is not None and not model.ready():
+                self._budget.unloaded(name)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""

@@ -58,6 +58,10 @@ class EnsembleLifecycle:
         """``names`` were loaded on request (not only as some ensemble's composing model)."""
         self._dependencies.mark_requested(*names)
 
+    def users(self, name: str) -> list[str]:
+        """The ensembles loaded or loading that use ``name``, directly or through others."""
+        return self._dependencies.dependents(name)
+
     def is_served(self, name: str, number: int) -> bool:
         """Whether the scheduler serves ``name`` version ``number`` as an ensemble."""
         served: bool = self._dependencies.is_served(name, number)

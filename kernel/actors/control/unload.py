@@ -30,9 +30,11 @@ class VersionUnloader:
         self._is_served = is_served  # an ensemble's version the scheduler serves
         self._version_unloaded = version_unloaded
 
-    async def unload_all(self, name: str, model: ModelStatus, cause: str) -> None:
-        """Every version of ``model`` (the caller holds its lock); ``model.draining`` is set
-        once none takes a new request while some still have requests in flight."""
+    async def unload_all(self, name: str, model: ModelStatus, cause: str,
+                         reason: str = "unloaded") -> None:
+        """Every version of ``model`` (the caller holds its lock), each left UNAVAILABLE with
+        ``reason``; ``model.draining`` is set once none takes a new request while some still
+        have requests in flight."""
         numbers = list(model.versions)
         retired: list[bool] = []
 
@@ -43,7 +45,7 @@ class VersionUnloader:
 
         async with anyio.create_task_group() as tasks:
             for number in numbers:
-                tasks.start_soon(self.unload_version, name, model, number, "unloaded", cause,
+                tasks.start_soon(self.unload_version, name, model, number, reason, cause,
                                  retiring)
 
     async def unload_version(self, name: str, model: ModelStatus, number: int, reason: str,

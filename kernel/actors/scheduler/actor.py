@@ -84,6 +84,8 @@ from inferd.protocols.messages import (
     StatisticsRequest,
     StreamInferRequest,
     StreamParts,
+    Usage,
+    UsageRequest,
 )
 
 
@@ -220,6 +222,11 @@ class SchedulerActor(Actor):
     ) -> Statistics:
         chosen = self._table.for_statistics(message.model, message.version)
         return Statistics(tuple(statistics_dict(v) for v in chosen))
+
+    async def on_usage_request(self, message: UsageRequest, envelope: Envelope) -> Usage:
+        """For the memory budget: each version's last inference and whether it is busy."""
+        return Usage(tuple((v.model, v.version, v.statistics.last_inference_ms, v.busy())
+                           for v in self._table.versions()))
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
         now = time.monotonic()

@@ -4,12 +4,16 @@ frontend's port and address (and every other plugin flag) land in ``Settings.opt
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
+
+import pytest
 
 from inferd.kernel.cli.serve import kernel_parser, serve_parser, settings_from
 from inferd.kernel.observability.trace_config import TraceConfig
 from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.kernel.settings import Settings
+from inferd.kernel.supervisor import StartupFailed
 
 FRONTEND_FLAGS = {"http_port": 8000, "http_address": "0.0.0.0", "grpc_port": 8001,
                   "grpc_address": "0.0.0.0", "metrics_port": 8002,
@@ -45,3 +49,24 @@ def test_trace_flags_are_a_typed_setting(tmp_path: Path) -> None:
                                        "--trace-config", "triton,file=/t.json"])
     trace = settings_from(args).trace
     assert (trace.level, trace.file) == (("TIMESTAMPS",), "/t.json")
+
+
+def test_on_demand_and_budget_flags_are_typed_settings(tmp_path: Path) -> None:
+    def settings(*flags: str) -> Settings:
+        parser = serve_parser(Plugins.load())
+        return settings_from(parser.parse_args(["--model-repository", str(tmp_path), *flags]))
+
+    assert (Settings().model_load_on_demand, Settings().model_memory_budget) == (False, ())
+    chosen = settings("--model-control-mode", "explicit", "--model-load-on-demand",
+                      "--model-load-on-demand-timeout-secs", "5",
+                      "--model-memory-budget", "cpu=1GiB,gpu0=2GiB")
+    assert (chosen.model_load_on_demand, chosen.model_load_on_demand_timeout_secs,
+            chosen.model_memory_budget) == (True, 5.0, (("cpu", 1024**3), ("gpu0", 2 * 1024**3)))
+    for flags, problem in (
+        (("--model-load-on-demand",), "requires setting '--model-control-mode=explicit' or"),
+        (("--model-memory-budget", "cpu=1GiB"), "requires setting '--model-control-mode="),
+        (("--model-control-mode", "poll", "--model-memory-budget", "cpu=lots"),
+         "--model-memory-budget=cpu=lots: expected a size"),
+    ):
+        with pytest.raises(StartupFailed, match=re.escape(problem)):
+            settings(*flags)
