@@ -62,11 +62,11 @@ def free_port() -> int:
 
 def launcher(python: str = "") -> list[str]:
     """The venv's ``inferd`` script, or the module it runs when there is no script; with
-    ``python``, that interpreter's inferd (another checkout's venv, say)."""
-    if python:
-        return [python, "-m", "inferd.kernel.cli.main"]
-    script = Path(sys.executable).parent / "inferd"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "inferd.kernel.cli.main"]
+    ``python``, that interpreter's inferd (another checkout's venv, say, whose tree may
+    predate today's module names: its own script knows where its entry point is)."""
+    interpreter = python or sys.executable
+    script = Path(interpreter).parent / "inferd"
+    return [str(script)] if script.exists() else [interpreter, "-m", "inferd.kernel.cli.main"]
 
 
 def start(
