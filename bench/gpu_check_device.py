@@ -302,7 +302,7 @@ def _load(world: World, model: str, batch: np.ndarray, concurrency: int, seconds
 
 
 def throughput(world: World, batches: list[int], concurrency: int, seconds: float) -> str:
-    from inferd.kernel.supervisor import format_table
+    from inferd.kernel.cli.table import format_table
 
     width = int(world.io_width("wide_cpu"))
     devices = ["cpu", "gpu"] if world.gpu else ["cpu"]

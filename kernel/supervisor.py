@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Sequence
 
 import anyio
 import anyio.to_thread
@@ -25,6 +24,7 @@ from inferd.kernel.actors.control.desired_state_record import Record, RecordErro
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
 from inferd.kernel.actors.repository.actor import RepositoryActor
 from inferd.kernel.actors.scheduler.actor import SchedulerActor
+from inferd.kernel.cli.table import format_table
 from inferd.kernel.actors.scheduler.response_cache import (
     CacheUnavailable,
     ResponseCache,
@@ -233,13 +233,3 @@ def _failure_text(failures: dict[str, str]) -> str:
     lines = [f"  {name}: {reason}" for name, reason in sorted(failures.items())]
     count = len(failures)
     return f"{count} model{'s' if count > 1 else ''} failed to load:\n" + "\n".join(lines)
-
-
-def format_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
-    """A plain-text table, columns padded to their widest cell."""
-    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    ]
-    return "\n".join(lines)

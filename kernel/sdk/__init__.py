@@ -89,6 +89,7 @@ from inferd.kernel.cli.flags import (
     positive_count,
     positive_seconds,
 )
+from inferd.kernel.cli.table import format_table
 from inferd.kernel.frontend import Frontend, FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
 from inferd.kernel.observability.trace_config import TraceConfig, trace_integer
@@ -102,6 +103,7 @@ from inferd.kernel.observability.trace_sinks import (
 from inferd.kernel.observability.tracing import CURRENT, Trace, TraceSetting, traced
 
 __all__ = [
+    "format_table",
     "CANNOT_CONNECT", "CLOSE_TIMEOUT_SECS", "CURRENT", "EXIT_CODES", "OK", "READ_TIMEOUT_SECS",
     "REFUSED", "USAGE",
     "AgentModel", "AgentRefused", "AgentRegistry", "AgentSpec",

@@ -1,9 +1,9 @@
-"""How the ``inferd`` client commands print: one ``show`` for every result (a rich table for
-people, a JSON document for scripts with ``--format json``), error lines on standard error,
-and abbreviated tensor values.
+"""How the ``inferd`` client commands print: one ``show`` for every result (a table for
+people, drawn by the kernel's one table renderer, or a JSON document for scripts with
+``--format json``), error lines on standard error, and abbreviated tensor values.
 
-Tables go to standard output; when that is not a terminal they are drawn wide (never
-wrapped), so that a pipe into grep or awk sees one row per line.
+Tables go to standard output, never wrapped, so that a pipe into grep or awk sees one row per
+line; on a terminal a rule stands under the header. Progress lines go through rich's console.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rich import box
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+
+from inferd.kernel.sdk import format_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +41,11 @@ def show(fmt: str, columns: Sequence[Column], records: Sequence[Mapping[str, Any
         print(json.dumps(records if document is None else document, indent=2,
                          default=_jsonable))
         return
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  header_style="bold")
-    for column in columns:
-        table.add_column(column.header, justify="right" if column.numeric else "left",
-                         overflow="fold")
-    for record in records:
-        table.add_row(*(escape(_cell(record.get(column.key))) for column in columns))
-    console().print(table)
+    right = [i for i, column in enumerate(columns) if column.numeric]
+    print(format_table([column.header for column in columns],
+                       [[_cell(record.get(column.key)) for column in columns]
+                        for record in records],
+                       right=right, rule=sys.stdout.isatty()))
 
 
 def _cell(value: Any) -> str:

@@ -22,7 +22,7 @@ from inferd.kernel.cli.check.report import CheckReport, ModelReport, config_text
 from inferd.kernel.cli.check.walk import check_repository
 from inferd.kernel.cli.flags import backend_setting
 from inferd.kernel.runtime.plugin_manager import Plugins
-from inferd.kernel.supervisor import format_table
+from inferd.kernel.cli.table import format_table
 from inferd.protocols.errors import InferdError
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
