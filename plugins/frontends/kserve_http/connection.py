@@ -223,6 +223,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             # asyncio closes the transport unless told otherwise; the answer is still owed.
             self._peer_done = True
             return True
+        transport = self.transport
+        if isinstance(transport, CoalescedTransport):
+            # The real transport closes as this returns, under the coalescing one: a response
+            # completed in this turn of the loop, still waiting to be joined, goes out first.
+            transport.flush()
         return None
 
     def data_received(self, data: bytes) -> None:
