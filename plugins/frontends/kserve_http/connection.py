@@ -15,6 +15,7 @@ no task per request watches for it. It knows nothing of routes, bodies or models
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,10 @@ from inferd.protocols import json_bodies
 MAX_HEAD_BYTES = 64 << 10
 # The scope entry that gives the app its connection's ``ClientWatch``.
 CONNECTION = "inferd.connection"
+# Ranks connections by when they last began to wait for their client. The loop's clock cannot:
+# uvloop's is libuv's, in milliseconds and read once per turn, so connections answered in the
+# same millisecond would tie and the cap could close a newer one than the longest idle.
+_WAIT_ORDER = itertools.count()
 
 
 class ClientWatch:
@@ -160,6 +165,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._began_in_chunk = False
         self._head_too_large = False
         self._idle_since = 0.0  # when the connection opened or last finished a response
+        self._wait_rank = 0  # the same moment's place in _WAIT_ORDER
         self._body_progress = 0.0  # when the body being read last made progress
         self._write_blocked_since: float | None = None
         # None while serving; a 400 waiting for the responses in flight; b"" once refused.
@@ -181,7 +187,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             transport.close()
             return
         super().connection_made(CoalescedTransport(transport, self.loop))  # type: ignore[arg-type]
-        self._idle_since = self.loop.time()
+        self._begin_waiting()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -198,7 +204,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                    if isinstance(c, GuardedHttpProtocol) and c.waiting_for_client()]
         if not waiting:
             return False
-        oldest = min(waiting, key=lambda c: c._idle_since)
+        oldest = min(waiting, key=lambda c: c._wait_rank)
         self.connections.discard(oldest)  # counted out now: its close completes later
         if oldest._in_head:
             oldest._expire(f"the server has its maximum of {self.limits.max_connections} HTTP "
@@ -278,7 +284,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         super().on_response_complete()
+        self._begin_waiting()
+
+    def _begin_waiting(self) -> None:
         self._idle_since = self.loop.time()
+        self._wait_rank = next(_WAIT_ORDER)
 
     def send_400_response(self, msg: str) -> None:
         if self._head_too_large:
