@@ -16,6 +16,12 @@ The options:
   registers its tensor RPCs): ModelInfer gets the request's bytes and returns prebuilt bytes,
   no protobuf object per message. uvloop.
 * ``aio-raw-asyncio``: the same on asyncio's own event loop: what uvloop is worth to grpc.aio.
+* ``aio-raw-ort``: ``aio-raw`` whose ModelInfer also runs ``simple``'s ONNX graph once on the
+  loop (an onnxruntime session of one intra-op thread, as inferd runs it), which releases the
+  GIL for the run; ``aio-raw-numpy``: the same sums in numpy, which keeps it. Against
+  ``aio-raw`` they say what one inline run costs a grpc.aio server, and whether the GIL's
+  hand-off to grpc's poller thread while the run lets it go is what makes it cost more than
+  the run.
 * ``sync-threads-1``, ``sync-threads-4``: grpc's classic threaded server,
   ``grpc.server(ThreadPoolExecutor(N))``, with the same raw handlers (plain functions).
 * ``reuseport-2``: two processes, each ``aio-raw`` with ``("grpc.so_reuseport", 1)``, bound
@@ -108,13 +114,15 @@ OPTIONS = (
     Option("aio-protobuf", "aio-protobuf"),
     Option("aio-raw", "aio-raw"),
     Option("aio-raw-asyncio", "aio-raw-asyncio"),
+    Option("aio-raw-ort", "aio-raw-ort"),
+    Option("aio-raw-numpy", "aio-raw-numpy"),
     Option("sync-threads-1", "sync-threads-1"),
     Option("sync-threads-4", "sync-threads-4"),
     Option("reuseport-2", "aio-raw", processes=2),
     Option("grpclib", "grpclib"),
 )
-KINDS = ("aio-protobuf", "aio-raw", "aio-raw-asyncio", "sync-threads-1", "sync-threads-4",
-         "grpclib")
+KINDS = ("aio-protobuf", "aio-raw", "aio-raw-asyncio", "aio-raw-ort", "aio-raw-numpy",
+         "sync-threads-1", "sync-threads-4", "grpclib")
 DEFAULT_PAIRS = ("aio-raw", "reuseport-2")
 
 
@@ -166,13 +174,38 @@ def grpc_options(reuseport: bool) -> list[tuple[str, Any]]:
     return [("grpc.so_reuseport", 1 if reuseport else 0)]
 
 
-def raw_handler(asynchronous: bool) -> Any:
+def simple_run(kind: str) -> Callable[[], object]:
+    """One run of ``simple`` (two INT32[1,16] inputs, their sum and difference) the way
+    ``kind`` computes it: onnxruntime (``*-ort``), numpy (``*-numpy``) or not at all."""
+    import numpy as np
+
+    rows = np.arange(16, dtype=np.int32).reshape(1, 16)
+    if kind.endswith("-numpy"):
+        return lambda: (rows + rows, rows - rows)
+    if not kind.endswith("-ort"):
+        return lambda: None
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(ROOT / "model_repository" / MODEL / "1" / "model.onnx"),
+                                   options, providers=["CPUExecutionProvider"])
+    feeds = {"INPUT0": rows, "INPUT1": rows}
+    return lambda: session.run(None, feeds)
+
+
+def raw_handler(asynchronous: bool, run: Callable[[], object] = lambda: None) -> Any:
     """A generic handler of the service whose methods take the request's bytes and return
-    prebuilt bytes: no (de)serializer, no protobuf object per message."""
+    prebuilt bytes: no (de)serializer, no protobuf object per message. ModelInfer calls
+    ``run`` first."""
     import grpc
 
-    def method(reply: bytes) -> Any:
-        if asynchronous:
+    def method(name: str, reply: bytes) -> Any:
+        if asynchronous and name == "ModelInfer":
+            async def answer(request: bytes, context: Any) -> bytes:
+                run()
+                return reply
+        elif asynchronous:
             async def answer(request: bytes, context: Any) -> bytes:
                 return reply
         else:
@@ -181,7 +214,7 @@ def raw_handler(asynchronous: bool) -> Any:
         return grpc.unary_unary_rpc_method_handler(answer, request_deserializer=None,
                                                    response_serializer=None)
 
-    handlers = {name: method(reply) for name, reply in raw_replies().items()}
+    handlers = {name: method(name, reply) for name, reply in raw_replies().items()}
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
@@ -230,7 +263,7 @@ async def serve_aio(kind: str, port: int, reuseport: bool) -> None:
 
         svc.add_GRPCInferenceServiceServicer_to_server(Floor(), server)
     else:
-        server.add_generic_rpc_handlers((raw_handler(asynchronous=True),))
+        server.add_generic_rpc_handlers((raw_handler(True, simple_run(kind)),))
     bind(server, port)
     await server.start()
     announce(kind, port)

@@ -17,12 +17,13 @@ grpc.aio for gRPC): a fixed ``simple`` response, no inference, what the Python f
 alone costs.
 
 One server runs at a time, in turn: inferd (``simple``, ``mlp`` and ``identity_fp32``
-loaded), inferd again with ``--cpu-executor process`` (``simple`` at concurrency 8 only: the
-other placement, which the default is judged against), with ``--before-python`` the inferd of
-another interpreter (another checkout's venv: the code before a change) on the same points,
-Triton, the HTTP floor, the gRPC floor. Each point is one ``perf_analyzer`` run: a closed
-loop of C synchronous requests of batch 1, windows of ``--window-ms`` until the last three
-agree within ``--stability`` percent, at most ``--max-trials`` windows, then up to
+loaded) and, with ``--before-python``, beside it the inferd of another interpreter (another
+checkout's venv: the code before a change), the two measured in turn point by point; inferd
+again with ``--cpu-executor process`` (``simple`` at concurrency 8 only: the other
+placement, which the default is judged against); Triton; the HTTP floor; the gRPC floor.
+Each point is one ``perf_analyzer`` run: a closed loop of C synchronous requests of batch 1,
+windows of ``--window-ms`` until the last three agree within ``--stability`` percent, at
+most ``--max-trials`` windows, then up to
 ``--retries`` more runs with windows twice as long. The points: ``simple`` at concurrency 1
 and 8; ``mlp`` at 32 (its config enables dynamic batching, so the servers may merge
 requests); ``identity_fp32`` with a 1 MiB FP32 input (``--shape INPUT0:262144``) at 1, and
@@ -65,6 +66,7 @@ import sysconfig
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,33 +306,49 @@ def server_version(server: serving.Server) -> str:
 
 
 def measure_points(
-    tool: PerfAnalyzer, server_label: str, server: serving.Server, points: Sequence[Point],
+    tool: PerfAnalyzer, servers: Sequence[tuple[str, serving.Server]], points: Sequence[Point],
     protocols: Sequence[str], args: argparse.Namespace, folder: Path,
     results: dict[Key, Measurement], costs: Costs,
 ) -> None:
+    """Each point on each of ``servers`` (label, server) in turn, the order reversed from one
+    point to the next, so that two servers compared meet the machine's drift alike."""
+    alive = list(servers)
+    turn = 0
     for point in points:
         for protocol in protocols:
             for concurrency in point.concurrency:
-                if server.process.poll() is not None:
-                    # Its remaining points stay empty in the table; the other servers still run.
-                    print(f"\n{server.name} died during the run:\n{server.log_tail()}",
-                          flush=True)
-                    return
-                print(f"\n[{server_label}] {point.label}, {protocol}, concurrency {concurrency}",
-                      flush=True)
-                place = folder / f"{server_label}-{point.key}"
-                place.mkdir(exist_ok=True)
-                key = (server_label, point.key, protocol, concurrency)
-                with metered(server, server_label, point.model) as cost:
-                    results[key] = bench_kserve.measure(
-                        tool, server, protocol, concurrency, args, place, model=point.model,
-                        extra=point.extra, prefix=args.client_prefix)
-                if cost is not None:
-                    costs[key] = cost
-                    print(f"  {cost.describe()}", flush=True)
-                measurement = results[key]
-                if point is IDENTITY_SHM and measurement.infer_per_s is None:
-                    remove_leaked_regions()
+                order = alive if turn % 2 == 0 else alive[::-1]
+                turn += 1
+                for server_label, server in order:
+                    if server.process.poll() is not None:
+                        # Its remaining points stay empty in the table; the others still run.
+                        print(f"\n{server.name} died during the run:\n{server.log_tail()}",
+                              flush=True)
+                        alive.remove((server_label, server))
+                        continue
+                    measure_point(tool, server_label, server, point, protocol, concurrency,
+                                  args, folder, results, costs)
+
+
+def measure_point(
+    tool: PerfAnalyzer, server_label: str, server: serving.Server, point: Point,
+    protocol: str, concurrency: int, args: argparse.Namespace, folder: Path,
+    results: dict[Key, Measurement], costs: Costs,
+) -> None:
+    print(f"\n[{server_label}] {point.label}, {protocol}, concurrency {concurrency}",
+          flush=True)
+    place = folder / f"{server_label}-{point.key}"
+    place.mkdir(exist_ok=True)
+    key = (server_label, point.key, protocol, concurrency)
+    with metered(server, server_label, point.model) as cost:
+        results[key] = bench_kserve.measure(
+            tool, server, protocol, concurrency, args, place, model=point.model,
+            extra=point.extra, prefix=args.client_prefix)
+    if cost is not None:
+        costs[key] = cost
+        print(f"  {cost.describe()}", flush=True)
+    if point is IDENTITY_SHM and results[key].infer_per_s is None:
+        remove_leaked_regions()
 
 
 @contextmanager
@@ -372,28 +390,30 @@ def measure_servers(
     versions: dict[str, str] = {}
     if "inferd" in args.only:
         if chosen(MODEL_POINTS, args):
-            print("\n=== inferd serve", flush=True)
-            with running_inferd(args, folder) as server:
-                measure_points(tool, "inferd", server, chosen(MODEL_POINTS, args),
-                               args.protocols, args, folder, results, costs)
+            with contextlib.ExitStack() as stack:
+                print("\n=== inferd serve", flush=True)
+                servers = [("inferd", stack.enter_context(running_inferd(args, folder)))]
+                if args.before_python:
+                    # Both serve at once, measured point by point in turn: a change's
+                    # before and after a few seconds apart, not minutes.
+                    print(f"\n=== inferd serve, before: {args.before_python}", flush=True)
+                    servers.append(("before", stack.enter_context(
+                        running_inferd(args, folder, python=args.before_python))))
+                measure_points(tool, servers, chosen(MODEL_POINTS, args), args.protocols,
+                               args, folder, results, costs)
         if chosen([SIMPLE_INLINE], args):
             print(f"\n=== inferd serve {' '.join(OTHER_PLACEMENT)}", flush=True)
             with running_inferd(args, folder, *OTHER_PLACEMENT) as server:
-                measure_points(tool, "inferd", server, [SIMPLE_INLINE], args.protocols, args,
-                               folder, results, costs)
-    if args.before_python and chosen(MODEL_POINTS, args):
-        print(f"\n=== inferd serve, before: {args.before_python}", flush=True)
-        with running_inferd(args, folder, python=args.before_python) as server:
-            measure_points(tool, "before", server, chosen(MODEL_POINTS, args), args.protocols,
-                           args, folder, results, costs)
+                measure_points(tool, [("inferd", server)], [SIMPLE_INLINE], args.protocols,
+                               args, folder, results, costs)
     if triton is not None and chosen(MODEL_POINTS, args):
         print("\n=== tritonserver (python backend twins)", flush=True)
         with running_triton(triton, args, folder) as server:
             versions["triton"] = server_version(server)
             print(f"tritonserver {versions['triton']} ready: HTTP {server.address('http')}, "
                   f"gRPC {server.address('grpc')}", flush=True)
-            measure_points(tool, "triton", server, chosen(MODEL_POINTS, args), args.protocols,
-                           args, folder, results, costs)
+            measure_points(tool, [("triton", server)], chosen(MODEL_POINTS, args),
+                           args.protocols, args, folder, results, costs)
     if "floor" in args.only and SIMPLE.key in args.points:
         floors = {"http": "echo_asgi.py", "grpc": "echo_grpc.py"}
         for protocol in args.protocols:
@@ -406,7 +426,7 @@ def measure_servers(
             command = [*args.server_prefix, sys.executable, str(script), str(port)]
             with running_peer(command, {protocol: port}, name=script.name, models=["simple"],
                               via=protocol, log=folder / f"floor-{protocol}.log") as server:
-                measure_points(tool, "floor", server, [SIMPLE], [protocol], args, folder,
+                measure_points(tool, [("floor", server)], [SIMPLE], [protocol], args, folder,
                                results, costs)
     return results, costs, versions
 
