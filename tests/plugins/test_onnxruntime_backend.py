@@ -158,6 +158,61 @@ def test_missing_onnxruntime_makes_the_model_unavailable(monkeypatch: pytest.Mon
 # --------------------------------------------------------------------------------- execute
 
 
+class BindingSpy:
+    """Stands in for the C++ session under a CPU ``InferenceSession``, counting its runs."""
+
+    def __init__(self, binding: Any) -> None:
+        self.binding = binding
+        self.runs = 0
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray], options: Any) -> Any:
+        self.runs += 1
+        return self.binding.run(names, feeds, options)
+
+    def __getattr__(self, name: str) -> Any:  # what else the Python wrapper asks it
+        return getattr(self.binding, name)
+
+
+def test_a_cpu_session_is_run_through_its_binding_with_the_same_answers() -> None:
+    model = OnnxRuntimeBackend().load_model(repository_context("simple"))
+    session = onnxruntime.InferenceSession(str(REPOSITORY / "simple/1/model.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    spy = BindingSpy(session._sess)
+    session._sess = spy
+    instance = OnnxRuntimeInstance(session, ExecutionPlan.from_config(model.config, "simple", 1))
+    request = simple_request(2, "a")
+
+    (result,) = instance.execute([request])
+
+    assert spy.runs == 1
+    first, second = (tensor.data for tensor in request.inputs)
+    outputs = outputs_by_name(result)
+    np.testing.assert_array_equal(outputs["OUTPUT0"].data, first + second)
+    np.testing.assert_array_equal(outputs["OUTPUT1"].data, first - second)
+
+
+def test_a_feed_without_a_required_input_gets_the_wrappers_message(tmp_path: Path) -> None:
+    # A config may leave out an input the graph needs (Triton loads it, and so does inferd):
+    # the feed then lacks it, and the error names it as onnxruntime's Python wrapper does.
+    model = OnnxRuntimeBackend().load_model(repository_context("simple"))
+    session = onnxruntime.InferenceSession(str(REPOSITORY / "simple/1/model.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    spy = BindingSpy(session._sess)
+    session._sess = spy
+    plan = ExecutionPlan.from_config(model.config, "simple", 1)
+    one_input = ExecutionPlan(model=plan.model, version=plan.version, batching=plan.batching,
+                              inputs={"INPUT0": plan.inputs["INPUT0"]}, outputs=plan.outputs)
+    instance = OnnxRuntimeInstance(session, one_input)
+    request = simple_request(1, "a")
+    request = InferRequest(model="simple", id="a", inputs=request.inputs[:1])
+
+    (result,) = instance.execute([request])
+
+    assert spy.runs == 0
+    assert isinstance(result, InferdError)
+    assert "Required inputs (['INPUT1']) are missing" in result.message
+
+
 def test_simple_runs_requests_of_different_batch_sizes_as_one_batch() -> None:
     model = OnnxRuntimeBackend().load_model(repository_context("simple"))
     session = CountingSession(onnxruntime.InferenceSession(str(REPOSITORY / "simple/1/model.onnx")))
