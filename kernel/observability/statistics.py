@@ -65,8 +65,10 @@ class RequestDurations:
 
     def record_compute(self, compute_ns: tuple[int, int, int], requests: int = 1) -> None:
         """``requests`` requests computed together, each charged the whole ``compute_ns``."""
-        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
-            getattr(self, phase).add(ns * requests, requests)
+        input_ns, infer_ns, output_ns = compute_ns
+        self.compute_input.add(input_ns * requests, requests)
+        self.compute_infer.add(infer_ns * requests, requests)
+        self.compute_output.add(output_ns * requests, requests)
 
     def durations_as_dict(self) -> dict[str, dict[str, int]]:
         return {
@@ -98,11 +100,17 @@ class VersionStatistics(RequestDurations):
         self.execution_count += 1
         self.inference_count += batch_size
         self.record_compute(compute_ns, requests)
-        by_size = self.batches.setdefault(batch_size, BatchSizeStatistics())
-        for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
-            getattr(by_size, phase).add(ns)
-            if self.summaries is not None:
-                self.summaries.observe(phase, ns, time.monotonic(), requests)
+        by_size = self.batches.get(batch_size)
+        if by_size is None:
+            by_size = self.batches[batch_size] = BatchSizeStatistics()
+        input_ns, infer_ns, output_ns = compute_ns
+        by_size.compute_input.add(input_ns)
+        by_size.compute_infer.add(infer_ns)
+        by_size.compute_output.add(output_ns)
+        if self.summaries is not None:
+            now = time.monotonic()
+            for phase, ns in zip(COMPUTE_PHASES, compute_ns, strict=True):
+                self.summaries.observe(phase, ns, now, requests)
 
     def record_request(self, ok: bool, total_ns: int, queue_ns: int,
                        reason: str = "OTHER") -> None:
