@@ -20,9 +20,14 @@ The steps, each on ``simple``'s tensors:
   one session run); ``execute-wrapper`` the same through onnxruntime's Python ``run``
   wrapper instead of the session's binding;
 * ``record_batch``: the statistics of one executed batch;
-* ``queued``: the scheduler's record of one queued request.
+* ``queued``: the scheduler's record of one queued request;
+* ``server-http``, ``server-grpc``: one whole ``simple`` inference, as the server's main
+  process runs it (``inferd serve`` under callgrind, the CPU executor in that process as by
+  default), sent one at a time by tritonclient from outside valgrind. Start-up and shutdown
+  cancel out as above; the server's timers do not quite (they run for as long as the slowed
+  requests take), so compare two servers at the same counts only.
 
-    .venv/bin/python bench/bench_instructions.py [--steps execute,record_batch] \
+    .venv/bin/python bench/bench_instructions.py [--steps execute,server-http] \
         [--python ../before/.venv/bin/python]
 """
 
@@ -30,15 +35,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("execute", "execute-wrapper", "record_batch", "queued")
+STEPS = ("execute", "execute-wrapper", "record_batch", "queued", "server-http", "server-grpc")
+SERVER_READY_SECS = 600.0  # inferd's start under valgrind: imports and onnxruntime, slowed
 REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -102,7 +112,60 @@ def _child(name: str, count: int) -> None:
     asyncio.run(run())
 
 
+def _server_instructions(python: str, protocol: str, count: int) -> int:
+    """Instructions of an ``inferd serve`` main process that answered ``count`` inferences."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import numpy as np
+    import serving
+
+    ports = {name: serving.free_port() for name in ("http", "grpc", "zmq", "metrics")}
+    inferd = str(Path(python).with_name("inferd"))
+    log = Path(f"/tmp/bench-instructions-{os.getpid()}-{protocol}-{count}.log")
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+               f"--log-file={log}", python, inferd, "serve",
+               "--model-repository", str(ROOT / "model_repository"),
+               "--model-control-mode", "explicit", "--load-model", "simple",
+               *(option for name, port in ports.items()
+                 for option in (f"--{name}-address", "127.0.0.1", f"--{name}-port", str(port)))]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                              cwd=ROOT)
+    try:
+        if protocol == "http":
+            import tritonclient.http as client_module
+            client: Any = client_module.InferenceServerClient(
+                f"127.0.0.1:{ports['http']}", network_timeout=SERVER_READY_SECS)
+        else:
+            import tritonclient.grpc as client_module  # type: ignore[no-redef]
+            client = client_module.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+        deadline = time.monotonic() + SERVER_READY_SECS
+        while True:
+            try:
+                if client.is_model_ready("simple"):
+                    break
+            except Exception:  # noqa: BLE001 - not listening yet
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"inferd under valgrind did not start; see {log}")
+            time.sleep(1.0)
+        rows = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [client_module.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(rows)
+        for _ in range(20 + count):  # 20 to warm up, in every run alike
+            client.infer("simple", inputs)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=SERVER_READY_SECS)
+    found = REFS.search(log.read_text())
+    log.unlink()
+    if found is None:
+        raise RuntimeError("valgrind printed no instruction count for the server")
+    return int(found.group(1).replace(",", ""))
+
+
 def _instructions(python: str, name: str, count: int) -> int:
+    if name.startswith("server-"):
+        return _server_instructions(python, name.removeprefix("server-"), count)
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, __file__,
          "--child", name, str(count)],
