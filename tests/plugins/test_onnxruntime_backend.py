@@ -191,7 +191,7 @@ def test_a_cpu_session_is_run_through_its_binding_with_the_same_answers() -> Non
     np.testing.assert_array_equal(outputs["OUTPUT1"].data, first - second)
 
 
-def test_a_feed_without_a_required_input_gets_the_wrappers_message(tmp_path: Path) -> None:
+def test_a_feed_without_a_required_input_gets_the_wrappers_message() -> None:
     # A config may leave out an input the graph needs (Triton loads it, and so does inferd):
     # the feed then lacks it, and the error names it as onnxruntime's Python wrapper does.
     model = OnnxRuntimeBackend().load_model(repository_context("simple"))
@@ -203,8 +203,7 @@ def test_a_feed_without_a_required_input_gets_the_wrappers_message(tmp_path: Pat
     one_input = ExecutionPlan(model=plan.model, version=plan.version, batching=plan.batching,
                               inputs={"INPUT0": plan.inputs["INPUT0"]}, outputs=plan.outputs)
     instance = OnnxRuntimeInstance(session, one_input)
-    request = simple_request(1, "a")
-    request = InferRequest(model="simple", id="a", inputs=request.inputs[:1])
+    request = InferRequest(model="simple", id="a", inputs=simple_request(1, "a").inputs[:1])
 
     (result,) = instance.execute([request])
 

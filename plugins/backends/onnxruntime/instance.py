@@ -73,20 +73,14 @@ class OnnxRuntimeInstance(NamedTensorInstance):
 
 def _binding_of(session: Any) -> Any:
     """The C++ session under an ``onnxruntime.InferenceSession`` that runs on the CPU alone,
-    run directly: the Python wrapper's ``run`` only checks that the feed holds every required
-    input (``_infer`` checks it too, and leaves a feed that does not to the wrapper and its
-    message) and falls back from a failing accelerator to the CPU, which a CPU session has no
-    use for. It costs about as much as the run itself for a
-    small model (``simple``: 16 µs through the wrapper, 8 µs direct). None otherwise: a GPU
-    session, or anything else with a ``run``."""
+    to be run directly; None for a GPU session or anything else with a ``run``. The Python
+    wrapper's ``run`` adds only a check that the feed holds every required input (``_infer``
+    makes it too, leaving a feed that fails it to the wrapper and its message) and a fallback
+    from a failing accelerator to the CPU, which a CPU session has no use for."""
     binding = getattr(session, "_sess", None)
-    if binding is None or not hasattr(binding, "run"):
+    if binding is None or session.get_providers() != ["CPUExecutionProvider"]:
         return None
-    try:
-        providers = session.get_providers()
-    except AttributeError:
-        return None
-    return binding if list(providers) == ["CPUExecutionProvider"] else None
+    return binding
 
 
 def _required_inputs(session: Any) -> frozenset[str]:
