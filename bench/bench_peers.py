@@ -264,10 +264,13 @@ def running_inferd(
     args: argparse.Namespace, folder: Path, *flags: str, python: str = ""
 ) -> Iterator[serving.Server]:
     loads = [option for model in MODELS for option in ("--load-model", model)]
-    every = ["--model-control-mode", "explicit", *loads, *flags, *args.server_args]
+    extra = args.before_args if python and args.before_args is not None else args.server_args
+    every = ["--model-control-mode", "explicit", *loads, *flags, *extra]
     log = folder / f"inferd{'-before' if python else ''}.log"
+    # Not in ROOT: the executors' sys.path starts with their working directory, where this
+    # checkout's inferd.egg-info would give another checkout's server these entry points.
     with serving.running(REPOSITORY, *every, log=log, model=MODELS[0],
-                         via="http", cwd=ROOT, timeout=START_TIMEOUT_SECS,
+                         via="http", cwd=folder, timeout=START_TIMEOUT_SECS,
                          grace=STOP_TIMEOUT_SECS, prefix=args.server_prefix,
                          python=python) as server:
         for model in MODELS[1:]:
@@ -694,6 +697,10 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="also measure the inferd of this interpreter (another checkout's "
                              "venv: the code before a change) on the same points, and print "
                              "before/after")
+    parser.add_argument("--before-args", type=shlex.split, default=None,
+                        help="the before server's options instead of --server-args, one "
+                             "string: with --before-python this venv's own interpreter, "
+                             "two settings of one checkout side by side")
     parser.add_argument("--verbose", action="store_true",
                         help="print perf_analyzer's whole output")
     args = parser.parse_args(argv)

@@ -40,6 +40,9 @@ DEFAULT_MAX_CONNECTION_IDLE_SECS = 300.0
 DEFAULT_KEEPALIVE_TIME_MS = 7_200_000
 DEFAULT_KEEPALIVE_TIMEOUT_MS = 20_000
 LISTEN = ListenFlags("grpc", 8001)
+# The gRPC servers: HTTP/2 on the event loop (``loop_server``), or grpc.aio.
+IMPLEMENTATIONS = ("loop", "grpcio")
+DEFAULT_IMPLEMENTATION = "grpcio"
 
 
 @hookimpl
@@ -97,6 +100,12 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         metavar="GROUPS:KEY=VALUE",
         help="answer the API groups (as --http-restricted-api) only to calls whose metadata "
         "has triton-grpc-protocol-KEY: VALUE (repeatable)",
+    )
+    group.add_argument(
+        "--grpc-implementation", choices=IMPLEMENTATIONS, default=DEFAULT_IMPLEMENTATION,
+        help="the gRPC server: 'loop' speaks HTTP/2 on the event loop's own thread, as the "
+        "HTTP frontend does; 'grpcio' is grpc.aio, whose poller thread hands every call to "
+        f"the loop (default {DEFAULT_IMPLEMENTATION})",
     )
     add_boolean(group, "--grpc-use-ssl", False,
                 "serve gRPC over TLS with --grpc-server-cert and --grpc-server-key")

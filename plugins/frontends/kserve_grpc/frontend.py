@@ -1,5 +1,6 @@
-"""The KServe v2 gRPC frontend: the server glue around the servicer (``servicer``), a
-``grpc.aio`` server in the main process's event loop.
+"""The KServe v2 gRPC frontend: the server glue around the servicer (``servicer``), either
+``loop_server`` (HTTP/2 on the main process's event loop) or a ``grpc.aio`` server in it, as
+``--grpc-implementation`` says.
 
 Owns the server's options (the largest request, the handshake and idle-connection timeouts,
 keepalive, the connection cap sharing the descriptor budget with HTTP's),
@@ -13,6 +14,7 @@ what each RPC does is the servicer's. It decides nothing about models or inferen
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +36,12 @@ from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_HANDSHAKE_TIMEOUT_SECS,
     DEFAULT_KEEPALIVE_TIME_MS,
     DEFAULT_KEEPALIVE_TIMEOUT_MS,
+    DEFAULT_IMPLEMENTATION,
     DEFAULT_MAX_CONNECTION_IDLE_SECS,
     LISTEN,
 )
-from inferd.plugins.frontends.kserve_grpc.service import service_handler
+from inferd.plugins.frontends.kserve_grpc.loop_server import LoopServer, ssl_context
+from inferd.plugins.frontends.kserve_grpc.service import methods, service_handler
 from inferd.plugins.frontends.kserve_grpc.servicer import InferenceServicer
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
@@ -107,30 +111,59 @@ class KserveGrpcFrontend(Frontend):
                                            "--grpc-restricted-protocol")
         except ValueError as error:
             raise StartupFailed(str(error)) from None
-        self.credentials = _credentials(settings.options)
+        self.tls = _tls(settings.options)
+        self.credentials = self.tls.credentials() if self.tls is not None else None
+        options = settings.options
+        self.implementation = str(options.get("grpc_implementation") or DEFAULT_IMPLEMENTATION)
+        self.handshake_timeout = float(options.get("grpc_handshake_timeout_secs")
+                                       or DEFAULT_HANDSHAKE_TIMEOUT_SECS)
+        self.max_idle = float(options.get("grpc_max_connection_idle_secs")
+                              or DEFAULT_MAX_CONNECTION_IDLE_SECS)
+        self.max_connections = int(options.get("grpc_max_connections") or 0) or None
+        self.keepalive_ms = (
+            int(options.get("grpc_keepalive_time") or DEFAULT_KEEPALIVE_TIME_MS),
+            int(options.get("grpc_keepalive_timeout") or DEFAULT_KEEPALIVE_TIMEOUT_MS))
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        if self.implementation == "loop":
+            await self._serve_on_loop(task_status)
+            return
         # grpc.aio binds the server to the event loop running when it is created.
         interceptors = [_Restricted(self.restricted)] if self.restricted else []
-        options = self.settings.options
         server = grpc.aio.server(
-            options=server_options(
-                self.max_input_size,
-                float(options.get("grpc_handshake_timeout_secs")
-                      or DEFAULT_HANDSHAKE_TIMEOUT_SECS),
-                float(options.get("grpc_max_connection_idle_secs")
-                      or DEFAULT_MAX_CONNECTION_IDLE_SECS),
-                int(options.get("grpc_max_connections") or 0) or None,
-                (int(options.get("grpc_keepalive_time") or DEFAULT_KEEPALIVE_TIME_MS),
-                 int(options.get("grpc_keepalive_timeout") or DEFAULT_KEEPALIVE_TIMEOUT_MS)),
-            ),
+            options=server_options(self.max_input_size, self.handshake_timeout, self.max_idle,
+                                   self.max_connections, self.keepalive_ms),
             interceptors=interceptors)
         server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))
         try:
             address = self._bind(server)
             await server.start()
+            logger.info("gRPC frontend listening on %s", address)
+            task_status.started(address)
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await server.stop(STOP_GRACE_SECS)
+
+    async def _serve_on_loop(self, task_status: anyio.abc.TaskStatus[Any]) -> None:
+        server = LoopServer(
+            methods(InferenceServicer(self)), max_message=self.max_input_size,
+            handshake_timeout=self.handshake_timeout, max_idle=self.max_idle,
+            max_connections=self.max_connections or default_connection_cap("grpc"),
+            keepalive_ms=self.keepalive_ms, restricted=self.restricted,
+            ssl_context=self.tls.ssl_context() if self.tls is not None else None)
+        host, listen_port = LISTEN.read(self.settings.options)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        try:
+            port = await server.listen(host, listen_port)
+        except OSError as error:
+            raise OSError(f"the gRPC frontend cannot listen on {host}:{listen_port}: "
+                          f"{error.strerror or error}") from None
+        try:
+            address = f"{host}:{port}"
             logger.info("gRPC frontend listening on %s", address)
             task_status.started(address)
             await anyio.sleep_forever()
@@ -162,9 +195,30 @@ class KserveGrpcFrontend(Frontend):
         return f"{host}:{port}"
 
 
-def _credentials(options: dict[str, Any]) -> grpc.ServerCredentials | None:
-    """tritonserver's ``--grpc-use-ssl[-mutual]``: the TLS credentials from the files named,
-    each read and checked now; None for a plaintext server."""
+class _Tls:
+    """tritonserver's ``--grpc-use-ssl[-mutual]`` files, each read and checked."""
+
+    def __init__(self, files: dict[str, str], mutual: bool) -> None:
+        self.files = files
+        self.mutual = mutual
+        self.pair = read_key_pair(files["--grpc-server-cert"], "--grpc-server-cert",
+                                  files["--grpc-server-key"], "--grpc-server-key")
+        root = files["--grpc-root-cert"]
+        self.roots = read_certificates(root, "--grpc-root-cert") if root else None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(((self.pair.key, self.pair.certificate),),
+                                           root_certificates=self.roots,
+                                           require_client_auth=self.mutual)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl_context(self.files["--grpc-server-cert"], self.files["--grpc-server-key"],
+                           self.files["--grpc-root-cert"] or None, self.mutual)
+
+
+def _tls(options: dict[str, Any]) -> _Tls | None:
+    """tritonserver's ``--grpc-use-ssl[-mutual]``: the TLS files named, each read and checked
+    now; None for a plaintext server."""
     mutual = bool(options.get("grpc_use_ssl_mutual"))  # as Triton, it implies --grpc-use-ssl
     files = {flag: str(options.get(flag.removeprefix("--").replace("-", "_")) or "")
              for flag in ("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert")}
@@ -179,12 +233,7 @@ def _credentials(options: dict[str, Any]) -> grpc.ServerCredentials | None:
     if missing:
         which = "--grpc-use-ssl-mutual" if mutual else "--grpc-use-ssl"
         raise StartupFailed(f"{which} needs {' and '.join(missing)}")
-    pair = read_key_pair(files["--grpc-server-cert"], "--grpc-server-cert",
-                         files["--grpc-server-key"], "--grpc-server-key")
-    root = files["--grpc-root-cert"]
-    roots = read_certificates(root, "--grpc-root-cert") if root else None
-    return grpc.ssl_server_credentials(((pair.key, pair.certificate),), root_certificates=roots,
-                                       require_client_auth=mutual)
+    return _Tls(files, mutual)
 
 
 class _Restricted(grpc.aio.ServerInterceptor):  # type: ignore[misc]

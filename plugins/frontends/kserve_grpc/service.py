@@ -1,5 +1,6 @@
-"""``inference.GRPCInferenceService`` as ``grpc.aio`` method handlers, built from the service's
-protobuf descriptor and bound to the servicer (``servicer``).
+"""``inference.GRPCInferenceService``'s RPCs, built from the service's protobuf descriptor and
+bound to the servicer (``servicer``): as ``Method``s for the loop server (``loop_server``) and
+as ``grpc.aio`` method handlers.
 
 ``ModelInfer`` and ``ModelStreamInfer`` take and give bytes in
 ``inferd.protocols.kserve_grpc_wire``'s framing, which leaves tensor bytes uncopied (a large
@@ -98,12 +99,24 @@ def _refusing_undecodable(method: Callable[[Any, Any], Awaitable[Any]]) -> Calla
     return handle
 
 
-def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
-    """``inference.GRPCInferenceService`` bound to ``servicer``, built from the service's
-    descriptor: protobuf (de)serializers, except for the tensor RPCs; a request that does not
-    parse is answered INVALID_ARGUMENT."""
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One RPC of the service: the servicer's coroutine, its request's parser and its
+    reply's serializer, and whether the client streams (``ModelStreamInfer``; every other
+    RPC is unary)."""
+
+    behaviour: Callable[..., Awaitable[Any]]
+    deserialize: Callable[[bytes], Any]
+    serialize: Callable[[Any], bytes]
+    streaming: bool
+
+
+def methods(servicer: InferenceServicer) -> dict[str, Method]:
+    """``inference.GRPCInferenceService``'s RPCs by name, bound to ``servicer``, from the
+    service's descriptor: protobuf (de)serializers, except for the tensor RPCs; a request
+    that does not parse is answered INVALID_ARGUMENT."""
     service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-    handlers = {}
+    table = {}
     for method in service.methods:
         behaviour = getattr(servicer, method.name)
         deserializer: Callable[[bytes], Any]
@@ -116,12 +129,19 @@ def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
             response_class = getattr(service_pb2, method.output_type.name)
             deserializer, serializer = _tolerant(request_class), response_class.SerializeToString
             behaviour = _refusing_undecodable(behaviour)
-        make_handler = (
-            grpc.stream_stream_rpc_method_handler
-            if method.client_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        handlers[method.name] = make_handler(
-            behaviour, request_deserializer=deserializer, response_serializer=serializer
-        )
-    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+        table[method.name] = Method(behaviour, deserializer, serializer, method.client_streaming)
+    return table
+
+
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+
+
+def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
+    """``methods(servicer)`` as ``grpc.aio``'s generic handler."""
+    handlers = {}
+    for name, method in methods(servicer).items():
+        make_handler = (grpc.stream_stream_rpc_method_handler if method.streaming
+                        else grpc.unary_unary_rpc_method_handler)
+        handlers[name] = make_handler(method.behaviour, request_deserializer=method.deserialize,
+                                      response_serializer=method.serialize)
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
