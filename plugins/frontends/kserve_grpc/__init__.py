@@ -42,7 +42,7 @@ DEFAULT_KEEPALIVE_TIMEOUT_MS = 20_000
 LISTEN = ListenFlags("grpc", 8001)
 # The gRPC servers: HTTP/2 on the event loop (``loop_server``), or grpc.aio.
 IMPLEMENTATIONS = ("loop", "grpcio")
-DEFAULT_IMPLEMENTATION = "grpcio"
+DEFAULT_IMPLEMENTATION = "loop"
 
 
 @hookimpl

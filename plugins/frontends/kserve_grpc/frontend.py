@@ -140,7 +140,7 @@ class KserveGrpcFrontend(Frontend):
         try:
             address = self._bind(server)
             await server.start()
-            logger.info("gRPC frontend listening on %s", address)
+            logger.info("gRPC frontend listening on %s (grpc.aio)", address)
             task_status.started(address)
             await anyio.sleep_forever()
         finally:
@@ -164,7 +164,7 @@ class KserveGrpcFrontend(Frontend):
                           f"{error.strerror or error}") from None
         try:
             address = f"{host}:{port}"
-            logger.info("gRPC frontend listening on %s", address)
+            logger.info("gRPC frontend listening on %s (HTTP/2 on the event loop)", address)
             task_status.started(address)
             await anyio.sleep_forever()
         finally:
