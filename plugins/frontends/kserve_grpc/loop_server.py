@@ -137,10 +137,11 @@ class Context:
 class _Call:
     """One stream: its method, its messages as they arrive, its reply on the way out."""
 
-    def __init__(self, connection: _Connection, stream_id: int, method: Method,
+    def __init__(self, connection: _Connection, stream_id: int, name: str, method: Method,
                  headers: http2.Headers, encoding: str) -> None:
         self.connection = connection
         self.stream_id = stream_id
+        self.name = name
         self.method = method
         self.headers = headers
         self.encoding = encoding
@@ -345,7 +346,8 @@ class _Connection(asyncio.Protocol):
         if method is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
-        call = _Call(self, stream_id, method, headers, fields.get("grpc-encoding", "identity"))
+        call = _Call(self, stream_id, name, method, headers,
+                     fields.get("grpc-encoding", "identity"))
         refusal = self.server.refusal(name, fields)
         if refusal is not None:
             with log_context.request_context("gRPC", name):
@@ -379,6 +381,8 @@ class _Connection(asyncio.Protocol):
             messages = call.feed(event.data) if event.data else []
         except _Abort as abort:
             self._finish(call, abort.code, abort.message)
+            if call.task is not None:  # a stream's RPC, reading on
+                call.task.cancel()
             return
         if call.inbox is not None:
             for message in messages:
@@ -419,7 +423,7 @@ class _Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             return  # reset, expired or the connection is gone: answered already, or never
         except Exception as error:
-            logger.exception("gRPC %s failed", call.stream_id)
+            logger.exception("gRPC %s raised", call.name)
             self._finish(call, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}")
             return
         if call.done:
@@ -442,13 +446,10 @@ class _Connection(asyncio.Protocol):
             code, details = call.context.status or (grpc.StatusCode.UNKNOWN, "")
             self._finish(call, code, details)
             return
-        except _Abort as abort:
-            self._finish(call, abort.code, abort.message)
-            return
         except asyncio.CancelledError:
             return
         except Exception as error:
-            logger.exception("gRPC stream %s failed", call.stream_id)
+            logger.exception("gRPC %s raised", call.name)
             self._finish(call, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}")
             return
         self._finish(call, grpc.StatusCode.OK, "")
