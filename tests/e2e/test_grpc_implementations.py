@@ -7,7 +7,7 @@ statuses, compressed requests, a stream, a call past its deadline on a held mode
 cancelled one. Then raw sockets send the loop server a wrong preface, frames a client may
 not send, a frame larger than it allows and a connection cut mid-frame; each such connection
 is closed, with a GOAWAY naming the error where the preface was right, and the server
-answers the next real client.
+answers the next real client; a peer that stops answering keepalive pings is hung up on.
 """
 
 from __future__ import annotations
@@ -177,3 +177,27 @@ def test_broken_http2_closes_that_connection_only(
         received = exchange(loop_server, data)
         assert goaway_code(received) == code
         assert client.infer("simple", simple_inputs()).as_numpy("OUTPUT0") is not None
+
+
+@pytest.fixture(scope="module")
+def pinging_server(module_inferd: InferdHarness) -> ServerHandle:
+    return module_inferd.start(module_inferd.repository("simple"),
+                               "--model-control-mode=explicit", "--load-model=simple",
+                               "--grpc-keepalive-time=100", "--grpc-keepalive-timeout=100")
+
+
+def test_a_peer_that_stops_answering_pings_is_closed(pinging_server: ServerHandle) -> None:
+    with socket.create_connection(("127.0.0.1", pinging_server.ports["grpc"]),
+                                  timeout=30) as sock:
+        sock.sendall(OPENED)  # then silence: no frame, no PING acknowledged
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    kinds = []
+    while len(received) >= 9:
+        length = int.from_bytes(received[:3], "big")
+        kinds.append((received[3], received[4]))
+        received = received[9 + length:]
+    assert (http2.PING, 0) in kinds  # asked, never answered: the server hung up
+    with grpcclient.InferenceServerClient(pinging_server.grpc_url) as client:
+        assert client.is_server_live()
