@@ -44,6 +44,7 @@ COMPILED = [
     "protocols/kserve_grpc.py",
     "protocols/kserve_grpc_inputs.py",
     "protocols/kserve_grpc_wire.py",
+    "protocols/hpack.py",
     "protocols/http2.py",
     "kernel/actors/scheduler/batcher.py",
     "kernel/actors/scheduler/queue_policy.py",

@@ -1,58 +1,11 @@
-"""The sans-I/O HTTP/2 of the loop gRPC server: RFC 7541's own examples for the header
-decoder, and a client's frames driven through ``Connection`` byte for byte."""
+"""The sans-I/O HTTP/2 of the loop gRPC server: a client's frames driven through
+``Connection`` byte for byte, and what it sends back."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from inferd.protocols import http2
-from inferd.protocols.http2 import Connection, HeaderDecoder, ProtocolError
-
-
-def test_rfc7541_c3_requests_without_huffman_share_the_dynamic_table() -> None:
-    decoder = HeaderDecoder()
-    first = decoder.decode(bytes.fromhex("828684410f7777772e6578616d706c652e636f6d"))
-    assert first == ((":method", "GET"), (":scheme", "http"), (":path", "/"),
-                     (":authority", "www.example.com"))
-    second = decoder.decode(bytes.fromhex("828684be58086e6f2d6361636865"))
-    assert second[-1] == ("cache-control", "no-cache")
-    assert second[3] == (":authority", "www.example.com")
-
-
-def test_rfc7541_c4_requests_with_huffman() -> None:
-    decoder = HeaderDecoder()
-    decoder.decode(bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff"))
-    decoder.decode(bytes.fromhex("828684be5886a8eb10649cbf"))
-    third = decoder.decode(
-        bytes.fromhex("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf"))
-    assert third == ((":method", "GET"), (":scheme", "https"), (":path", "/index.html"),
-                     (":authority", "www.example.com"), ("custom-key", "custom-value"))
-
-
-def test_a_repeated_block_is_decoded_against_the_table_as_it_is_now() -> None:
-    decoder = HeaderDecoder()
-    decoder.decode(bytes.fromhex("400a637573746f6d2d6b65790d637573746f6d2d686561646572"))
-    reference = bytes([0x80 | 62])  # the newest dynamic entry
-    assert decoder.decode(reference) == (("custom-key", "custom-header"),)
-    decoder.decode(bytes.fromhex("4001610162"))  # a new entry: index 62 is now ("a", "b")
-    assert decoder.decode(reference) == (("a", "b"),)
-
-
-@pytest.mark.parametrize("block", [bytes([0x80]), bytes([0x80 | 70]), bytes([0x3F, 0xFF]),
-                                   bytes.fromhex("0085ffffffffff")])
-def test_a_malformed_block_is_a_compression_error(block: bytes) -> None:
-    with pytest.raises(ProtocolError) as error:
-        HeaderDecoder().decode(block)
-    assert error.value.code == http2.COMPRESSION_ERROR
-
-
-@given(st.lists(st.tuples(st.sampled_from([":status", "content-type", "grpc-status", "x-y"]),
-                          st.text(st.characters(min_codepoint=32, max_codepoint=126),
-                                  max_size=300)), max_size=8))
-def test_what_is_encoded_decodes_to_itself(fields: list[tuple[str, str]]) -> None:
-    assert HeaderDecoder().decode(http2.encode_headers(fields)) == tuple(fields)
+from inferd.protocols import hpack, http2
+from inferd.protocols.http2 import Connection, ProtocolError
 
 
 # ------------------------------------------------------------------------------ frames
@@ -60,7 +13,7 @@ def test_what_is_encoded_decodes_to_itself(fields: list[tuple[str, str]]) -> Non
 def client_headers(stream_id: int, fields: list[tuple[str, str]], end_stream: bool = False,
                    ) -> bytes:
     flags = http2.END_HEADERS | (http2.END_STREAM if end_stream else 0)
-    return http2.frame(http2.HEADERS, flags, stream_id, http2.encode_headers(fields))
+    return http2.frame(http2.HEADERS, flags, stream_id, hpack.encode_headers(fields))
 
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/s/M"),
@@ -108,7 +61,7 @@ def test_a_request_arriving_in_pieces_gives_its_headers_then_its_data() -> None:
 
 def test_a_header_block_continued_and_padded_frames() -> None:
     connection = opened()
-    block = http2.encode_headers(REQUEST)
+    block = hpack.encode_headers(REQUEST)
     padded = bytes([3]) + block[:4] + b"\x00" * 3
     wire = (http2.frame(http2.HEADERS, http2.PADDED, 3, padded)
             + http2.frame(http2.CONTINUATION, http2.END_HEADERS, 3, block[4:])
@@ -189,6 +142,8 @@ def test_pings_are_answered_and_a_reset_is_an_event() -> None:
     (http2.PREFACE + http2.frame(http2.HEADERS, 0, 1, b"\x82")
      + http2.frame(http2.DATA, 0, 1, b""), http2.PROTOCOL_ERROR),
     (http2.PREFACE + http2.window_update(0, 2**31 - 1), http2.FLOW_CONTROL_ERROR),
+    (http2.PREFACE + http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\x80"),
+     http2.COMPRESSION_ERROR),
 ])
 def test_a_broken_protocol_is_a_connection_error(wire: bytes, code: int) -> None:
     with pytest.raises(ProtocolError) as error:

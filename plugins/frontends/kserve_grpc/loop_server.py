@@ -1,6 +1,7 @@
 """The KServe gRPC frontend's server on the event loop's own thread: gRPC over HTTP/2
-(``inferd.protocols.http2``, compiled) in an asyncio protocol, calling the servicer's RPCs
-(``service.methods``) exactly as ``grpc.aio`` calls them.
+(``inferd.protocols.http2`` and ``hpack``, compiled) in an asyncio protocol, calling the
+servicer's RPCs (``service.methods``) exactly as ``grpc.aio`` calls them; each call's
+messages, context and texts are ``loop_calls``'.
 
 ``grpc.aio`` polls its sockets on a thread of its own and hands every completion to the
 loop through a socket pair: about 41 system calls and 6 futex hand-offs per unary call
@@ -28,20 +29,25 @@ What a gRPC server owes its clients and this one does:
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import ssl
-import zlib
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, cast
 
 import grpc
 import grpc.aio
 
 from inferd.kernel.sdk.frontends import log_context, request_failed
+from inferd.plugins.frontends.kserve_grpc.loop_calls import (
+    OK_HEADERS,
+    OK_TRAILERS,
+    Abort,
+    Call,
+    status_trailers,
+    timeout_secs,
+)
 from inferd.plugins.frontends.kserve_grpc.service import SERVICE_NAME, Method
-from inferd.protocols import http2
+from inferd.protocols import hpack, http2
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
     GRPC_METHOD_GROUPS,
@@ -55,207 +61,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _PATH_PREFIX = f"/{SERVICE_NAME}/"
-_OK_HEADERS = http2.encode_headers([
-    (":status", "200"), ("content-type", "application/grpc"),
-    ("grpc-accept-encoding", "identity,deflate,gzip"),
-])
-_OK_TRAILERS = http2.encode_headers([("grpc-status", "0")])
-# Headers that are gRPC's own, not the call's metadata (grpc.aio leaves them out too).
-_RESERVED = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding",
-                       "grpc-accept-encoding", "grpc-message-type"})
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-# A reply up to this size is joined with its prefix (one small copy) and leaves in one write.
 _JOIN_BELOW = 64 * 2**10
 
 
-def _status_trailers(code: grpc.StatusCode, message: str) -> list[tuple[str, str]]:
-    fields = [("grpc-status", str(code.value[0]))]
-    if message:
-        fields.append(("grpc-message", _percent_encode(message)))
-    return fields
-
-
-def _percent_encode(message: str) -> str:
-    """gRPC's encoding of ``grpc-message``: UTF-8, with ``%`` and every byte outside
-    printable ASCII as ``%XX``."""
-    raw = message.encode("utf-8", "replace")
-    if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
-        return message
-    return "".join(chr(byte) if 0x20 <= byte <= 0x7E and byte != 0x25 else f"%{byte:02X}"
-                   for byte in raw)
-
-
-def _timeout(value: str) -> float | None:
-    """``grpc-timeout``'s seconds (``TimeoutValue TimeoutUnit``); None when malformed."""
-    unit = _TIMEOUT_UNITS.get(value[-1:])
-    digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
-    return int(digits) * unit
-
-
-class _Abort(Exception):
-    """A call ended with a status before or instead of its reply."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class Context:
-    """What a servicer's RPC sees of its call: ``grpc.aio.ServicerContext``'s ``abort``,
-    ``invocation_metadata``, ``write`` (streams), ``peer``, ``time_remaining`` and
-    ``cancelled``."""
-
-    def __init__(self, call: _Call) -> None:
-        self._call = call
-        self.status: tuple[grpc.StatusCode, str] | None = None
-
-    async def abort(self, code: grpc.StatusCode, details: str = "",
-                    trailing_metadata: Any = ()) -> NoReturn:
-        self.status = (code, details)
-        raise grpc.aio.AbortError()
-
-    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        return self._call.metadata()
-
-    async def write(self, message: Any) -> None:
-        await self._call.write(message)
-
-    def peer(self) -> str:
-        return self._call.connection.peer
-
-    def time_remaining(self) -> float | None:
-        deadline = self._call.deadline
-        return None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
-
-    def cancelled(self) -> bool:
-        return self._call.done
-
-
-class _Call:
-    """One stream: its method, its messages as they arrive, its reply on the way out."""
-
-    def __init__(self, connection: _Connection, stream_id: int, name: str, method: Method,
-                 headers: http2.Headers, encoding: str) -> None:
-        self.connection = connection
-        self.stream_id = stream_id
-        self.name = name
-        self.method = method
-        self.headers = headers
-        self.encoding = encoding
-        self.deadline: float | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.context = Context(self)
-        self.done = False
-        self.started = False  # the reply's headers went out
-        self._parts: list[bytes] = []
-        self._have = 0
-        self._need = -1  # the current message's length, -1 before its prefix
-        self._compressed = False
-        # Streams only: the messages read and not yet taken by the RPC, None at the end.
-        self.inbox: asyncio.Queue[bytes | None] | None = None
-        self._drained: asyncio.Event | None = None
-
-    def metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        pairs: list[tuple[str, str | bytes]] = []
-        for name, value in self.headers:
-            if name.startswith(":") or name in _RESERVED:
-                continue
-            if name.endswith("-bin"):
-                pairs.append((name, base64.b64decode(value + "=" * (-len(value) % 4))))
-            else:
-                pairs.append((name, value))
-        return tuple(pairs)
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The messages ``data`` completes (gRPC's 5-byte prefix: compressed flag, length)."""
-        limit = self.connection.server.max_message
-        if self._need < 0 and not self._parts and len(data) >= 5:
-            size = int.from_bytes(data[1:5], "big")
-            if size > limit:
-                raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                             f"Received message larger than max ({size} vs. {limit})")
-            if len(data) == size + 5:  # the common case: one whole message in one frame
-                return [self._inflate(data[5:], data[0])]
-        messages = []
-        self._parts.append(data)
-        self._have += len(data)
-        while True:
-            if self._need < 0:
-                if self._have < 5:
-                    break
-                head = b"".join(self._parts)
-                self._compressed = bool(head[0])
-                self._need = int.from_bytes(head[1:5], "big")
-                if self._need > limit:
-                    raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                 f"Received message larger than max ({self._need} vs. {limit})")
-                self._parts = [head[5:]]
-                self._have -= 5
-            if self._have < self._need:
-                break
-            joined = b"".join(self._parts) if len(self._parts) > 1 else self._parts[0]
-            messages.append(self._inflate(joined[:self._need], self._compressed))
-            rest = joined[self._need:]
-            self._parts = [rest] if rest else []
-            self._have = len(rest)
-            self._need = -1
-        return messages
-
-    def _inflate(self, message: bytes, compressed: int | bool) -> bytes:
-        if not compressed:
-            return message
-        if self.encoding == "gzip":
-            return zlib.decompress(message, wbits=31)
-        if self.encoding == "deflate":
-            return zlib.decompress(message)
-        raise _Abort(grpc.StatusCode.INTERNAL,
-                     f"a compressed message without a known grpc-encoding ({self.encoding!r})")
-
-    async def write(self, message: Any) -> None:
-        """A stream's reply message: sent now as far as the windows allow; waits while more
-        than one message's worth is queued for a client that reads slowly."""
-        if self.done:
-            raise asyncio.CancelledError()
-        data = self.method.serialize(message)
-        connection = self.connection
-        if not self.started:
-            self.started = True
-            connection.h2.send_headers(self.stream_id, _OK_HEADERS)
-        connection.h2.send_data(self.stream_id, len(data).to_bytes(5, "big") + data)
-        connection.flush_soon()
-        while connection.h2.pending(self.stream_id) > len(data) and not self.done:
-            if self._drained is None:
-                self._drained = asyncio.Event()
-            self._drained.clear()
-            await self._drained.wait()
-
-    def drained(self) -> None:
-        if self._drained is not None:
-            self._drained.set()
-
-    async def requests(self) -> AsyncIterator[Any]:
-        """A stream's requests, parsed as the RPC takes them."""
-        assert self.inbox is not None
-        while True:
-            message = await self.inbox.get()
-            if message is None:
-                return
-            self.connection.h2.release(self.stream_id, len(message) + 5)
-            self.connection.flush_soon()
-            yield self.method.deserialize(message)
-
-
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     def __init__(self, server: LoopServer) -> None:
         self.server = server
         self.loop = server.loop
         self.h2 = http2.Connection()
         self.transport: asyncio.Transport | None = None
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, Call] = {}
         self.peer = ""
         self._flush_scheduled = False
         self._closing = False
@@ -336,17 +151,17 @@ class _Connection(asyncio.Protocol):
         fields = dict(headers)
         path = fields.get(":path", "")
         if fields.get(":method") != "POST":
-            self.h2.send_headers(stream_id, http2.encode_headers([(":status", "405")]), True)
+            self.h2.send_headers(stream_id, hpack.encode_headers([(":status", "405")]), True)
             return
         if not fields.get("content-type", "").startswith("application/grpc"):
-            self.h2.send_headers(stream_id, http2.encode_headers([(":status", "415")]), True)
+            self.h2.send_headers(stream_id, hpack.encode_headers([(":status", "415")]), True)
             return
         name = path[len(_PATH_PREFIX):] if path.startswith(_PATH_PREFIX) else ""
         method = self.server.methods.get(name)
         if method is None:
             self._trailers_only(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
-        call = _Call(self, stream_id, name, method, headers,
+        call = Call(self, stream_id, name, method, headers,
                      fields.get("grpc-encoding", "identity"))
         refusal = self.server.refusal(name, fields)
         if refusal is not None:
@@ -356,7 +171,7 @@ class _Connection(asyncio.Protocol):
             return
         timeout = fields.get("grpc-timeout")
         if timeout is not None:
-            seconds = _timeout(timeout)
+            seconds = timeout_secs(timeout)
             if seconds is not None:
                 call.deadline = self.loop.time() + seconds
                 call.timer = self.loop.call_at(call.deadline, self._expired, call)
@@ -379,7 +194,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             messages = call.feed(event.data) if event.data else []
-        except _Abort as abort:
+        except Abort as abort:
             self._finish(call, abort.code, abort.message)
             if call.task is not None:  # a stream's RPC, reading on
                 call.task.cancel()
@@ -402,7 +217,7 @@ class _Connection(asyncio.Protocol):
             if call.task is not None:
                 call.task.cancel()
 
-    def _expired(self, call: _Call) -> None:
+    def _expired(self, call: Call) -> None:
         if call.done:
             return
         call.timer = None
@@ -411,7 +226,7 @@ class _Connection(asyncio.Protocol):
             call.task.cancel()
         self.flush()
 
-    async def _run_unary(self, call: _Call, message: bytes) -> None:
+    async def _run_unary(self, call: Call, message: bytes) -> None:
         method = call.method
         try:
             reply = await method.behaviour(method.deserialize(message), call.context)
@@ -431,15 +246,15 @@ class _Connection(asyncio.Protocol):
         self._end(call)
         prefix = len(data).to_bytes(5, "big")
         if len(data) < _JOIN_BELOW:
-            self.h2.respond(call.stream_id, _OK_HEADERS, prefix + data, _OK_TRAILERS)
+            self.h2.respond(call.stream_id, OK_HEADERS, prefix + data, OK_TRAILERS)
         else:
-            self.h2.send_headers(call.stream_id, _OK_HEADERS)
+            self.h2.send_headers(call.stream_id, OK_HEADERS)
             self.h2.send_data(call.stream_id, prefix)
             self.h2.send_data(call.stream_id, data)
-            self.h2.send_trailers(call.stream_id, _OK_TRAILERS)
+            self.h2.send_trailers(call.stream_id, OK_TRAILERS)
         self.flush_soon()
 
-    async def _run_stream(self, call: _Call) -> None:
+    async def _run_stream(self, call: Call) -> None:
         try:
             await call.method.behaviour(call.requests(), call.context)
         except grpc.aio.AbortError:
@@ -454,24 +269,24 @@ class _Connection(asyncio.Protocol):
             return
         self._finish(call, grpc.StatusCode.OK, "")
 
-    def _finish(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
+    def _finish(self, call: Call, code: grpc.StatusCode, message: str) -> None:
         """End ``call`` with ``code``: as trailers after its reply's headers, or alone."""
         if call.done:
             return
         self._end(call)
         if call.started:
             self.h2.send_trailers(call.stream_id,
-                                  http2.encode_headers(_status_trailers(code, message)))
+                                  hpack.encode_headers(status_trailers(code, message)))
         else:
             self._trailers_only(call.stream_id, code, message)
         self.flush_soon()
 
     def _trailers_only(self, stream_id: int, code: grpc.StatusCode, message: str) -> None:
         fields = [(":status", "200"), ("content-type", "application/grpc"),
-                  *_status_trailers(code, message)]
-        self.h2.send_headers(stream_id, http2.encode_headers(fields), True)
+                  *status_trailers(code, message)]
+        self.h2.send_headers(stream_id, hpack.encode_headers(fields), True)
 
-    def _end(self, call: _Call) -> None:
+    def _end(self, call: Call) -> None:
         call.done = True
         call.drained()
         if call.timer is not None:
@@ -577,7 +392,7 @@ class LoopServer:
         self.keepalive_timeout = keepalive_ms[1] / 1000
         self.restricted = restricted
         self.ssl_context = ssl_context
-        self.connections: set[_Connection] = set()
+        self.connections: set[Connection] = set()
         self.loop = asyncio.get_running_loop()
         self._server: asyncio.Server | None = None
         self._quiet: asyncio.Event | None = None
@@ -585,7 +400,7 @@ class LoopServer:
     async def listen(self, host: str, port: int) -> int:
         """Bind ``host:port``; the port bound (``port`` 0 picks one)."""
         self._server = await self.loop.create_server(
-            lambda: _Connection(self), host.strip("[]") or None, port, ssl=self.ssl_context,
+            lambda: Connection(self), host.strip("[]") or None, port, ssl=self.ssl_context,
             ssl_handshake_timeout=self.handshake_timeout if self.ssl_context else None,
             reuse_address=True, backlog=1024)
         sockets = self._server.sockets
