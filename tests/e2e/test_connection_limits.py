@@ -212,19 +212,24 @@ def test_out_of_descriptors_refuses_connections_then_serves_again(inferd: Any) -
             time.sleep(0.1)
         assert psutil.Process(pid).num_fds() >= limit - 2, "the descriptors never ran out"
         # Out of descriptors, new clients are refused or closed, never left hanging; one
-        # may slip in when a descriptor frees up for a moment.
+        # may slip in when a descriptor frees up for a moment. Each keeps its connection
+        # until all five have tried: one that closed would give its descriptor to the next.
         refused = 0
-        for _ in range(5):
-            client = httpclient.InferenceServerClient(
-                server.http_url, connection_timeout=3, network_timeout=3)
-            started = time.monotonic()
-            try:
-                client.is_server_live()
-            except Exception:  # noqa: BLE001 - any refusal: reset, close, timeout
-                refused += 1
-            finally:
+        clients = []
+        try:
+            for _ in range(5):
+                client = httpclient.InferenceServerClient(
+                    server.http_url, connection_timeout=3, network_timeout=3)
+                clients.append(client)
+                started = time.monotonic()
+                try:
+                    client.is_server_live()
+                except Exception:  # noqa: BLE001 - any refusal: reset, close, timeout
+                    refused += 1
+                assert time.monotonic() - started < 10, "a client was left hanging"
+        finally:
+            for client in clients:
                 client.close()
-            assert time.monotonic() - started < 10, "a client was left hanging"
         assert refused >= 3, f"only {refused} of 5 clients were refused: descriptors to spare"
         assert server.process.poll() is None
     finally:
