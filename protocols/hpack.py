@@ -212,12 +212,7 @@ class HeaderDecoder:
                 index, pos = _read_int(block, pos, 7)
                 out.append(self._field(index))
             elif byte & 0x40:  # literal, added to the table
-                index, pos = _read_int(block, pos, 6)
-                if index:
-                    name = self._field(index)[0]
-                else:
-                    name, pos = _read_string(block, pos)
-                value, pos = _read_string(block, pos)
+                name, value, pos = self._literal(block, pos, 6)
                 out.append((name, value))
                 self._add(name, value)
             elif byte & 0x20:  # dynamic table size update
@@ -228,14 +223,19 @@ class HeaderDecoder:
                 self._evict(0)
                 self._changed = True
             else:  # literal without indexing, or never indexed
-                index, pos = _read_int(block, pos, 4)
-                if index:
-                    name = self._field(index)[0]
-                else:
-                    name, pos = _read_string(block, pos)
-                value, pos = _read_string(block, pos)
+                name, value, pos = self._literal(block, pos, 4)
                 out.append((name, value))
         return tuple(out)
+
+    def _literal(self, block: bytes, pos: int, prefix: int) -> tuple[str, str, int]:
+        """A literal field whose name index has ``prefix`` bits (0: the name follows)."""
+        index, pos = _read_int(block, pos, prefix)
+        if index:
+            name = self._field(index)[0]
+        else:
+            name, pos = _read_string(block, pos)
+        value, pos = _read_string(block, pos)
+        return name, value, pos
 
     def _field(self, index: int) -> tuple[str, str]:
         if index <= 0:

@@ -140,9 +140,7 @@ class KserveGrpcFrontend(Frontend):
         try:
             address = self._bind(server)
             await server.start()
-            logger.info("gRPC frontend listening on %s (grpc.aio)", address)
-            task_status.started(address)
-            await anyio.sleep_forever()
+            await _serve_until_cancelled(address, "grpc.aio", task_status)
         finally:
             with anyio.CancelScope(shield=True):
                 await server.stop(STOP_GRACE_SECS)
@@ -163,10 +161,8 @@ class KserveGrpcFrontend(Frontend):
             raise OSError(f"the gRPC frontend cannot listen on {host}:{listen_port}: "
                           f"{error.strerror or error}") from None
         try:
-            address = f"{host}:{port}"
-            logger.info("gRPC frontend listening on %s (HTTP/2 on the event loop)", address)
-            task_status.started(address)
-            await anyio.sleep_forever()
+            await _serve_until_cancelled(f"{host}:{port}", "HTTP/2 on the event loop",
+                                         task_status)
         finally:
             with anyio.CancelScope(shield=True):
                 await server.stop(STOP_GRACE_SECS)
@@ -193,6 +189,13 @@ class KserveGrpcFrontend(Frontend):
                 "available on this host"
             )
         return f"{host}:{port}"
+
+
+async def _serve_until_cancelled(address: str, implementation: str,
+                                 task_status: anyio.abc.TaskStatus[Any]) -> None:
+    logger.info("gRPC frontend listening on %s (%s)", address, implementation)
+    task_status.started(address)
+    await anyio.sleep_forever()
 
 
 class _Tls:

@@ -141,7 +141,7 @@ class Connection(asyncio.Protocol):
             if call.task is not None:
                 call.task.cancel()
         self.calls.clear()
-        self.server.connection_closed()
+        self.server.call_ended()
 
     # ---------------------------------------------------------------- streams
 
@@ -419,9 +419,6 @@ class LoopServer:
     def call_ended(self) -> None:
         if self._quiet is not None and not any(c.calls for c in self.connections):
             self._quiet.set()
-
-    def connection_closed(self) -> None:
-        self.call_ended()
 
     async def stop(self, grace: float) -> None:
         """Stop listening, GOAWAY every connection, give the calls in flight ``grace``
