@@ -40,6 +40,7 @@ from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_MAX_CONNECTION_IDLE_SECS,
     LISTEN,
 )
+from inferd.plugins.frontends.kserve_grpc.limits import Http2Limits
 from inferd.plugins.frontends.kserve_grpc.loop_server import LoopServer, ssl_context
 from inferd.plugins.frontends.kserve_grpc.service import methods, service_handler
 from inferd.plugins.frontends.kserve_grpc.servicer import InferenceServicer
@@ -64,6 +65,7 @@ def server_options(
     max_connection_idle_secs: float = DEFAULT_MAX_CONNECTION_IDLE_SECS,
     max_connections: int | None = None,
     keepalive_ms: tuple[int, int] = (DEFAULT_KEEPALIVE_TIME_MS, DEFAULT_KEEPALIVE_TIMEOUT_MS),
+    limits: Http2Limits = Http2Limits(),
 ) -> Sequence[tuple[str, Any]]:
     """The ``grpc.aio.server`` options for requests of at most ``max_input_size`` bytes and
     connections that must be set up within ``handshake_timeout_secs``, are closed (GOAWAY;
@@ -123,6 +125,7 @@ class KserveGrpcFrontend(Frontend):
         self.keepalive_ms = (
             int(options.get("grpc_keepalive_time") or DEFAULT_KEEPALIVE_TIME_MS),
             int(options.get("grpc_keepalive_timeout") or DEFAULT_KEEPALIVE_TIMEOUT_MS))
+        self.limits = Http2Limits.from_options(options)
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
@@ -134,7 +137,7 @@ class KserveGrpcFrontend(Frontend):
         interceptors = [_Restricted(self.restricted)] if self.restricted else []
         server = grpc.aio.server(
             options=server_options(self.max_input_size, self.handshake_timeout, self.max_idle,
-                                   self.max_connections, self.keepalive_ms),
+                                   self.max_connections, self.keepalive_ms, self.limits),
             interceptors=interceptors)
         server.add_generic_rpc_handlers((service_handler(InferenceServicer(self)),))
         try:
@@ -150,7 +153,7 @@ class KserveGrpcFrontend(Frontend):
             methods(InferenceServicer(self)), max_message=self.max_input_size,
             handshake_timeout=self.handshake_timeout, max_idle=self.max_idle,
             max_connections=self.max_connections or default_connection_cap("grpc"),
-            keepalive_ms=self.keepalive_ms, restricted=self.restricted,
+            keepalive_ms=self.keepalive_ms, limits=self.limits, restricted=self.restricted,
             ssl_context=self.tls.ssl_context() if self.tls is not None else None)
         host, listen_port = LISTEN.read(self.settings.options)
         if ":" in host and not host.startswith("["):

@@ -46,6 +46,7 @@ from inferd.plugins.frontends.kserve_grpc.loop_calls import (
     status_trailers,
     timeout_secs,
 )
+from inferd.plugins.frontends.kserve_grpc.limits import Http2Limits
 from inferd.plugins.frontends.kserve_grpc.service import SERVICE_NAME, Method
 from inferd.protocols import hpack, http2
 from inferd.protocols.restrictions import (
@@ -381,7 +382,8 @@ class LoopServer:
 
     def __init__(self, methods: dict[str, Method], *, max_message: int,
                  handshake_timeout: float, max_idle: float, max_connections: int,
-                 keepalive_ms: tuple[int, int], restricted: dict[str, Restriction],
+                 keepalive_ms: tuple[int, int], limits: Http2Limits,
+                 restricted: dict[str, Restriction],
                  ssl_context: ssl.SSLContext | None) -> None:
         self.methods = methods
         self.max_message = max_message
@@ -390,6 +392,7 @@ class LoopServer:
         self.max_connections = max_connections
         self.keepalive_time = keepalive_ms[0] / 1000
         self.keepalive_timeout = keepalive_ms[1] / 1000
+        self.limits = limits
         self.restricted = restricted
         self.ssl_context = ssl_context
         self.connections: set[Connection] = set()
