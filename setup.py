@@ -46,6 +46,7 @@ COMPILED = [
     "protocols/kserve_grpc_wire.py",
     "protocols/hpack.py",
     "protocols/http2.py",
+    "protocols/http2_guard.py",
     "kernel/actors/scheduler/batcher.py",
     "kernel/actors/scheduler/queue_policy.py",
     "kernel/actors/scheduler/requests.py",

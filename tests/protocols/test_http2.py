@@ -105,21 +105,35 @@ def test_data_is_cut_at_the_peers_largest_frame_and_a_drained_stream_is_reported
     assert [(e.kind, e.stream_id) for e in events] == [(http2.EV_DRAINED, 1)]
 
 
-def test_what_is_read_is_given_back_and_a_held_stream_only_as_it_is_released() -> None:
+def test_what_is_read_is_given_back_only_as_it_is_released() -> None:
     connection = opened()
     connection.receive(client_headers(1, REQUEST) + client_headers(3, REQUEST))
-    connection.hold_credit(3)
     half = http2.STREAM_WINDOW // 2
     for stream_id in (1, 3):
         for at in range(0, half, http2.DEFAULT_MAX_FRAME):
             connection.receive(http2.frame(http2.DATA, 0, stream_id,
                                            bytes(min(http2.DEFAULT_MAX_FRAME, half - at))))
-    updates = [(s, int.from_bytes(p, "big")) for k, _, s, p in frames(connection.take_output())
-               if k == http2.WINDOW_UPDATE]
-    assert (1, half) in updates and all(s != 3 for s, _ in updates)
+    assert not [f for f in frames(connection.take_output()) if f[0] == http2.WINDOW_UPDATE]
     connection.release(3, half)
     assert frames(connection.take_output()) == [(http2.WINDOW_UPDATE, 0, 3,
                                                  half.to_bytes(4, "big"))]
+    connection.release(1, half)
+    assert frames(connection.take_output()) == [(http2.WINDOW_UPDATE, 0, 1,
+                                                 half.to_bytes(4, "big"))]
+
+
+def test_a_stream_that_closes_gives_back_what_it_held_of_the_connection_window() -> None:
+    connection = opened()
+    half = http2.CONNECTION_WINDOW // 2
+    for stream_id in range(1, 2 * (half // http2.STREAM_WINDOW) + 2, 2):
+        connection.receive(client_headers(stream_id, REQUEST))
+        for _ in range(http2.STREAM_WINDOW // http2.DEFAULT_MAX_FRAME):
+            connection.receive(http2.frame(http2.DATA, 0, stream_id,
+                                           bytes(http2.DEFAULT_MAX_FRAME)))
+        connection.reset(stream_id, http2.CANCEL)
+    updates = [int.from_bytes(p, "big") for k, _, s, p in frames(connection.take_output())
+               if k == http2.WINDOW_UPDATE and s == 0]
+    assert sum(updates) >= half
 
 
 def test_pings_are_answered_and_a_reset_is_an_event() -> None:
