@@ -18,7 +18,7 @@ import grpc
 import grpc.aio
 
 from inferd.plugins.frontends.kserve_grpc.service import Method
-from inferd.protocols import hpack
+from inferd.protocols import hpack, http2
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_grpc.loop_server import Connection
@@ -123,6 +123,8 @@ class Call:
         self._compressed = False
         # Streams only: the messages read and not yet taken by the RPC, None at the end.
         self.inbox: asyncio.Queue[bytes | None] | None = None
+        self._backlog = 0  # bytes of messages in the inbox
+        self._unreleased = 0  # bytes read whose window is given back once the RPC catches up
         self._drained: asyncio.Event | None = None
 
     def metadata(self) -> tuple[tuple[str, str | bytes], ...]:
@@ -172,14 +174,31 @@ class Call:
         return messages
 
     def _inflate(self, message: bytes, compressed: int | bool) -> bytes:
+        """``message`` as sent, or inflated, never past the message limit: a small deflate
+        stream can stand for a huge message, so it is inflated with a bound, not whole."""
         if not compressed:
             return message
         if self.encoding == "gzip":
-            return zlib.decompress(message, wbits=31)
-        if self.encoding == "deflate":
-            return zlib.decompress(message)
-        raise Abort(grpc.StatusCode.INTERNAL,
-                     f"a compressed message without a known grpc-encoding ({self.encoding!r})")
+            inflater = zlib.decompressobj(wbits=31)
+        elif self.encoding == "deflate":
+            inflater = zlib.decompressobj()
+        else:
+            raise Abort(grpc.StatusCode.INTERNAL,
+                        f"a compressed message without a known grpc-encoding ({self.encoding!r})")
+        limit = self.connection.server.max_message
+        try:
+            inflated = inflater.decompress(message, limit + 1)
+        except zlib.error as error:
+            raise Abort(grpc.StatusCode.INTERNAL,
+                        f"the message does not decompress as {self.encoding}: {error}") from None
+        if len(inflated) > limit:
+            raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"Received message larger than max (over {limit} bytes decompressed "
+                        f"vs. {limit})")
+        if not inflater.eof:
+            raise Abort(grpc.StatusCode.INTERNAL,
+                        f"the message does not decompress as {self.encoding}: it is truncated")
+        return inflated
 
     async def write(self, message: Any) -> None:
         """A stream's reply message: sent now as far as the windows allow; waits while more
@@ -193,7 +212,8 @@ class Call:
             connection.h2.send_headers(self.stream_id, OK_HEADERS)
         connection.h2.send_data(self.stream_id, len(data).to_bytes(5, "big") + data)
         connection.flush_soon()
-        while connection.h2.pending(self.stream_id) > len(data) and not self.done:
+        while (connection.h2.pending(self.stream_id) > len(data)
+               or connection.writing_paused) and not self.done:
             if self._drained is None:
                 self._drained = asyncio.Event()
             self._drained.clear()
@@ -203,6 +223,26 @@ class Call:
         if self._drained is not None:
             self._drained.set()
 
+    def queue(self, data: bytes, messages: list[bytes], end_stream: bool) -> None:
+        """A stream's ``data`` read, completing ``messages``: they wait in the inbox for the
+        RPC. The window for ``data`` is given back now while the RPC keeps up, and only as
+        it catches up once more than half a stream window waits, so a client cannot make
+        the server hold more of its messages than that."""
+        assert self.inbox is not None
+        for message in messages:
+            self.inbox.put_nowait(message)
+            self._backlog += len(message)
+        if end_stream:
+            self.inbox.put_nowait(None)
+        self._unreleased += len(data)
+        self._release()
+
+    def _release(self) -> None:
+        if self._unreleased and self._backlog <= http2.STREAM_WINDOW // 2:
+            self.connection.h2.release(self.stream_id, self._unreleased)
+            self._unreleased = 0
+            self.connection.flush_soon()
+
     async def requests(self) -> AsyncIterator[Any]:
         """A stream's requests, parsed as the RPC takes them."""
         assert self.inbox is not None
@@ -210,6 +250,6 @@ class Call:
             message = await self.inbox.get()
             if message is None:
                 return
-            self.connection.h2.release(self.stream_id, len(message) + 5)
-            self.connection.flush_soon()
+            self._backlog -= len(message)
+            self._release()
             yield self.method.deserialize(message)

@@ -49,6 +49,7 @@ from inferd.plugins.frontends.kserve_grpc.loop_calls import (
 from inferd.plugins.frontends.kserve_grpc.limits import Http2Limits
 from inferd.plugins.frontends.kserve_grpc.service import SERVICE_NAME, Method
 from inferd.protocols import hpack, http2
+from inferd.protocols.http2_guard import PingPolicy
 from inferd.protocols.restrictions import (
     GRPC_HEADER_PREFIX,
     GRPC_METHOD_GROUPS,
@@ -69,7 +70,14 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: LoopServer) -> None:
         self.server = server
         self.loop = server.loop
-        self.h2 = http2.Connection()
+        limits = server.limits
+        self.h2 = http2.Connection(
+            max_concurrent_streams=limits.max_concurrent_streams,
+            max_header_list=limits.max_metadata_size, reset_budget=limits.reset_budget,
+            control_budget=limits.control_frame_budget,
+            ping_policy=PingPolicy(limits.permit_pings_without_calls,
+                                   limits.min_recv_ping_interval_ms / 1000,
+                                   limits.max_ping_strikes))
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, Call] = {}
         self.peer = ""
@@ -81,6 +89,10 @@ class Connection(asyncio.Protocol):
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
+        self._progress_seen = 0
+        self.writing_paused = False
+        self._stall: asyncio.TimerHandle | None = None
+        self._progress = 0  # moves whenever output leaves: DATA sent, or writing resumed
 
     # ---------------------------------------------------------------- asyncio's side
 
@@ -95,6 +107,7 @@ class Connection(asyncio.Protocol):
             self.transport.close()  # past the cap: closed as soon as it is accepted
             return
         server.connections.add(self)
+        self.transport.set_write_buffer_limits(high=server.limits.max_connection_buffer)
         self._handshake = self.loop.call_later(server.handshake_timeout, self._handshake_expired)
         self._keepalive = self.loop.call_later(server.keepalive_time, self._check_alive)
         self._became_idle()
@@ -103,12 +116,16 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._heard = True
         try:
-            events = self.h2.receive(data)
+            self._received(data)
         except http2.ProtocolError as error:
             logger.debug("gRPC connection %s: %s", self.peer, error.message)
             self.h2.goaway(error.code, error.message)
             self._abort()
             return
+        self.flush()
+
+    def _received(self, data: bytes) -> None:
+        events = self.h2.receive(data)
         if self._handshake is not None and self.h2.preface_received:
             self._handshake.cancel()
             self._handshake = None
@@ -128,13 +145,18 @@ class Connection(asyncio.Protocol):
                 if self._ping_timeout is not None:
                     self._ping_timeout.cancel()
                     self._ping_timeout = None
+            elif kind == http2.EV_HEADERS_TOO_LARGE:
+                limit = self.server.limits.max_metadata_size
+                self._trailers_only(event.stream_id, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"received header list larger than max ({event.code} vs. "
+                                    f"{limit})")
             elif kind == http2.EV_GOAWAY:
                 self._closing = True
-        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        for timer in (self._handshake, self._keepalive, self._ping_timeout, self._idle):
+        for timer in (self._handshake, self._keepalive, self._ping_timeout, self._idle,
+                      self._stall):
             if timer is not None:
                 timer.cancel()
         for call in list(self.calls.values()):
@@ -148,6 +170,9 @@ class Connection(asyncio.Protocol):
 
     def _open(self, event: http2.Event) -> None:
         stream_id = event.stream_id
+        if self.h2.blocked_bytes > self.server.limits.max_connection_buffer:
+            self.h2.refuse(stream_id)  # the client reads too slowly for another reply
+            return
         headers = event.headers
         fields = dict(headers)
         path = fields.get(":path", "")
@@ -182,7 +207,6 @@ class Connection(asyncio.Protocol):
             self._idle = None
         if method.streaming:
             call.inbox = asyncio.Queue()
-            self.h2.hold_credit(stream_id)
             call.task = self.loop.create_task(self._run_stream(call))
             if event.end_stream:
                 call.inbox.put_nowait(None)
@@ -201,11 +225,12 @@ class Connection(asyncio.Protocol):
                 call.task.cancel()
             return
         if call.inbox is not None:
-            for message in messages:
-                call.inbox.put_nowait(message)
-            if event.end_stream:
-                call.inbox.put_nowait(None)
+            call.queue(event.data, messages, event.end_stream)
             return
+        if call.task is None:
+            # The request message is read as it arrives: its bytes are the call's now.
+            # Anything a unary call's client sends past its message gets no window back.
+            self.h2.release(event.stream_id, len(event.data))
         if call.task is None and messages:
             call.task = self.loop.create_task(self._run_unary(call, messages[0]))
         elif call.task is None and event.end_stream:
@@ -311,6 +336,42 @@ class Connection(asyncio.Protocol):
         output = self.h2.take_output()
         if output:
             self._write(output)
+        if self._stall is None and (self.writing_paused or self.h2.blocked_bytes):
+            self._progress_seen = self._progress + self.h2.data_sent
+            self._stall = self.loop.call_later(self.server.limits.write_timeout_secs,
+                                               self._check_stall)
+
+    # ---------------------------------------------------------------- flow control
+
+    def pause_writing(self) -> None:
+        """The socket's buffer passed the connection's share: read nothing more from this
+        client, so it cannot make the server answer more, until it takes what is there."""
+        self.writing_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.flush()  # arms the stall check
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._progress += 1
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        for call in list(self.calls.values()):
+            call.drained()
+
+    def _check_stall(self) -> None:
+        self._stall = None
+        if not (self.writing_paused or self.h2.blocked_bytes):
+            return
+        if self._progress + self.h2.data_sent == self._progress_seen:
+            logger.debug("gRPC connection %s: output unread for %g s", self.peer,
+                         self.server.limits.write_timeout_secs)
+            self.h2.goaway(http2.ENHANCE_YOUR_CALM, "output unread")
+            self.flush()
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self.flush()
 
     def _write(self, output: list[Chunk]) -> None:
         transport = self.transport
@@ -324,9 +385,14 @@ class Connection(asyncio.Protocol):
             transport.writelines(output)
 
     def _abort(self) -> None:
+        """Close after what is queued, the GOAWAY last; at once if the client has stopped
+        reading, since what is queued would then never leave."""
         self.flush()
         if self.transport is not None:
-            self.transport.close()
+            if self.writing_paused:
+                self.transport.abort()
+            else:
+                self.transport.close()
 
     # ---------------------------------------------------------------- timers
 
