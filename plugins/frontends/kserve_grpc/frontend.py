@@ -71,7 +71,11 @@ def server_options(
     connections that must be set up within ``handshake_timeout_secs``, are closed (GOAWAY;
     clients reconnect on their next call) after ``max_connection_idle_secs`` without a call,
     pinged as ``keepalive_ms`` says (time, timeout), and number at most ``max_connections``
-    (default: gRPC's share of the open-file limit)."""
+    (default: gRPC's share of the open-file limit).
+
+    Of ``limits``, grpc has a channel argument for the streams in flight, the header list's
+    size and the ping policy; the reset and control-frame budgets, the connection buffer and
+    the write timeout have none and bind the loop server alone."""
     return (
         # A connection that never completes its HTTP/2 (and TLS) set-up holds a descriptor;
         # gRPC's own default waits two minutes.
@@ -91,6 +95,22 @@ def server_options(
         ("grpc.max_receive_message_length", max_input_size),
         # Without this a second server could bind the same port and silently share its traffic.
         ("grpc.so_reuseport", 0),
+        # SETTINGS_MAX_CONCURRENT_STREAMS; grpc resets a stream past it, REFUSED_STREAM once
+        # the client has acknowledged the setting, ENHANCE_YOUR_CALM before.
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # grpc rejects every header list over the absolute limit and a random share of those
+        # between the soft limit and it; the soft limit at the absolute one makes the cut
+        # exact. The absolute limit is also what it announces as MAX_HEADER_LIST_SIZE.
+        ("grpc.max_metadata_size", limits.max_metadata_size),
+        ("grpc.absolute_max_metadata_size", limits.max_metadata_size),
+        # The ping policy: a client's ping sooner than the interval after its last while the
+        # server sends nothing (or with no call in flight, unless permitted) is a strike;
+        # past the strikes grpc ends the connection with GOAWAY ENHANCE_YOUR_CALM
+        # "too_many_pings". Pings without data bounds the server's own keepalive pings.
+        ("grpc.keepalive_permit_without_calls", int(limits.permit_pings_without_calls)),
+        ("grpc.http2.max_pings_without_data", limits.max_pings_without_data),
+        ("grpc.http2.min_ping_interval_without_data_ms", limits.min_recv_ping_interval_ms),
+        ("grpc.http2.max_ping_strikes", limits.max_ping_strikes),
     )
 
 
