@@ -114,6 +114,8 @@ EV_PING_ACK: Final = 6
 EV_HEADERS_TOO_LARGE: Final = 7
 
 Chunk = bytes | memoryview
+# No header list is this object: what ``_last_valid`` holds before the first request.
+_NONE_YET: Final[Headers] = (("", ""),)
 
 
 class ProtocolError(Exception):
@@ -219,6 +221,8 @@ class Connection:
         self._block_frames = 0
         self._block_end_stream = False
         self._block_depends_on_itself = False
+        self._last_valid: Headers = _NONE_YET  # the last header list found well-formed
+        self._last_expected = -1
         self._clock = clock
         self._resets = Budget(reset_budget)
         self._control = Budget(control_budget)
@@ -425,8 +429,15 @@ class Connection:
             self._open(stream_id, -1, end_stream)
             events.append(Event(EV_HEADERS_TOO_LARGE, stream_id, end_stream, code=too_large))
             return
-        problem = request_problem(headers)
-        expected = content_length(headers) if problem is None else -1
+        if headers is self._last_valid:  # the decoder's cache gave the same list again
+            problem = None
+            expected = self._last_expected
+        else:
+            problem = request_problem(headers)
+            expected = content_length(headers) if problem is None else -1
+            if problem is None and expected >= -1:
+                self._last_valid = headers
+                self._last_expected = expected
         if self._block_depends_on_itself:
             problem = "a stream that depends on itself"
         elif expected == -2:
