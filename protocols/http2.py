@@ -556,9 +556,10 @@ class Connection:
             self.send_window += increment
             if self.send_window > MAX_WINDOW:
                 raise ProtocolError(FLOW_CONTROL_ERROR, "the connection's window overflowed")
+            sent = self.data_sent
             if self._blocked:
                 self._flush_blocked(events)
-            else:
+            if self.data_sent == sent:  # it opened room for nothing waiting
                 self._spent("WINDOW_UPDATE")
             return
         stream = self._streams.get(stream_id)
@@ -573,9 +574,10 @@ class Connection:
         if stream.send_window > MAX_WINDOW:
             self._stream_error(stream_id, FLOW_CONTROL_ERROR, events)
             return
+        sent = self.data_sent
         if stream.pending or stream.trailers is not None:
             self._flush(stream_id, stream, events)
-        else:
+        if self.data_sent == sent:
             self._spent("WINDOW_UPDATE")
 
     def _rst_stream(self, stream_id: int, payload: bytes, events: list[Event]) -> None:

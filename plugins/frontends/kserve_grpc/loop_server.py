@@ -23,7 +23,12 @@ What a gRPC server owes its clients and this one does:
 * the largest request (``RESOURCE_EXHAUSTED`` from the length prefix, before the body is
   read), the connection cap, the handshake and idle-connection timeouts, keepalive pings,
   TLS with ALPN ``h2`` (mutual where asked), ``--grpc-restricted-protocol``;
-* a stop that sends GOAWAY, lets the calls in flight finish within the grace, then closes.
+* a stop that sends GOAWAY, lets the calls in flight finish within the grace, then closes;
+* every bound of ``Http2Limits`` (docs/security.md): the stream cap, the reset and control
+  frame budgets and the header limits in ``http2``; here, reading paused while the socket's
+  buffer is over the connection's share, new streams refused while output waits on the
+  client's windows past it, a connection whose output stops moving closed, and a unary
+  request's window given back as its message is read.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class Connection(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
         self._progress_seen = 0
+        self._pings_without_data = 0  # keepalive pings sent since DATA last went out
+        self._data_at_last_ping = 0
         self.writing_paused = False
         self._stall: asyncio.TimerHandle | None = None
         self._progress = 0  # moves whenever output leaves: DATA sent, or writing resumed
@@ -405,9 +412,14 @@ class Connection(asyncio.Protocol):
 
     def _check_alive(self) -> None:
         server = self.server
+        limit = server.limits.max_pings_without_data
+        if self.h2.data_sent != self._data_at_last_ping:
+            self._data_at_last_ping = self.h2.data_sent
+            self._pings_without_data = 0
         if self._heard:
             self._heard = False
-        elif self._ping_timeout is None:
+        elif self._ping_timeout is None and (not limit or self._pings_without_data < limit):
+            self._pings_without_data += 1
             self.h2.ping(b"inferd\x00\x00")
             self.flush()
             self._ping_timeout = self.loop.call_later(server.keepalive_timeout,
