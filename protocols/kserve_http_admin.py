@@ -18,6 +18,7 @@ from inferd.protocols.errors import InvalidArgument
 # Results of these helpers are bound to typed names before they are returned: with
 # ``ignore_missing_imports`` mypy sees every ``inferd.*`` import as ``Any``.
 from inferd.protocols.json_bodies import (
+    check_nesting,
     dumps,
     json_boolean,
     json_object,
@@ -66,6 +67,8 @@ def decode_load_request(model: str, body: bytes | memoryview) -> LoadRequest:
         raise InvalidArgument(
             f"load parameter 'config' must be a JSON string, not {json_type(config)}"
         )
+    # The repository parses it, under the same bound as the body around it.
+    check_nesting(config.encode("utf-8", "surrogatepass"), "malformed load parameter 'config'")
     files: dict[str, bytes] = {}
     for key, value in parameters.items():
         if not key.startswith("file:"):

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inferd.protocols.errors import InvalidArgument, Unsupported
+from inferd.protocols.json_bodies import check_nesting
 from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
 
 LEVELS = ("TIMESTAMPS", "TENSORS")
@@ -92,10 +93,12 @@ def decode_http_update(model: str, body: bytes | memoryview) -> TraceSettingRequ
     text = bytes(body).strip()
     if not text:
         return TraceSettingRequest(model, True)
+    failure = "failed to parse the trace setting request"
+    check_nesting(text, failure)
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as error:
-        raise InvalidArgument(f"failed to parse the trace setting request: {error}") from None
+        raise InvalidArgument(f"{failure}: {error}") from None
     if not isinstance(document, dict):
         raise InvalidArgument("the trace setting request must be a JSON object")
     values: dict[str, Sequence[str] | None] = {}

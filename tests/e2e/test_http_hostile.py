@@ -1,9 +1,10 @@
-"""The KServe HTTP frontend against hostile or broken clients (issue 8, points 5, 7 and 9), over
-raw loopback sockets since no well-behaved client sends these bytes: connections that never
-finish a head or a body, more connections than ``--http-max-connections``, garbage and invalid
-requests after valid ones, half-closed connections, non-ASCII digits in a length header, and
-clients that never read a large response. Every test then checks that the server still
-answers a tritonclient.http infer.
+"""The KServe HTTP frontend against hostile or broken clients (issue 8, points 5, 7 and 9; issue
+35, point 4), over raw loopback sockets since no well-behaved client sends these bytes:
+connections that never finish a head or a body, more connections than
+``--http-max-connections``, garbage and invalid requests after valid ones, half-closed
+connections, non-ASCII digits in a length header, clients that never read a large response,
+request bodies in more chunks than Triton allows, and JSON nested deeper than the parser is
+let go. Every test then checks that the server still answers a tritonclient.http infer.
 
 One server with one-second timeouts serves most of the module; the connection cap has its own
 server, whose long header timeout keeps idle connections open while the test holds them.
@@ -314,6 +315,104 @@ def test_a_unicode_digit_in_the_header_length_is_400(server: ServerHandle) -> No
         data, _ = read_until_closed(sock, TIMEOUT_SECS * 3)
     assert statuses(data) == [400]
     assert "Inference-Header-Content-Length" in last_error(data)
+    assert_serves(server)
+
+
+# ------------------------------------------------------------------ issue 35: chunks and nesting
+
+MAX_CHUNKS = 65_536  # Triton's cap on the non-empty chunks of one request body
+
+
+def too_many_chunks() -> str:
+    return (f"Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks. "
+            "Send fewer or larger HTTP chunks.")
+
+
+def byte_chunked_infer(size: int) -> bytes:
+    """``simple``'s infer request, padded with JSON whitespace to ``size`` bytes and sent a
+    byte a chunk: ``size`` non-empty chunks, then the empty one that ends the body."""
+    body = INFER_BODY.ljust(size)
+    return (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"".join(b"1\r\n%c\r\n" % byte for byte in body) + b"0\r\n\r\n"
+    )
+
+
+def test_a_body_in_the_most_chunks_is_served_and_one_chunk_more_is_400(
+    server: ServerHandle,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(byte_chunked_infer(MAX_CHUNKS))
+        data, state = read_until_closed(sock)
+    assert (statuses(data), state) == ([200], "closed")
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["outputs"][0]["name"] == "OUTPUT0"
+    with connect(server) as sock:
+        sock.sendall(byte_chunked_infer(MAX_CHUNKS + 1))
+        data, state = read_until_closed(sock)
+    assert (statuses(data), state) == ([400], "closed")
+    assert last_error(data) == too_many_chunks()
+    assert_serves(server)
+
+
+def test_a_request_pipelined_before_too_many_chunks_is_answered_first(
+    server: ServerHandle,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(infer_request() + byte_chunked_infer(MAX_CHUNKS + 1))
+        data, state = read_until_closed(sock)
+    assert (statuses(data), state) == ([200, 400], "closed")
+    assert b'"name":"OUTPUT0"' in data.split(b"HTTP/1.1 400")[0]
+    assert last_error(data) == too_many_chunks()
+    assert_serves(server)
+
+
+def post_closing(server: ServerHandle, path: str, body: bytes) -> tuple[int, str]:
+    """One POST over a fresh connection the server closes after answering: (status, error)."""
+    with connect(server) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+        data, state = read_until_closed(sock)
+    assert state == "closed" and len(statuses(data)) == 1
+    return statuses(data)[0], last_error(data)
+
+
+def nested_array(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+DEEP = nested_array(200_000)
+
+
+@pytest.mark.parametrize(("path", "body", "what"), [
+    ("/v2/models/simple/infer",
+     b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1], "data": '
+     + DEEP + b"}]}", "malformed inference request"),
+    ("/v2/repository/index", b'{"ready": ' + b"[" * 1_000_000,
+     "malformed repository index request"),
+    ("/v2/repository/models/simple/load",
+     json.dumps({"parameters": {"config": '{"input": ' + DEEP.decode() + "}"}}).encode(),
+     "malformed load parameter 'config'"),
+    ("/v2/systemsharedmemory/region/r/register", b'{"key": ' + DEEP + b"}",
+     "malformed shared memory register request"),
+    ("/v2/logging", b'{"log_info": ' + DEEP + b"}", "malformed log settings request"),
+    ("/v2/trace/setting", b'{"trace_rate": ' + DEEP + b"}",
+     "failed to parse the trace setting request"),
+], ids=["infer", "index", "load-config", "shared-memory", "logging", "trace"])
+def test_json_nested_deeper_than_64_levels_is_400(server: ServerHandle, path: str, body: bytes,
+                                                  what: str) -> None:
+    assert post_closing(server, path, body) == (
+        400, f"{what}: JSON nesting deeper than 64 levels")
+    assert_serves(server)
+
+
+def test_the_nesting_cap_is_exact(server: ServerHandle) -> None:
+    # The settings object is a level: 63 arrays in it reach the cap, 64 pass it.
+    status, error = post_closing(server, "/v2/logging",
+                                 b'{"log_info": ' + nested_array(63) + b"}")
+    assert status == 400 and "nesting" not in error and "log_info" in error
+    assert post_closing(server, "/v2/logging", b'{"log_info": ' + nested_array(64) + b"}") == (
+        400, "malformed log settings request: JSON nesting deeper than 64 levels")
     assert_serves(server)
 
 

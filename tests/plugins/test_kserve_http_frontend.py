@@ -14,7 +14,7 @@ from uvicorn.server import ServerState
 
 from inferd.kernel.observability.tracing import disabled_tracer
 from inferd.plugins.frontends.kserve_http import app as asgi
-from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol
+from inferd.plugins.frontends.kserve_http.connection import GuardedHttpProtocol, HttpLimits
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
@@ -174,3 +174,126 @@ def test_a_huge_head_is_refused(pieces: list[bytes]) -> None:
     response = b"".join(transport.written)
     assert response.startswith(b"HTTP/1.1 400 ")
     assert response.endswith(b'{"error":"the request line and headers are larger than 65536 bytes"}')
+
+
+# ------------------------------------------------------------------ chunks of a request body
+
+CHUNK_CAP = 3
+TOO_MANY_CHUNKS = (b'{"error":"Chunked request body exceeds maximum of 3 non-empty chunks. '
+                   b'Send fewer or larger HTTP chunks."}')
+
+
+def chunked(*chunks: bytes, path: bytes = b"/echo") -> bytes:
+    head = b"POST %s HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" % path
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+class EchoApp:
+    """Answers 200 with the request's body once it is all read; ``/wait`` first waits for
+    ``release``. Records the bodies it read and whether it saw the client go."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.bodies: list[bytes] = []
+        self.disconnects = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.disconnects += 1
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.bodies.append(body)
+        if scope["path"] == "/wait":
+            await self.release.wait()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def guarded_connection(app: EchoApp) -> tuple[GuardedHttpProtocol, FakeTransport]:
+    config = uvicorn.Config(app, http=GuardedHttpProtocol, lifespan="off", log_config=None,
+                            log_level="critical")
+    config.load()
+    protocol = GuardedHttpProtocol(config=config, server_state=ServerState(), app_state={},
+                                   limits=HttpLimits(max_request_chunks=CHUNK_CAP))
+    transport = FakeTransport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    return protocol, transport
+
+
+def answers(transport: FakeTransport) -> int:
+    return b"".join(transport.written).count(b"HTTP/1.1 200")
+
+
+async def until(condition: Any) -> None:
+    """Let the loop run (a bounded number of turns, no clock) until ``condition()``."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the connection never got there")
+
+
+def test_a_body_of_the_cap_in_chunks_is_read_each_time_and_one_more_chunk_is_refused() -> None:
+    async def scenario() -> tuple[EchoApp, bytes, bool]:
+        app = EchoApp()
+        protocol, transport = guarded_connection(app)
+        # The count starts again with each request of a connection.
+        for answered in (1, 2):
+            protocol.data_received(chunked(b"ab", b"c", b"d"))
+            await until(lambda answered=answered: answers(transport) == answered)
+        for piece in (chunked(b"a", b"b", b"c", b"d")[:-5], b"0\r\n\r\n"):
+            protocol.data_received(piece)  # the ending chunk is the one past the count
+            await until(lambda: app.bodies == [b"abcd"] * 2)
+        await until(lambda: transport.closed)
+        return app, b"".join(transport.written), transport.closed
+
+    app, written, closed = asyncio.run(scenario())
+    assert app.bodies == [b"abcd", b"abcd"] and app.disconnects == 1
+    assert written.count(b"HTTP/1.1 200") == 2
+    refusal = written.split(b"abcd")[-1]
+    assert refusal.startswith(b"HTTP/1.1 400 ") and refusal.endswith(TOO_MANY_CHUNKS)
+    assert closed
+
+
+def test_tiny_chunks_are_counted_however_they_arrive() -> None:
+    async def scenario() -> tuple[EchoApp, bytes]:
+        app = EchoApp()
+        protocol, transport = guarded_connection(app)
+        request = chunked(*[b"x"] * 100)
+        for byte in range(len(request)):  # a byte a read: chunks never whole in one
+            if transport.closed:
+                break
+            protocol.data_received(request[byte : byte + 1])
+            await asyncio.sleep(0)
+        await until(lambda: transport.closed)
+        return app, b"".join(transport.written)
+
+    app, written = asyncio.run(scenario())
+    assert app.bodies == [] and app.disconnects == 1
+    assert written.startswith(b"HTTP/1.1 400 ") and written.endswith(TOO_MANY_CHUNKS)
+
+
+def test_a_request_pipelined_before_too_many_chunks_is_answered_first() -> None:
+    async def scenario() -> tuple[EchoApp, list[bytes], bytes]:
+        app = EchoApp()
+        protocol, transport = guarded_connection(app)
+        first = b"POST /wait HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nfirst"
+        protocol.data_received(first + chunked(b"a", b"b", b"c", b"d", b"e"))
+        await until(lambda: app.bodies == [b"first"])
+        before = list(transport.written)  # the first is still being answered
+        app.release.set()
+        await until(lambda: transport.closed)
+        return app, before, b"".join(transport.written)
+
+    app, before, written = asyncio.run(scenario())
+    assert before == []
+    assert written.startswith(b"HTTP/1.1 200 ") and b"first" in written
+    refusal = written.split(b"first", 1)[1]
+    assert refusal.startswith(b"HTTP/1.1 400 ") and refusal.endswith(TOO_MANY_CHUNKS)
+    assert app.bodies == [b"first"]  # the refused request's app never ran

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inferd.protocols import json_bodies
+from inferd.protocols import json_bodies, json_tensors, logging_api, trace_api
 from inferd.protocols import kserve_http as codec
 from inferd.protocols import kserve_http_admin as admin
 from inferd.protocols.errors import InvalidArgument
@@ -236,10 +236,42 @@ def test_nesting_is_bounded() -> None:
     nested: Any = ["a"]
     for _ in range(70):
         nested = [nested]
+    # The request's object, its 'inputs' array and the input's object hold 'data'.
     assert refused(one_input(datatype="BYTES", shape=[1], data=nested)) == (
-        "input 'x' 'data' is nested deeper than 64 levels")
-    assert "maximum number of dimension" in refused(one_input(shape=[1], data=json.loads(
-        json.dumps(nested).replace('"a"', "1"))))
+        "malformed inference request: JSON nesting deeper than 64 levels")
+    assert refused(one_input(shape=[1], data=json.loads(
+        json.dumps(nested).replace('"a"', "1")))) == (
+        "malformed inference request: JSON nesting deeper than 64 levels")
+    # Data not parsed from a body is bounded by the tensor codec itself.
+    with pytest.raises(InvalidArgument, match="'data' is nested deeper than 64 levels"):
+        json_tensors.tensor_from_json("x", "BYTES", (1,), 1, nested, 1 << 20)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(("decode_body", "message"), [
+    (lambda: codec.decode_infer_request("m", "", b'{"inputs": ' + DEEP + b"}"),
+     "malformed inference request"),
+    (lambda: admin.decode_index_request(b'{"ready": ' + DEEP + b"}"),
+     "malformed repository index request"),
+    (lambda: admin.decode_load_request("m", b'{"parameters": ' + DEEP + b"}"),
+     "malformed model load request"),
+    (lambda: admin.decode_load_request("m", json.dumps(
+        {"parameters": {"config": '{"input": ' + DEEP.decode() + "}"}}).encode()),
+     "malformed load parameter 'config'"),
+    (lambda: admin.decode_unload_request("m", DEEP), "malformed model unload request"),
+    (lambda: admin.decode_shared_memory_register("r", b'{"key": ' + DEEP + b"}"),
+     "malformed shared memory register request"),
+    (lambda: logging_api.decode_http_request(b'{"log_info": ' + DEEP + b"}"),
+     "malformed log settings request"),
+    (lambda: trace_api.decode_http_update("m", b'{"trace_rate": ' + DEEP + b"}"),
+     "failed to parse the trace setting request"),
+], ids=["infer", "index", "load", "load-config", "unload", "shared-memory", "logging", "trace"])
+def test_every_json_body_has_its_nesting_bounded(decode_body: Any, message: str) -> None:
+    with pytest.raises(InvalidArgument) as error:
+        decode_body()
+    assert error.value.message == f"{message}: JSON nesting deeper than 64 levels"
 
 
 def test_non_utf8_bytes_cannot_be_json() -> None:

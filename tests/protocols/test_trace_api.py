@@ -37,6 +37,8 @@ def test_an_http_update_reads_values_and_clears() -> None:
     (b'{"trace_count": "2147483648"}', "out of range [ -1, 2147483647 ]"),
     (b'{"trace_rate": "4294967296"}', "out of range [ 0, 4294967295 ]"),
     (b'{"trace_rate": " "}', "Unable to parse 'trace_rate', got:  "),
+    (b'{"trace_rate": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "failed to parse the trace setting request: JSON nesting deeper than 64 levels"),
 ])
 def test_bad_http_updates_are_invalid(body: bytes, error: str) -> None:
     with pytest.raises(InvalidArgument) as refused:

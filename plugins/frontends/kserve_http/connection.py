@@ -1,9 +1,9 @@
 """The HTTP connection under the KServe frontend: uvicorn's httptools protocol, guarded against
 clients that are slow, silent, too many, or send what does not parse.
 
-Owns what one connection may take of the server (``HttpLimits``: the head size, the head,
-body and keep-alive timeouts, the time a client may leave a response unread, the connection
-cap, and which connection makes room for a new one at the cap) and one
+Owns what one connection may take of the server (``HttpLimits``: the head size, the chunks
+of a body, the head, body and keep-alive timeouts, the time a client may leave a response
+unread, the connection cap, and which connection makes room for a new one at the cap) and one
 periodic sweep per server that enforces the deadlines, so no timer is armed per request, and
 the coalescing of a response's writes into one system call. A client that disconnects while
 its request is answered cancels the task answering it (``ClientWatch.answering``, which the
@@ -31,6 +31,10 @@ from inferd.protocols import json_bodies
 
 # The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
 MAX_HEAD_BYTES = 64 << 10
+# Triton's cap on the non-empty chunks of one chunked request body. Each chunk costs a call
+# into Python from the parser and a piece for the app to join, whatever its size: a body sent
+# a byte a chunk would cost many times what the same bytes cost unchunked.
+MAX_REQUEST_CHUNKS = 1 << 16
 # The scope entry that gives the app its connection's ``ClientWatch``.
 CONNECTION = "inferd.connection"
 # Ranks connections by when they last began to wait for their client. The loop's clock cannot:
@@ -52,20 +56,22 @@ class ClientWatch:
         self.gone = False
 
 
-class _HeadTooLarge(Exception):
-    """Raised inside a parser callback; httptools reports it as a parse error."""
+class _Refused(Exception):
+    """Raised inside a parser callback once the connection's ``_parse_refusal`` says why;
+    httptools reports it as a parse error, which uvicorn answers through ``send_400_response``."""
 
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
     """What one connection may take of the server: time for a head, for each next piece of a
-    body or of a response the client reads, and without any request, and how many
-    connections may be open."""
+    body or of a response the client reads, and without any request, how many
+    connections may be open, and how many non-empty chunks one chunked request body may have."""
 
     header_timeout_secs: float = DEFAULT_HEADER_TIMEOUT_SECS
     body_timeout_secs: float = DEFAULT_BODY_TIMEOUT_SECS
     max_connections: int = 1024
     keep_alive_timeout_secs: float = DEFAULT_KEEP_ALIVE_TIMEOUT_SECS
+    max_request_chunks: int = MAX_REQUEST_CHUNKS
 
     @property
     def sweep_interval_secs(self) -> float:
@@ -74,6 +80,9 @@ class HttpLimits:
         shortest = min(self.header_timeout_secs, self.body_timeout_secs,
                        self.keep_alive_timeout_secs)
         return min(1.0, max(0.05, shortest / 4))
+
+
+_HEAD_TOO_LARGE = f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes"
 
 
 def _close_response(status: int, message: str) -> bytes:
@@ -141,6 +150,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
       head over ``MAX_HEAD_BYTES`` gets a 400. A head that completes is measured exactly; one
       still arriving is counted chunk by chunk (from the chunk after the one it began in, whose
       offset the parser does not tell), so at most one chunk more than the limit is buffered.
+    * A chunked request body may have ``max_request_chunks`` non-empty chunks (Triton's cap,
+      its status and words): one more is answered 400 and the connection closed. The parser
+      tells each chunk's start, not its size, so the chunk whose start passes the count is
+      the one after the last allowed one, or the empty one that ends the body; a body that
+      is not chunked never reaches this count.
     * Time is bounded (``HttpLimits``, checked by ``ConnectionSweeper``): a connection that
       begins no request is closed (silently) after the keep-alive timeout from its opening
       or the previous response, a head must complete within the header timeout of the same
@@ -163,7 +177,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._began_in_chunk = False
-        self._head_too_large = False
+        self._chunks = 0  # chunk starts (the ending empty chunk's included) of this request
+        self._parse_refusal: str | None = None  # why a parser callback stopped the parser
         self._idle_since = 0.0  # when the connection opened or last finished a response
         self._wait_rank = 0  # the same moment's place in _WAIT_ORDER
         self._body_progress = 0.0  # when the body being read last made progress
@@ -247,7 +262,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         self._head_bytes += len(data)
         if self._head_bytes > MAX_HEAD_BYTES:
-            self._head_too_large = True
+            self._parse_refusal = _HEAD_TOO_LARGE
             self.send_400_response("")
 
     # ---------------------------------------------------------------- parser callbacks
@@ -259,19 +274,30 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._began_in_chunk = True
+        self._chunks = 0
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
         if size > MAX_HEAD_BYTES:
-            self._head_too_large = True
-            raise _HeadTooLarge
+            self._parse_refusal = _HEAD_TOO_LARGE
+            raise _Refused
         self._body_progress = self.loop.time()
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
         self._body_progress = self.loop.time()
         super().on_body(body)
+
+    def on_chunk_header(self) -> None:
+        # Called by httptools at the start of each chunk of a chunked body, the empty one that
+        # ends it included; every chunk before this one had bytes.
+        self._chunks += 1
+        limit = self.limits.max_request_chunks
+        if self._chunks > limit + 1:
+            self._parse_refusal = (f"Chunked request body exceeds maximum of {limit} non-empty "
+                                   "chunks. Send fewer or larger HTTP chunks.")
+            raise _Refused
 
     def on_response_complete(self) -> None:
         if self.transport.is_closing() or self.pipeline:
@@ -291,17 +317,18 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._wait_rank = next(_WAIT_ORDER)
 
     def send_400_response(self, msg: str) -> None:
-        if self._head_too_large:
-            message = f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes"
-        else:
-            message = msg or "Invalid HTTP request received."
+        message = self._parse_refusal or msg or "Invalid HTTP request received."
         response = _close_response(400, message)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete and cycle.more_body:
-            # The request whose body was being parsed can never complete.
-            self.pipeline = deque(entry for entry in self.pipeline if entry[0] is not cycle)
-            in_flight = bool(self.pipeline)
-            if not in_flight:
+            # The request whose body was being parsed can never complete. A request waits in
+            # the pipeline only behind one still being answered, which keeps its answer; one
+            # not waiting there has its app reading the body, which must stop.
+            pipeline = self.pipeline
+            in_flight = any(entry[0] is cycle for entry in pipeline)
+            if in_flight:
+                self.pipeline = deque(entry for entry in pipeline if entry[0] is not cycle)
+            else:
                 cycle.disconnected = True
                 cycle.message_event.set()
         else:
