@@ -265,7 +265,9 @@ def running_inferd(
 ) -> Iterator[serving.Server]:
     loads = [option for model in MODELS for option in ("--load-model", model)]
     extra = args.before_args if python and args.before_args is not None else args.server_args
-    every = ["--model-control-mode", "explicit", *loads, *flags, *extra]
+    # The shm point's regions; a before server that knows the flag is given it by --before-args.
+    own = () if python else ("--allow-client-shm=true",)
+    every = ["--model-control-mode", "explicit", *loads, *own, *flags, *extra]
     log = folder / f"inferd{'-before' if python else ''}.log"
     # Not in ROOT: the executors' sys.path starts with their working directory, where this
     # checkout's inferd.egg-info would give another checkout's server these entry points.

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         names = parts.write_repository(repository, gpu=gpu, small=SMALL, wide=width)
         print(f"repository: {', '.join(names)}", flush=True)
         flags = ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false",
-                 "--metrics-interval-ms=500", "--log-verbose=0"]
+                 "--metrics-interval-ms=500", "--log-verbose=0", "--allow-client-shm=true"]
         log = args.log_dir / "inferd.log"
         with serving.running(repository, *flags, log=log, model=names[0], via="http",
                              cwd=ROOT) as server:

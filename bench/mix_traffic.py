@@ -55,7 +55,8 @@ BATCHING = "\ndynamic_batching { max_queue_delay_microseconds: 500 }\n"
 # and the onnx models in a CPU executor process rather than the server's own, so a SIGKILL
 # of the executors reaches them too.
 SERVER_FLAGS = ("--model-control-mode=explicit", "--exit-timeout-secs=10",
-                "--cpu-executor=process", *(f"--load-model={name}" for name in MODELS))
+                "--cpu-executor=process", "--allow-client-shm=true",
+                *(f"--load-model={name}" for name in MODELS))
 # 4xx answers the chaos itself causes: a model it unloaded or is reloading, a region it
 # unregistered, a sequence whose state a reload or an executor's death dropped.
 OWN_DOING = re.compile(

@@ -119,7 +119,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     control = ControlActor(router, settings, run_folder / OVERRIDES, state)
     on_demand = (OnDemandRequests(router, settings.model_load_on_demand_timeout_secs)
                  if settings.model_load_on_demand else None)
-    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=on_demand)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=on_demand,
+                          allow_client_shm=settings.allow_client_shm)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tasks:

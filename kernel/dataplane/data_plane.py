@@ -6,7 +6,8 @@ executor pool) and asks it; server metadata it answers itself. A model name that
 rule of ``inferd.protocols.names`` is refused here, before any actor (and so any disk, index
 or log line) sees it. It owns the shared-memory registry
 (``inferd.kernel.dataplane.system_shared_memory``, system and CUDA regions) and answers its requests
-itself; for an inference request whose inputs lie in registered regions it hands the scheduler
+itself (registers and unregisters only with ``--allow-client-shm``, off by default, as in Triton);
+for an inference request whose inputs lie in registered regions it hands the scheduler
 ordinary tensors that are views of the mapped memory (no copy), or for a CUDA region device tensors
 (its window, no bytes: ``inferd.kernel.actors.scheduler.cuda_windows`` decides where they are read),
 and writes the outputs asked for in a region into it once the reply comes, unless a GPU executor
@@ -28,6 +29,7 @@ from dataclasses import replace
 from inferd.kernel.dataplane.on_demand import OnDemandRequests
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.dataplane.system_shared_memory import (
+    CLIENT_SHM_DISABLED,
     SharedMemoryRegistry,
     check_input_size,
     output_too_small,
@@ -116,8 +118,12 @@ class DataPlane:
         shared_memory: SharedMemoryRegistry | None = None,
         tracer: Tracer | None = None,
         on_demand: OnDemandRequests | None = None,
+        *,
+        allow_client_shm: bool = False,
     ) -> None:
         self._router = router
+        # --allow-client-shm: whether clients may register (and unregister) regions at all.
+        self.allow_client_shm = allow_client_shm
         # --model-load-on-demand: a request for a model not loaded loads it first.
         self._on_demand = on_demand
         self.extensions = extensions
@@ -224,6 +230,9 @@ class DataPlane:
         registry = self.shared_memory
         if request.memory not in ("system", "cuda"):
             raise InvalidArgument(f"unknown shared memory kind '{request.memory}'")
+        if not self.allow_client_shm and not isinstance(request, SharedMemoryStatusRequest):
+            # Status stays open, as in Triton: with nothing registered it lists nothing.
+            raise Unsupported(CLIENT_SHM_DISABLED)
         if isinstance(request, SharedMemoryRegister):
             if request.memory == "cuda":
                 # Refused with Triton's message where this server sees no GPU.

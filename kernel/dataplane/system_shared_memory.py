@@ -12,8 +12,11 @@ its views), so an unregister never pulls memory from under a running request. CU
 are ``inferd.kernel.dataplane.cuda_shared_memory``'s; this registry keeps their names and system
 names apart (one name, one region, of either kind, as in Triton) and routes a request's window to
 either (a CUDA window as the region's ``DeviceWindow``, or as bytes copied to the host).
-Statuses and messages are Triton's (``src/shared_memory_manager.cc``). It knows nothing of
-requests, sockets or models.
+Statuses and messages are Triton's (``src/shared_memory_manager.cc``). A key that names one of
+the server's own objects (``inferd-<pid>-...``: the process link's segments, the run folder)
+is refused before anything is opened, and no message names such an object: a client learns
+neither whether one exists nor what it is called. It knows nothing of requests, sockets or
+models.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.kernel.dataplane.cuda_shared_memory import CudaRegion, CudaRegistry, refuse_without_gpus
+from inferd.kernel.runtime import link_memory, run_folder
 from inferd.protocols.errors import ErrorCode, InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import (
     DeviceWindow,
@@ -37,6 +42,23 @@ from inferd.protocols.messages import (
 from inferd.protocols.tensors import element_size
 
 SHM_ROOT = Path("/dev/shm")
+# What the server names the objects it creates itself, ``<prefix><pid>-...``: the process
+# link's segments and the run folder. A client that registered one could read or write the
+# tensors of other clients' requests as they cross between the server's processes.
+SERVER_PREFIXES = tuple(sorted({link_memory.PREFIX, run_folder.PREFIX}))
+_SERVER_OBJECT = re.compile(
+    "(?:" + "|".join(re.escape(prefix) for prefix in SERVER_PREFIXES) + ")[0-9]+-")
+_RESERVED = " or ".join(f"'{prefix}<number>-'" for prefix in SERVER_PREFIXES)
+# Triton's words (501 / UNIMPLEMENTED) for a register or unregister without --allow-client-shm.
+CLIENT_SHM_DISABLED = ("Client shared memory is disabled. Start the server with "
+                       "'--allow-client-shm=true' to enable.")
+
+
+def names_server_object(key: str) -> bool:
+    """Whether ``key`` could name one of the server's own objects: any of its path components
+    (so ``//inferd-1-...``, ``/./inferd-1-...`` and ``../shm/inferd-1-...`` as well) is named
+    as the server names them."""
+    return any(_SERVER_OBJECT.match(part) for part in key.split("/"))
 
 
 def object_name(key: str) -> str | None:
@@ -107,6 +129,13 @@ class SharedMemoryRegistry:
             raise InvalidArgument(
                 "'region name' is necessary to register system shared memory region"
             )
+        if names_server_object(key):
+            # Before the object is opened, and without the key: whether it exists, and its
+            # name, stay the server's.
+            raise InvalidArgument(
+                f"cannot register shared memory region '{name}': its key names one of the "
+                f"server's own shared memory objects (keys beginning with {_RESERVED} are "
+                "reserved)")
         if name in self._regions or name in self.cuda.regions:
             raise _already_registered(name)
         file_name = object_name(key)

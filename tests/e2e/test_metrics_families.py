@@ -101,7 +101,8 @@ def server(module_inferd: Any) -> Any:
     configs = {"limited": LIMITED,
                "failer": module_inferd.testing_config("failer", "fail"),
                "sleeper": module_inferd.testing_config("sleeper", "slow", delay_ms="1500")}
-    return module_inferd.start(module_inferd.repository("simple", configs=configs))
+    return module_inferd.start(module_inferd.repository("simple", configs=configs),
+                               "--allow-client-shm=true")
 
 
 def test_every_family_has_help_and_type_and_tritons_type(server: Any) -> None:

@@ -36,7 +36,7 @@ FUZZ_SECS = 240
 @pytest.fixture(scope="module")
 def server(module_inferd: Any) -> ServerHandle:
     repository = reliability_repository.build(module_inferd.folder / "reliability")
-    flags = ["--model-control-mode=explicit"]
+    flags = ["--model-control-mode=explicit", "--allow-client-shm=true"]
     flags += [f"--load-model={name}" for name in reliability_repository.MODELS]
     return module_inferd.start(repository, *flags)
 

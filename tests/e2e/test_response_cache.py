@@ -142,7 +142,7 @@ def expected(seed: int) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def server(module_inferd: Any) -> Any:
     return module_inferd.start(cached_repository(module_inferd),
-                               f"--cache-config=local,size={CACHE_BYTES}")
+                               f"--cache-config=local,size={CACHE_BYTES}", "--allow-client-shm")
 
 
 def test_a_repeated_request_is_answered_from_the_cache(server: Any) -> None:

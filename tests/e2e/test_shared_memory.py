@@ -43,7 +43,8 @@ def server(module_inferd: InferdHarness) -> ServerHandle:
             started_file=str(module_inferd.folder / "slow.started"),
             release_file=str(module_inferd.folder / "slow.release"))},
     )
-    return module_inferd.start(root, "--model-control-mode=explicit", "--load-model=*")
+    return module_inferd.start(root, "--model-control-mode=explicit", "--load-model=*",
+                               "--allow-client-shm=true")
 
 
 class Regions:
@@ -402,7 +403,7 @@ def http_call(server: ServerHandle, model: str, inputs: list[Any], outputs: list
 def test_the_server_leaves_no_shared_memory_objects(inferd: InferdHarness,
                                                     regions: Regions) -> None:
     before = set(os.listdir(SHM_ROOT))
-    server = inferd.start(inferd.repository("simple"))
+    server = inferd.start(inferd.repository("simple"), "--allow-client-shm=true")
     first, second = simple_values()
     region, key = regions.create("leftover", 128)
     shm.set_shared_memory_region(region, [first, second])

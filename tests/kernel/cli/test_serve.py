@@ -70,3 +70,14 @@ def test_on_demand_and_budget_flags_are_typed_settings(tmp_path: Path) -> None:
     ):
         with pytest.raises(StartupFailed, match=re.escape(problem)):
             settings(*flags)
+
+
+def test_allow_client_shm_is_off_unless_given(tmp_path: Path) -> None:
+    def allowed(*flags: str) -> bool:
+        args = kernel_parser().parse_args(["--model-repository", str(tmp_path), *flags])
+        return settings_from(args).allow_client_shm
+
+    # tritonserver's default since 2.68 (server#8721).
+    assert (Settings().allow_client_shm, allowed()) == (False, False)
+    assert allowed("--allow-client-shm") and allowed("--allow-client-shm=true")
+    assert not allowed("--allow-client-shm=false")

@@ -154,7 +154,8 @@ def register(name: str, handle_bytes: bytes, size: int, device: int = 0) -> Shar
 
 def test_register_status_and_unregister_one_or_all(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     first, _ = cuda.allocate(256)
     second, _ = cuda.allocate(512, device=1)
     assert isinstance(handle(dataplane, register("a", first, 256)), Ack)
@@ -174,7 +175,8 @@ def test_register_status_and_unregister_one_or_all(
 
 
 def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     allocation, _ = cuda.allocate(64)
     handle(dataplane, register("gpu", allocation, 64))
     handle(dataplane, SharedMemoryRegister("host", "/data", 64))
@@ -219,7 +221,8 @@ def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: Fak
 def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
     router = EchoRouter()
-    dataplane = DataPlane(router, shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(router, shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     values = np.arange(16, dtype=np.float32)
     inputs, device_inputs = cuda.allocate(128)
     outputs, device_outputs = cuda.allocate(128)
@@ -267,7 +270,8 @@ def test_an_unregister_during_a_request_closes_the_handle_after_it(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
     router = EchoRouter()
     router.gate = anyio.Event()
-    dataplane = DataPlane(router, shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(router, shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     allocation, memory = cuda.allocate(64)
     handle(dataplane, register("out", allocation, 64))
     request = SharedMemoryInferRequest(
@@ -304,7 +308,8 @@ def test_without_a_gpu_every_register_is_refused_with_tritons_message(tmp_path: 
         looked.append(True)
 
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(no_gpu))
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     assert looked == []  # nothing is looked up (no CUDA context) before a CUDA request
     refused = error_of(dataplane, register("g", os.urandom(64), 64))
     assert (refused.code, refused.message) == (

@@ -4,6 +4,7 @@ that echoes each input as an output."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,14 @@ import pytest
 from inferd.kernel.dataplane.cuda_shared_memory import CudaRegistry
 from inferd.kernel.dataplane.data_plane import DataPlane
 from inferd.kernel.dataplane.system_shared_memory import (
+    CLIENT_SHM_DISABLED,
     SharedMemoryRegistry,
     fits,
     mapping_window,
+    names_server_object,
     object_name,
 )
+from inferd.kernel.runtime import link_memory, run_folder
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (
     Ack,
@@ -67,6 +71,36 @@ def error_of(call: Any, *arguments: Any) -> InferdError:
 ])
 def test_object_name(key: str, name: str | None) -> None:
     assert object_name(key) == name
+
+
+@pytest.mark.parametrize("key", [
+    "inferd-1-2-3", "/inferd-1-2-3", "//inferd-1-2-3", "/./inferd-1-2-3", "/../shm/inferd-1-2-3",
+    "/dev/shm/inferd-1-2-3", "/inferd-77-", "/inferd-7-abc/hub",
+])
+def test_keys_naming_the_servers_objects(key: str) -> None:
+    assert names_server_object(key)
+
+
+@pytest.mark.parametrize("key", [
+    "/data", "/inferd_test_1", "/my-inferd-1-2", "/inferd", "/inferd-", "/inferd-cache-1-2",
+    "/inferd-12", "", "/",
+])
+def test_keys_of_clients(key: str) -> None:
+    assert not names_server_object(key)
+
+
+def test_the_names_the_server_gives_its_objects_are_reserved(tmp_path: Path) -> None:
+    folder = run_folder.create_run_folder(tmp_path)
+    assert names_server_object(folder.name) and names_server_object(str(folder))
+    if not link_memory.SHM_DIR.is_dir():
+        pytest.skip("no /dev/shm")
+    pool = link_memory.SegmentPool(os.getpid(), threshold=1, capacity=1 << 20)
+    try:
+        token = pool.spill("peer", b"tensor")
+        assert token is not None and (link_memory.SHM_DIR / token[0]).exists()
+        assert names_server_object(f"/{token[0]}")
+    finally:
+        pool.close()
 
 
 def test_mapping_window_aligns_the_file_offset() -> None:
@@ -129,6 +163,26 @@ def test_registry_errors(registry: SharedMemoryRegistry) -> None:
     )
 
 
+def test_a_key_naming_a_server_object_is_refused_without_its_name(
+    registry: SharedMemoryRegistry, root: Path
+) -> None:
+    segment = "inferd-4242-4243-0"  # as the process link names its segments
+    (root / segment).write_bytes(bytes(OBJECT_BYTES))
+    for key in (segment, f"/{segment}", f"//{segment}", f"/./{segment}", f"/../x/{segment}"):
+        refused = error_of(registry.register, "mine", key, 0, 64)
+        assert (refused.code, refused.message) == (
+            ErrorCode.INVALID_ARGUMENT,
+            "cannot register shared memory region 'mine': its key names one of the server's "
+            "own shared memory objects (keys beginning with 'inferd-<number>-' are reserved)",
+        )
+        assert "4242" not in refused.message
+    # The same answer whether the object exists or not: no probing for the server's names.
+    absent = error_of(registry.register, "mine", "/inferd-1-1-1", 0, 64)
+    assert absent.message == refused.message
+    assert len(registry) == 0
+    registry.register("mine", "/data", 0, 64)  # a client's own object still registers
+
+
 def test_unregister_one_all_and_unknown(registry: SharedMemoryRegistry) -> None:
     for name in ("a", "b", "c"):
         registry.register(name, "/data", 0, 16)
@@ -182,7 +236,8 @@ def handle(dataplane: DataPlane, request: Message) -> Message:
 
 def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root: Path) -> None:
     router = EchoRouter()
-    dataplane = DataPlane(router, shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(router, shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     assert isinstance(handle(dataplane, SharedMemoryRegister("in", "/data", 64, 0)), Ack)
     handle(dataplane, SharedMemoryRegister("out", "/data", 64, 4096))
     status = handle(dataplane, SharedMemoryStatusRequest())
@@ -208,7 +263,8 @@ def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root
 
 
 def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry) -> None:
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     registry.register("out", "/data", 0, 64)
     request = SharedMemoryInferRequest(
         InferRequest("m", (), outputs=("OUT0",)),
@@ -226,7 +282,8 @@ def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry)
 def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
     # tests/kernel/dataplane/test_cuda_shared_memory.py has the CUDA regions of a server with a GPU.
     registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
     refused = error_of(handle, dataplane, SharedMemoryRegister("g", "", 16, memory="cuda"))
     assert refused.code == ErrorCode.INVALID_ARGUMENT
     assert refused.message == (
@@ -235,3 +292,23 @@ def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
     assert isinstance(handle(dataplane, SharedMemoryUnregister(memory="cuda")), Ack)
     missing = error_of(handle, dataplane, SharedMemoryStatusRequest("g", "cuda"))
     assert missing.message == "Unable to find cuda shared memory region: 'g'"
+
+
+def test_dataplane_refuses_client_shared_memory_unless_allowed(root: Path) -> None:
+    registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    for request in (
+        SharedMemoryRegister("in", "/data", 64),
+        SharedMemoryRegister("g", "", 16, memory="cuda"),
+        SharedMemoryUnregister("in"),
+        SharedMemoryUnregister(),
+        SharedMemoryUnregister(memory="cuda"),
+    ):
+        refused = error_of(handle, dataplane, request)
+        assert (refused.code, refused.message) == (ErrorCode.UNSUPPORTED, CLIENT_SHM_DISABLED)
+    assert CLIENT_SHM_DISABLED == ("Client shared memory is disabled. Start the server with "
+                                   "'--allow-client-shm=true' to enable.")
+    # Status stays open, and lists nothing: nothing could be registered.
+    assert handle(dataplane, SharedMemoryStatusRequest()) == SharedMemoryStatus(())
+    assert handle(dataplane, SharedMemoryStatusRequest(memory="cuda")) == SharedMemoryStatus(())
+    assert len(registry) == 0

@@ -179,7 +179,7 @@ async def serving(address: str, instance: Instance, tmp_path: Path,
     executor.allocations = main.allocations  # one device, two processes' handles on it
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: main))
     router = Router("main")
-    dataplane = DataPlane(router, shared_memory=registry)
+    dataplane = DataPlane(router, shared_memory=registry, allow_client_shm=True)
     memory = DeviceMemory(lambda: executor, local_device=lambda gpu: gpu)
     actor = WireExecutor(router, address, instance, memory)
     inputs_handle, inputs = main.allocate(128)
