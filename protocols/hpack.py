@@ -2,12 +2,20 @@
 decoder of one connection's header blocks, with the peer's dynamic table and Huffman-coded
 strings, and an encoder that uses neither.
 
-A header block whose bytes were seen before while the table has not changed since is
-answered from a small cache: a client repeating the same call sends the same few bytes of
-table references each time. Headers are encoded without the dynamic table and without Huffman
-coding, which RFC 7541 allows a sender always: a gRPC server's replies are a handful of short
-fields. A malformed block raises ``HpackError``. No I/O; compiled with mypyc as part of the
-request path.
+The decoder is written for a hostile peer. It measures each decoded header list as RFC 9113
+section 6.5.2 does (per field, name and value octets plus 32): past ``max_list_size`` it
+still decodes the block to its end, so that its table stays in step with the peer's encoder,
+but builds no list and refuses the block (``HeaderListTooLarge``, not fatal: only the stream
+is refused); past four times that (one large table entry referenced over and over: an HPACK
+bomb) it stops at once (fatal: the connection must end), so a block costs at most that
+bound's worth of fields, whatever it holds. Huffman-coded strings are decoded by a table of
+the code tree's states, four bits a step, and counted (``huffman_bytes``) so that the
+connection can bound that work too. A header block whose bytes were seen before while the
+table has not changed since is answered from a small cache: a client repeating the same call
+sends the same few bytes of table references each time. Headers are encoded without the
+dynamic table and without Huffman coding, which RFC 7541 allows a sender always: a gRPC
+server's replies are a handful of short fields. A malformed block raises ``HpackError``. No
+I/O; compiled with mypyc as part of the request path.
 """
 
 from __future__ import annotations
@@ -19,6 +27,26 @@ Headers = tuple[tuple[str, str], ...]
 
 class HpackError(ValueError):
     """A header block that does not decode: the connection must end (COMPRESSION_ERROR)."""
+
+
+class HeaderListTooLarge(Exception):
+    """A header block whose decoded list passed the decoder's ``max_list_size`` (``limit``).
+
+    Not fatal: the block was decoded to its end, the table is in step with the peer's, and
+    only the stream it opens is refused; ``size`` is the list's whole size. Fatal: the list
+    passed four times the limit, decoding stopped there with the table out of step, and the
+    connection must end (ENHANCE_YOUR_CALM); ``size`` is what was measured when it stopped,
+    at least that much."""
+
+    def __init__(self, size: int, limit: int, fatal: bool = False) -> None:
+        if fatal:
+            super().__init__(f"header list of at least {size} octets, more than four times "
+                             f"the limit of {limit}")
+        else:
+            super().__init__(f"header list of {size} octets, above the limit of {limit}")
+        self.size = size
+        self.limit = limit
+        self.fatal = fatal
 
 
 # RFC 7541 appendix A.
@@ -98,54 +126,104 @@ _HUFFMAN_CODES: Final[tuple[tuple[int, int], ...]] = (
 )
 
 
-def _huffman_decoding() -> dict[int, int]:
-    """Each code as ``length << 32 | code``, to its symbol."""
-    table: dict[int, int] = {}
-    for symbol, (code, length) in enumerate(_HUFFMAN_CODES):
-        if symbol < 256:
-            table[(length << 32) | code] = symbol
-    return table
+def _huffman_tree() -> list[tuple[int, int]]:
+    """The code tree's inner nodes, root first, each as its two children (bit 0, bit 1): an
+    inner node's index, or ``~symbol`` for a leaf."""
+    children: list[list[int]] = [[0, 0]]  # 0: no child yet (the root is no one's child)
+    for symbol, (code, length) in enumerate(_HUFFMAN_CODES):  # EOS too: it has a leaf
+        node = 0
+        for shift in range(length - 1, 0, -1):
+            bit = (code >> shift) & 1
+            child = children[node][bit]
+            if not child:
+                child = len(children)
+                children.append([0, 0])
+                children[node][bit] = child
+            node = child
+        children[node][code & 1] = ~symbol
+    return [(zero, one) for zero, one in children]
 
 
-_HUFFMAN: Final = _huffman_decoding()
-_SHORTEST_CODE: Final = 5
-_LONGEST_CODE: Final = 30
+# The decoder's states are the tree's 256 inner nodes (the bits read since the last symbol)
+# and one more, entered on EOS, that no input leaves. A step reads four bits: as no code is
+# shorter than five, it emits at most one symbol. _HUFFMAN_STEPS[state * 16 + nibble] holds
+# the next state's row (state * 16, so that the next index is one OR away) and, when a symbol
+# was emitted, _EMITTED | symbol << 14.
+_EOS: Final = 256
+_EOS_STATE: Final = 256
+_EMITTED: Final = 0x2000
+_ROW: Final = 0x1FF0
+
+
+def _huffman_steps(tree: list[tuple[int, int]]) -> list[int]:
+    steps: list[int] = []
+    for state in range(len(tree) + 1):
+        for nibble in range(16):
+            node = state
+            emitted = 0
+            for shift in (3, 2, 1, 0):
+                if node == _EOS_STATE:
+                    break
+                child = tree[node][(nibble >> shift) & 1]
+                if child >= 0:
+                    node = child
+                elif ~child == _EOS:
+                    node = _EOS_STATE
+                else:
+                    emitted = _EMITTED | (~child) << 14
+                    node = 0
+            steps.append(node << 4 | emitted)
+    return steps
+
+
+def _huffman_ends(tree: list[tuple[int, int]]) -> list[str]:
+    """Per state, why a string may not end there ("" where it may): section 5.2 allows only
+    padding of up to seven bits, all ones (the most significant bits of EOS)."""
+    ends = ["invalid Huffman padding: not the prefix of EOS"] * len(tree)
+    ends.append("the EOS symbol in a Huffman-coded string")
+    node = 0
+    for depth in range(30):  # the all-ones path: EOS's prefixes
+        ends[node] = "" if depth < 8 else "invalid Huffman padding: longer than 7 bits"
+        node = tree[node][1]
+    return ends
+
+
+_HUFFMAN_TREE: Final = _huffman_tree()
+_HUFFMAN_STEPS: Final = _huffman_steps(_HUFFMAN_TREE)
+_HUFFMAN_ENDS: Final = _huffman_ends(_HUFFMAN_TREE)
+
+
+def _huffman(data: bytes, start: int, end: int) -> bytes:
+    """The Huffman-coded string ``data[start:end]``, decoded (section 5.2), without a copy
+    of the block it is in."""
+    steps = _HUFFMAN_STEPS
+    out: list[int] = []
+    step = 0
+    # The EOS state is left to run to the end, unchecked: the loop stays two lookups a byte,
+    # and the string's length already bounds the work.
+    for i in range(start, end):
+        byte = data[i]
+        step = steps[(step & _ROW) | byte >> 4]
+        if step >= _EMITTED:
+            out.append(step >> 14)
+        step = steps[(step & _ROW) | byte & 0x0F]
+        if step >= _EMITTED:
+            out.append(step >> 14)
+    problem = _HUFFMAN_ENDS[(step & _ROW) >> 4]
+    if problem:
+        raise HpackError(problem)
+    return bytes(out)
 
 
 def huffman_decode(data: bytes) -> bytes:
     """RFC 7541 section 5.2's Huffman-coded string ``data``, decoded; the padding must be
-    fewer than eight bits of EOS's prefix (all ones)."""
-    out = bytearray()
-    bits = 0
-    count = 0
-    table = _HUFFMAN
-    for byte in data:
-        bits = (bits << 8) | byte
-        count += 8
-        while count >= _SHORTEST_CODE:
-            found = False
-            length = _SHORTEST_CODE
-            while length <= count and length <= _LONGEST_CODE:
-                symbol = table.get((length << 32) | (bits >> (count - length)), -1)
-                if symbol >= 0:
-                    out.append(symbol)
-                    count -= length
-                    bits &= (1 << count) - 1
-                    found = True
-                    break
-                length += 1
-            if not found:
-                if count >= _LONGEST_CODE:
-                    raise HpackError("invalid Huffman code")
-                break
-    if count >= 8 or bits != (1 << count) - 1:
-        raise HpackError("invalid Huffman padding")
-    return bytes(out)
+    fewer than eight bits of EOS's prefix (all ones), and EOS itself may not appear."""
+    return _huffman(data, 0, len(data))
 
 
 def _read_int(block: bytes, pos: int, prefix: int) -> tuple[int, int]:
     """The integer of ``prefix`` bits starting at ``block[pos]`` (RFC 7541 section 5.1), and
-    the position after it."""
+    the position after it; more than five continuation octets (2**35) is an error."""
     limit = (1 << prefix) - 1
     value = block[pos] & limit
     pos += 1
@@ -163,69 +241,101 @@ def _read_int(block: bytes, pos: int, prefix: int) -> tuple[int, int]:
             return value, pos
 
 
-def _read_string(block: bytes, pos: int) -> tuple[str, int]:
-    if pos >= len(block):
-        raise HpackError("truncated header block")
-    huffman = bool(block[pos] & 0x80)
-    length, pos = _read_int(block, pos, 7)
-    end = pos + length
-    if end > len(block):
-        raise HpackError("truncated header block")
-    raw = block[pos:end]
-    if huffman:
-        raw = huffman_decode(raw)
-    return raw.decode("latin-1"), end
+_CACHED_BLOCK: Final = 1024  # the longest block the cache keeps
+_FIELD_OVERHEAD: Final = 32  # RFC 7541 section 4.1 and RFC 9113 section 6.5.2
 
 
 class HeaderDecoder:
-    """One direction's HPACK state: the dynamic table the peer's encoder keeps in step."""
+    """One direction's HPACK state: the dynamic table the peer's encoder keeps in step, and
+    the bounds on what one block may decode to.
 
-    def __init__(self, limit: int = 4096) -> None:
+    ``limit`` is SETTINGS_HEADER_TABLE_SIZE as this side announced it; ``max_list_size`` the
+    largest header list a block may decode to (SETTINGS_MAX_HEADER_LIST_SIZE's measure).
+    ``huffman_bytes`` counts the octets of Huffman-coded strings decoded so far."""
+
+    def __init__(self, limit: int = 4096, max_list_size: int = 16384) -> None:
         self._entries: list[tuple[str, str]] = []  # oldest first
         self._size = 0
-        self._limit = limit  # SETTINGS_HEADER_TABLE_SIZE as this side announced it
+        self._limit = limit
         self._max = limit  # the size the peer last set, at most the limit
+        self._max_list_size = max_list_size
+        self._bomb = 4 * max_list_size
         self._cache: dict[bytes, Headers] = {}
         self._changed = False  # the last block changed the table
+        self._list_size = 0  # of the block being decoded, so far
+        self.huffman_bytes = 0
+
+    @property
+    def table(self) -> Headers:
+        """The dynamic table, newest entry (index 62) first, as RFC 7541's examples show it."""
+        return tuple(reversed(self._entries))
+
+    @property
+    def table_size(self) -> int:
+        """The dynamic table's size by section 4.1's measure."""
+        return self._size
 
     def decode(self, block: bytes) -> Headers:
-        cached = self._cache.get(block)
-        if cached is not None:
-            return cached
+        """The header list of ``block``. Raises ``HpackError`` for a block that does not
+        decode, ``HeaderListTooLarge`` for one whose list passes ``max_list_size``."""
+        if len(block) <= _CACHED_BLOCK:
+            cached = self._cache.get(block)
+            if cached is not None:
+                return cached
         headers = self._decode(block)
         if self._changed:  # what was cached referred to the table as it was
             self._cache.clear()
-        elif len(block) <= 1024:
+        elif headers is not None and len(block) <= _CACHED_BLOCK:
             if len(self._cache) >= 64:
                 self._cache.clear()
             self._cache[block] = headers
+        if headers is None:
+            raise HeaderListTooLarge(self._list_size, self._max_list_size)
         return headers
 
-    def _decode(self, block: bytes) -> Headers:
+    def _decode(self, block: bytes) -> Headers | None:
+        """The header list of ``block``, or None when it passed ``max_list_size``."""
         self._changed = False
-        out: list[tuple[str, str]] = []
+        self._list_size = 0
+        out: list[tuple[str, str]] | None = []
+        updates = 0  # dynamic table size updates, allowed only before the first field
+        fields = 0
         pos = 0
         end = len(block)
         while pos < end:
             byte = block[pos]
             if byte & 0x80:  # indexed field
                 index, pos = _read_int(block, pos, 7)
-                out.append(self._field(index))
+                name, value = self._field(index)
             elif byte & 0x40:  # literal, added to the table
                 name, value, pos = self._literal(block, pos, 6)
-                out.append((name, value))
                 self._add(name, value)
             elif byte & 0x20:  # dynamic table size update
+                # Section 4.2: at the beginning of a block, and at most two (the smallest
+                # size set since the last block, then the final one).
+                if fields:
+                    raise HpackError("dynamic table size update after a header field")
+                if updates == 2:
+                    raise HpackError("more than two dynamic table size updates")
+                updates += 1
                 size, pos = _read_int(block, pos, 5)
                 if size > self._limit:
                     raise HpackError("table size update above the limit")
                 self._max = size
                 self._evict(0)
                 self._changed = True
+                continue
             else:  # literal without indexing, or never indexed
                 name, value, pos = self._literal(block, pos, 4)
+            fields += 1
+            self._list_size += len(name) + len(value) + _FIELD_OVERHEAD
+            if self._list_size > self._max_list_size:
+                if self._list_size > self._bomb:
+                    raise HeaderListTooLarge(self._list_size, self._max_list_size, fatal=True)
+                out = None  # refused; what is left is decoded only for the table
+            if out is not None:
                 out.append((name, value))
-        return tuple(out)
+        return None if out is None else tuple(out)
 
     def _literal(self, block: bytes, pos: int, prefix: int) -> tuple[str, str, int]:
         """A literal field whose name index has ``prefix`` bits (0: the name follows)."""
@@ -233,9 +343,27 @@ class HeaderDecoder:
         if index:
             name = self._field(index)[0]
         else:
-            name, pos = _read_string(block, pos)
-        value, pos = _read_string(block, pos)
+            name, pos = self._string(block, pos)
+        value, pos = self._string(block, pos)
         return name, value, pos
+
+    def _string(self, block: bytes, pos: int) -> tuple[str, int]:
+        if pos >= len(block):
+            raise HpackError("truncated header block")
+        huffman = bool(block[pos] & 0x80)
+        length, pos = _read_int(block, pos, 7)
+        end = pos + length
+        if end > len(block):
+            raise HpackError("truncated header block")
+        # The fewest octets the string can decode to (a Huffman code is at most 30 bits):
+        # a string that would carry the list past the bomb bound is not decoded at all.
+        least = length * 8 // 30 if huffman else length
+        if self._list_size + least > self._bomb:
+            raise HeaderListTooLarge(self._list_size + least, self._max_list_size, fatal=True)
+        if huffman:
+            self.huffman_bytes += length
+            return _huffman(block, pos, end).decode("latin-1"), end
+        return block[pos:end].decode("latin-1"), end
 
     def _field(self, index: int) -> tuple[str, str]:
         if index <= 0:
@@ -248,7 +376,7 @@ class HeaderDecoder:
         return self._entries[position]
 
     def _add(self, name: str, value: str) -> None:
-        size = len(name) + len(value) + 32
+        size = len(name) + len(value) + _FIELD_OVERHEAD
         self._changed = True
         if size > self._max:
             self._entries.clear()
@@ -261,7 +389,7 @@ class HeaderDecoder:
     def _evict(self, room: int) -> None:
         while self._entries and self._size + room > self._max:
             name, value = self._entries.pop(0)
-            self._size -= len(name) + len(value) + 32
+            self._size -= len(name) + len(value) + _FIELD_OVERHEAD
 
 
 def _encode_int(value: int, prefix: int, flags: int) -> bytes:
