@@ -152,7 +152,8 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--grpc-http2-max-ping-strikes", type=whole_number, default=DEFAULT_MAX_PING_STRIKES,
         metavar="N", help="past this many strikes the connection ends with GOAWAY "
-        f"ENHANCE_YOUR_CALM \"too_many_pings\"; 0 for no limit (default {DEFAULT_MAX_PING_STRIKES})",
+        "ENHANCE_YOUR_CALM \"too_many_pings\"; 0 for no limit "
+        f"(default {DEFAULT_MAX_PING_STRIKES})",
     )
     group.add_argument(
         "--grpc-max-concurrent-streams", type=positive_count,
@@ -164,7 +165,8 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         "--grpc-max-metadata-size", type=byte_count(2**24, smallest=1024),
         default=DEFAULT_MAX_METADATA_SIZE, metavar="BYTES",
         help="largest header list of a call, by RFC 9113's measure (SETTINGS_MAX_HEADER_LIST_"
-        f"SIZE); a larger one is refused with RESOURCE_EXHAUSTED (default {DEFAULT_MAX_METADATA_SIZE})",
+        "SIZE); a larger one is refused with RESOURCE_EXHAUSTED "
+        f"(default {DEFAULT_MAX_METADATA_SIZE})",
     )
     group.add_argument(
         "--grpc-reset-budget", type=positive_count, default=DEFAULT_RESET_BUDGET, metavar="N",

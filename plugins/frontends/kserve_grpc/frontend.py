@@ -59,13 +59,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+DEFAULT_LIMITS = Http2Limits()
+
+
 def server_options(
     max_input_size: int,
     handshake_timeout_secs: float = DEFAULT_HANDSHAKE_TIMEOUT_SECS,
     max_connection_idle_secs: float = DEFAULT_MAX_CONNECTION_IDLE_SECS,
     max_connections: int | None = None,
     keepalive_ms: tuple[int, int] = (DEFAULT_KEEPALIVE_TIME_MS, DEFAULT_KEEPALIVE_TIMEOUT_MS),
-    limits: Http2Limits = Http2Limits(),
+    limits: Http2Limits = DEFAULT_LIMITS,
 ) -> Sequence[tuple[str, Any]]:
     """The ``grpc.aio.server`` options for requests of at most ``max_input_size`` bytes and
     connections that must be set up within ``handshake_timeout_secs``, are closed (GOAWAY;
