@@ -99,8 +99,14 @@ MAX_CONTINUATIONS: Final = 32
 # second. A client's repeated headers come from the table and cost nothing here.
 HUFFMAN_BUDGET: Final = 4 * 2**20
 # Streams remembered once closed, to tell a late frame (tolerated) from a frame on a stream
-# the peer itself closed (STREAM_CLOSED).
+# the peer itself closed (STREAM_CLOSED), and how each closed (section 5.1): this side reset
+# or ended it first, so the peer's frames in flight are ignored; both sides sent END_STREAM,
+# so only WINDOW_UPDATE, RST_STREAM and PRIORITY may still come; the peer reset it, so
+# anything but RST_STREAM and PRIORITY is a stream error.
 _CLOSED_REMEMBERED: Final = 1024
+_CLOSED_HERE: Final = 0
+_CLOSED_BOTH: Final = 1
+_CLOSED_BY_PEER: Final = 2
 
 # Event kinds ``Connection.receive`` returns.
 EV_HEADERS: Final = 1
@@ -199,6 +205,7 @@ class Connection:
         self.blocked_bytes = 0  # DATA waiting for the peer's windows, all streams
         self.data_sent = 0  # DATA octets sent, all streams: how a caller sees output move
         self.preface_received = False
+        self._settings_received = False  # the preface's SETTINGS (section 3.4)
         self._peer_initial_window = DEFAULT_WINDOW
         self._stream_window = stream_window
         self._connection_window = connection_window
@@ -210,9 +217,9 @@ class Connection:
         self._buffer = b""
         self._streams: dict[int, _Stream] = {}
         self._blocked: dict[int, _Stream] = {}  # streams with data or trailers waiting
-        # Closed streams, newest last: True where the peer may still send (this side ended
-        # or reset the stream first), False where the peer closed it too.
-        self._closed: dict[int, bool] = {}
+        # Closed streams, newest last, and how they closed (``_CLOSED_*``).
+        self._closed: dict[int, int] = {}
+        self._too_large = 0  # the size of the last header list over the limit
         self._decoder = HeaderDecoder(max_list_size=max_header_list)
         self._huffman_seen = 0
         self._block_stream = 0  # a header block continues on this stream
@@ -276,6 +283,10 @@ class Connection:
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes,
                events: list[Event]) -> None:
+        if not self._settings_received:
+            if kind != SETTINGS or flags & ACK:
+                raise ProtocolError(PROTOCOL_ERROR, "the preface was not followed by SETTINGS")
+            self._settings_received = True
         if self._block_stream:
             if kind != CONTINUATION or stream_id != self._block_stream:
                 raise ProtocolError(PROTOCOL_ERROR, "a header block was interrupted")
@@ -331,7 +342,7 @@ class Connection:
             if stream is not None:  # half-closed (remote): the peer said it was done
                 self._stream_error(stream_id, STREAM_CLOSED, events)
                 return
-            self._late_frame(stream_id, "DATA")
+            self._not_open(stream_id, "DATA")
             self._spent("DATA on closed streams")
             return
         end_stream = bool(flags & END_STREAM)
@@ -407,27 +418,23 @@ class Connection:
             return
         if stream_id <= self.last_stream_id:
             self._decode(block)
-            closed = self._closed.get(stream_id)
-            if closed is None:
+            if stream_id not in self._closed:
                 raise ProtocolError(PROTOCOL_ERROR, f"stream {stream_id} is below stream "
                                     f"{self.last_stream_id}, opened before it")
-            if not closed:
-                raise ProtocolError(STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
-            return  # a late frame on a stream this side reset
+            self._not_open(stream_id, "HEADERS")
+            self._spent("HEADERS on closed streams")
+            return
         self.last_stream_id = stream_id
-        too_large = 0
-        try:
-            headers = self._decode(block)
-        except HeaderListTooLarge as error:
-            headers = ()
-            too_large = error.size
+        decoded = self._decode(block)
+        headers = decoded if decoded is not None else ()
         if len(self._streams) >= self._max_streams:
             self._refused(stream_id, REFUSED_STREAM)
             return
-        if too_large:
+        if decoded is None:
             self._refusal(stream_id)
             self._open(stream_id, -1, end_stream)
-            events.append(Event(EV_HEADERS_TOO_LARGE, stream_id, end_stream, code=too_large))
+            events.append(Event(EV_HEADERS_TOO_LARGE, stream_id, end_stream,
+                                code=self._too_large))
             return
         if headers is self._last_valid:  # the decoder's cache gave the same list again
             problem = None
@@ -454,9 +461,8 @@ class Connection:
     def _trailers(self, stream_id: int, stream: _Stream, block: bytes, end_stream: bool,
                   events: list[Event]) -> None:
         """A second header block on an open stream: the request's trailers."""
-        try:
-            headers = self._decode(block)
-        except HeaderListTooLarge:
+        headers = self._decode(block)
+        if headers is None:
             self._malformed(stream_id, "trailers too large", events)
             return
         if stream.remote_closed:
@@ -471,19 +477,20 @@ class Connection:
             stream.remote_closed = True
             events.append(Event(EV_DATA, stream_id, True))
 
-    def _decode(self, block: bytes) -> Headers:
-        """The header list of ``block``; every block goes through the decoder, to keep its
-        table in step, and is charged to the connection's Huffman budget."""
+    def _decode(self, block: bytes) -> Headers | None:
+        """The header list of ``block``, None when it is over the announced limit (its size
+        in ``_too_large``). Every block goes through the decoder, to keep its table in step,
+        and is charged to the connection's Huffman budget."""
         decoder = self._decoder
         try:
-            try:
-                return decoder.decode(block)
-            except HeaderListTooLarge as error:
-                if error.fatal:
-                    raise ProtocolError(ENHANCE_YOUR_CALM, "header list too large") from None
-                raise
-        except HpackError as error:
-            raise ProtocolError(COMPRESSION_ERROR, str(error)) from None
+            return decoder.decode(block)
+        except HeaderListTooLarge as too_large:
+            if too_large.fatal:
+                raise ProtocolError(ENHANCE_YOUR_CALM, "header list too large") from None
+            self._too_large = too_large.size
+            return None
+        except HpackError as broken:
+            raise ProtocolError(COMPRESSION_ERROR, str(broken)) from None
         finally:
             spent = decoder.huffman_bytes - self._huffman_seen
             if spent:
@@ -564,7 +571,7 @@ class Connection:
             return
         stream = self._streams.get(stream_id)
         if stream is None:
-            self._late_frame(stream_id, "WINDOW_UPDATE", tolerate_closed=True)
+            self._not_open(stream_id, "WINDOW_UPDATE")
             self._spent("WINDOW_UPDATE")
             return
         if not increment:
@@ -590,18 +597,22 @@ class Connection:
             # costs the server a call's start for two frames.
             if not self._resets.charge(self._clock()):
                 raise ProtocolError(ENHANCE_YOUR_CALM, "too many streams reset")
-            self._remove(stream_id, False)
+            self._remove(stream_id, _CLOSED_BY_PEER)
             events.append(Event(EV_RESET, stream_id, code=int.from_bytes(payload, "big")))
             return
-        self._late_frame(stream_id, "RST_STREAM", tolerate_closed=True)
+        self._not_open(stream_id, "RST_STREAM")
         self._spent("RST_STREAM")
 
-    def _late_frame(self, stream_id: int, kind: str, tolerate_closed: bool = False) -> None:
-        """A frame for a stream that is not open: a connection error on an idle stream, and
-        on one the peer closed itself unless the frame may still arrive there."""
+    def _not_open(self, stream_id: int, kind: str) -> None:
+        """A frame other than PRIORITY for a stream that is not open (section 5.1): a
+        connection error on an idle stream; on a closed one, what its closing allows."""
         if stream_id > self.last_stream_id:
             raise ProtocolError(PROTOCOL_ERROR, f"{kind} on idle stream {stream_id}")
-        if not tolerate_closed and self._closed.get(stream_id) is False:
+        how = self._closed.get(stream_id, _CLOSED_HERE)
+        if how == _CLOSED_BY_PEER:
+            if kind != "RST_STREAM":
+                self.output.append(rst_stream(stream_id, STREAM_CLOSED))
+        elif how == _CLOSED_BOTH and kind in ("DATA", "HEADERS"):
             raise ProtocolError(STREAM_CLOSED, f"{kind} on closed stream {stream_id}")
 
     def _spent(self, what: str) -> None:
@@ -617,7 +628,7 @@ class Connection:
         """A stream the peer opened and this side will not serve: reset at once."""
         self._refusal(stream_id)
         self.output.append(rst_stream(stream_id, code))
-        self._remember_closed(stream_id, True)
+        self._remember_closed(stream_id, _CLOSED_HERE)
 
     def _malformed(self, stream_id: int, why: str, events: list[Event]) -> None:
         self._refusal(stream_id)
@@ -715,7 +726,7 @@ class Connection:
 
     def reset(self, stream_id: int, code: int) -> None:
         if stream_id in self._streams:
-            self._remove(stream_id, True)
+            self._remove(stream_id, _CLOSED_HERE)
             self.output.append(rst_stream(stream_id, code))
 
     def ping(self, payload: bytes) -> None:
@@ -788,11 +799,11 @@ class Connection:
         if stream is None:
             return
         open_remotely = not stream.remote_closed
-        self._remove(stream_id, open_remotely)
+        self._remove(stream_id, _CLOSED_HERE if open_remotely else _CLOSED_BOTH)
         if open_remotely:
             self.output.append(rst_stream(stream_id, NO_ERROR))
 
-    def _remove(self, stream_id: int, peer_may_send: bool) -> None:
+    def _remove(self, stream_id: int, how: int) -> None:
         """Forget a closed stream: what it held of the connection's window is given back,
         and what it had waiting to be sent is dropped."""
         stream = self._streams.pop(stream_id)
@@ -801,11 +812,11 @@ class Connection:
         if stream.pending_bytes:
             self.blocked_bytes -= stream.pending_bytes
         self._blocked.pop(stream_id, None)
-        self._remember_closed(stream_id, peer_may_send)
+        self._remember_closed(stream_id, how)
 
-    def _remember_closed(self, stream_id: int, peer_may_send: bool) -> None:
+    def _remember_closed(self, stream_id: int, how: int) -> None:
         closed = self._closed
-        closed[stream_id] = peer_may_send
+        closed[stream_id] = how
         if len(closed) > _CLOSED_REMEMBERED:
             del closed[next(iter(closed))]
 

@@ -20,10 +20,11 @@ _REQUEST_PSEUDO: Final = frozenset({":method", ":scheme", ":path", ":authority"}
 # Connection-specific fields have no meaning in HTTP/2 (section 8.2.2).
 _CONNECTION_SPECIFIC: Final = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
-# Octets a field name may not hold (section 8.2.1): controls, space, uppercase, DEL and up.
+# Octets a field name may not hold (section 8.2.1): controls, space, uppercase, DEL and up,
+# and a colon past a pseudo-header's first.
 _NAME_FORBIDDEN: Final = frozenset(
     [chr(c) for c in range(0x21)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
-    + [chr(c) for c in range(0x7F, 0x100)])
+    + [chr(c) for c in range(0x7F, 0x100)] + [":"])
 
 
 def request_problem(headers: Headers) -> str | None:
@@ -64,6 +65,8 @@ def trailers_problem(headers: Headers) -> str | None:
     for name, value in headers:
         if not name or name[0] == ":":
             return "a pseudo-header in trailers"
+        if name in _CONNECTION_SPECIFIC:
+            return f"connection-specific field {name}"
         problem = _field_problem(name, value)
         if problem is not None:
             return problem

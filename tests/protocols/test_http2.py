@@ -16,6 +16,8 @@ def client_headers(stream_id: int, fields: list[tuple[str, str]], end_stream: bo
     return http2.frame(http2.HEADERS, flags, stream_id, hpack.encode_headers(fields))
 
 
+# The preface and the SETTINGS frame that must follow it (RFC 9113 section 3.4).
+OPENING = http2.PREFACE + http2.settings_frame([])
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/s/M"),
            ("content-type", "application/grpc")]
 
@@ -148,15 +150,15 @@ def test_pings_are_answered_and_a_reset_is_an_event() -> None:
 
 @pytest.mark.parametrize("wire, code", [
     (b"GET / HTTP/1.1\r\n\r\n" + bytes(10), http2.PROTOCOL_ERROR),
-    (http2.PREFACE + http2.frame(http2.DATA, 0, 0, b"x"), http2.PROTOCOL_ERROR),
-    (http2.PREFACE + http2.frame(http2.HEADERS, http2.END_HEADERS, 2, b""),
+    (OPENING + http2.frame(http2.DATA, 0, 0, b"x"), http2.PROTOCOL_ERROR),
+    (OPENING + http2.frame(http2.HEADERS, http2.END_HEADERS, 2, b""),
      http2.PROTOCOL_ERROR),
-    (http2.PREFACE + http2.frame(http2.PING, 0, 0, b"short"), http2.FRAME_SIZE_ERROR),
-    (http2.PREFACE + http2.frame_header(20_000, http2.DATA, 0, 1), http2.FRAME_SIZE_ERROR),
-    (http2.PREFACE + http2.frame(http2.HEADERS, 0, 1, b"\x82")
+    (OPENING + http2.frame(http2.PING, 0, 0, b"short"), http2.FRAME_SIZE_ERROR),
+    (OPENING + http2.frame_header(20_000, http2.DATA, 0, 1), http2.FRAME_SIZE_ERROR),
+    (OPENING + http2.frame(http2.HEADERS, 0, 1, b"\x82")
      + http2.frame(http2.DATA, 0, 1, b""), http2.PROTOCOL_ERROR),
-    (http2.PREFACE + http2.window_update(0, 2**31 - 1), http2.FLOW_CONTROL_ERROR),
-    (http2.PREFACE + http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\x80"),
+    (OPENING + http2.window_update(0, 2**31 - 1), http2.FLOW_CONTROL_ERROR),
+    (OPENING + http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\x80"),
      http2.COMPRESSION_ERROR),
 ])
 def test_a_broken_protocol_is_a_connection_error(wire: bytes, code: int) -> None:
