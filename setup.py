@@ -44,6 +44,7 @@ COMPILED = [
     "protocols/kserve_grpc.py",
     "protocols/kserve_grpc_inputs.py",
     "protocols/kserve_grpc_wire.py",
+    "protocols/huffman.py",
     "protocols/hpack.py",
     "protocols/http2.py",
     "protocols/http2_guard.py",

@@ -32,7 +32,7 @@ BLOCK = 256 * 2**10
 
 
 def _huffman_encode(data: bytes) -> bytes:
-    from inferd.protocols.hpack import _HUFFMAN_CODES
+    from inferd.protocols.huffman import CODES as _HUFFMAN_CODES
 
     bits = 0
     count = 0
@@ -46,7 +46,7 @@ def _huffman_encode(data: bytes) -> bytes:
 
 
 def _long_code_octets(size: int) -> bytes:
-    from inferd.protocols.hpack import _HUFFMAN_CODES
+    from inferd.protocols.huffman import CODES as _HUFFMAN_CODES
 
     slow = [symbol for symbol, (_, length) in enumerate(_HUFFMAN_CODES[:256]) if length >= 28]
     generator = random.Random(7541)

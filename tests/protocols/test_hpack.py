@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferd.protocols import hpack
+from inferd.protocols import hpack, huffman
 from inferd.protocols.hpack import HeaderDecoder, HeaderListTooLarge, HpackError, huffman_decode
 
 # ------------------------------------------------------------------ appendix B, here
 
-CODES = hpack._HUFFMAN_CODES
+CODES = huffman.CODES
 EOS = 256
 
 
