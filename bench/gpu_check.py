@@ -28,8 +28,12 @@ one PASS, FAIL or SKIP line:
 ``--cpu-only`` (no GPU here) serves the CPU models only and turns each GPU check into what a
 server without a GPU must do: ``auto`` on the CPU, no ``nv_gpu_*`` family, a CUDA register
 refused with Triton's message, a batch for a GPU instance carrying CUDA windows and no
-bytes. ``--log-dir`` gets this run's output (``gpu_check.log``, kept by the shell script), the
-server's log and ``summary.txt``. Exit status 0 when no check failed.
+bytes. What it cannot check there it reports as SKIP, never PASS: ``zero_copy`` (no GPU
+copies to count), ``gpu_metrics``, ``cuda_shm`` and ``shm_in_place`` end in a SKIP line that
+names what was checked instead (a FAIL where that fails); ``ready``, ``twins``, ``placement``
+and ``throughput`` pass on what they check of the CPU models. ``--log-dir`` gets this run's
+output (``gpu_check.log``, kept by the shell script), the server's log and ``summary.txt``.
+Exit status 0 when no check failed.
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ def zero_copy(gpu: bool, repository: Path) -> str:
     assert np.allclose(answer, reference(256, batch), rtol=1e-3, atol=1e-3), (
         f"{model} run in this process differs from torch's answer")
     if not gpu:
-        return shown + f"; {model} run in this process through the backend; no GPU to count copies"
+        raise Skip(f"no GPU, so no copies to count; checked instead: {shown}; {model} run in "
+                   "this process through the backend")
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
@@ -138,7 +139,8 @@ def cuda_shared_memory(world: World) -> str:
                 _refused(NO_GPU_REFUSAL.format(f"r_{protocol}"),
                          client.register_cuda_shared_memory, f"r_{protocol}", handle, 0, 64)
                 assert not _status_rows(protocol, client.get_cuda_shared_memory_status())
-        return "refused over HTTP and gRPC with Triton's message for a server without GPUs"
+        raise Skip("no GPU, so no CUDA region; checked instead: a register is refused over "
+                   "HTTP and gRPC with Triton's message for a server without GPUs")
     import tritonclient.utils.cuda_shared_memory as cudashm
 
     small = world.small
@@ -221,8 +223,9 @@ def in_place(world: World, repository: Path) -> str:
         assert isinstance(sent, InferBatch)
         assert window_of(sent.requests[0].inputs[0]) == inputs
         assert sent.requests[0].output_windows == {"OUTPUT__0": outputs}
-        return (f"without a GPU: a batch for a GPU instance carries its CUDA windows, no tensor "
-                f"bytes ({len(frames[1])} bytes of header for {batch.nbytes} of input)")
+        raise Skip(f"no GPU, so nothing read or written in place; checked instead: a batch "
+                   f"for a GPU instance carries its CUDA windows, no tensor bytes "
+                   f"({len(frames[1])} bytes of header for {batch.nbytes} of input)")
     import torch
     from torch.profiler import ProfilerActivity, profile
 

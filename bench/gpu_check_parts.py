@@ -2,8 +2,10 @@
 its processes, its log, ``/metrics``); ``bench/gpu_check.py`` runs them and says what each
 one shows, ``bench/gpu_check_device.py`` has the ones that use CUDA in this process.
 
-Each check returns the detail of its PASS line, raises ``Skip`` when it does not apply and
-anything else (an ``AssertionError`` saying what differs, mostly) to fail.
+Each check returns the detail of its PASS line, raises ``Skip`` when it does not apply (with
+``--cpu-only``, a check of the GPU itself: after checking what a server without a GPU must
+do, which the SKIP line names) and anything else (an ``AssertionError`` saying what differs,
+mostly) to fail.
 """
 
 from __future__ import annotations
@@ -275,8 +277,11 @@ class World:
             return f"without a GPU every model, auto too, is on a CPU executor: {where}"
         assert auto_kinds == ["KIND_GPU"], f"KIND_AUTO became {auto_kinds} with a GPU here"
         assert "executor/gpu0" in processes, f"no executor/gpu0 process: {processes}"
-        pinned = environment_of(processes["executor/gpu0"]).get("CUDA_VISIBLE_DEVICES")
+        executor = environment_of(processes["executor/gpu0"])
+        pinned = executor.get("CUDA_VISIBLE_DEVICES")
         assert pinned == "0", f"executor/gpu0 has CUDA_VISIBLE_DEVICES={pinned!r}"
+        named = executor.get("INFERD_PINNED_GPU")
+        assert named == "0", f"executor/gpu0 has INFERD_PINNED_GPU={named!r}"
         for name, executor in where.items():
             on_gpu = name.endswith("_gpu") or name == "auto"
             assert (executor == "executor/gpu0") == on_gpu, f"{name} loaded on {executor}"
@@ -306,7 +311,8 @@ class World:
             time.sleep(0.5)
         if not self.gpu:
             assert not values, f"GPU metrics without a GPU: {sorted(values)}"
-            return "no nv_gpu_* family without a GPU, as Triton"
+            raise Skip("no GPU, so no values to read; checked instead: no nv_gpu_* family "
+                       "without a GPU, as Triton")
         used, total = values["nv_gpu_memory_used_bytes"], values["nv_gpu_memory_total_bytes"]
         utilization = values["nv_gpu_utilization"].value
         assert total.value > 0 and 0 < used.value <= total.value, (used.value, total.value)

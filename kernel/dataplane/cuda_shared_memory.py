@@ -15,7 +15,10 @@ messages are Triton's
 
 Every CUDA call goes through a ``CudaRuntime``: ``BindingsRuntime`` (NVIDIA's cuda-bindings,
 the ``cuda`` extra) where the server sees a GPU, none otherwise, and then a register is refused
-with Triton's message for a server without GPUs. Nothing touches CUDA before the first
+with Triton's message for a server without GPUs. A copy onto the device is complete when it
+returns: ``cudaMemcpy`` from pageable host memory may return before its DMA reaches the device,
+so the copy's stream is synchronized before the answer that tells a client (or another
+process) to read it is sent. Nothing touches CUDA before the first
 register, so a server that never sees a CUDA region never makes a CUDA context. Names are
 unique across system and CUDA regions; ``inferd.kernel.dataplane.system_shared_memory`` checks that.
 """
@@ -65,31 +68,37 @@ class CudaRuntime(Protocol):
         """``cudaMemcpy`` device -> host, complete when it returns."""
 
     def copy_to_device(self, target: int, source: int, byte_size: int, device_id: int) -> None:
-        """``cudaMemcpy`` host -> device, complete when it returns."""
+        """``cudaMemcpy`` host -> device and a synchronize of its stream: complete, on the
+        device, when it returns."""
 
 
-def _call(function: Any, *arguments: Any) -> Any:
-    """``function(*arguments)`` of cuda-bindings, its values; ``CudaCallFailed`` for an error
-    it answers and for one it raises (a CUDA library it cannot load, say)."""
+DEFAULT_STREAM = 0
+"""The stream ``cudaMemcpy`` runs on, as cuda-bindings names it to ``cudaStreamSynchronize``:
+the legacy default stream, or the thread's own where cuda-bindings is set to per-thread
+default streams (it then means that one in both calls)."""
+
+
+def _cuda_call(runtime: Any, function: Any, *arguments: Any) -> Any:
+    """``function(*arguments)`` of cuda-bindings (``runtime``: its runtime module, for the
+    error's text), its values; ``CudaCallFailed`` for an error it answers and for one it
+    raises (a CUDA library it cannot load, say)."""
     try:
         result = function(*arguments)
     except Exception as failure:
         raise CudaCallFailed(f"{getattr(function, '__name__', function)}: {failure}") from None
-    return _checked(result)
+    return _checked(runtime, result)
 
 
-def _checked(result: Any) -> Any:
+def _checked(runtime: Any, result: Any) -> Any:
     """cuda-bindings answer ``(error, *values)``; raise on an error, else the values."""
     error, *values = result
     if int(error) != 0:
-        raise CudaCallFailed(_error_text(error))
+        raise CudaCallFailed(_error_text(runtime, error))
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def _error_text(error: Any) -> str:
+def _error_text(runtime: Any, error: Any) -> str:
     """CUDA's text for a runtime error; the enum's name for a driver one."""
-    from cuda.bindings import runtime
-
     if isinstance(error, runtime.cudaError_t):
         _, text = runtime.cudaGetErrorString(error)
         return text.decode() if isinstance(text, bytes) else str(text)
@@ -97,45 +106,59 @@ def _error_text(error: Any) -> str:
 
 
 class BindingsRuntime:
-    """``CudaRuntime`` through cuda-bindings' runtime and driver modules."""
+    """``CudaRuntime`` through cuda-bindings' runtime and driver modules (imported here unless
+    given: a unit test hands in fakes of them)."""
 
-    def __init__(self) -> None:
-        from cuda.bindings import driver, runtime
+    def __init__(self, runtime: Any = None, driver: Any = None) -> None:
+        if runtime is None or driver is None:
+            from cuda.bindings import driver as bindings_driver
+            from cuda.bindings import runtime as bindings_runtime
 
+            runtime = bindings_runtime if runtime is None else runtime
+            driver = bindings_driver if driver is None else driver
         self._runtime = runtime
         self._driver = driver
 
+    def _call(self, function: Any, *arguments: Any) -> Any:
+        return _cuda_call(self._runtime, function, *arguments)
+
     def open_ipc_handle(self, handle: bytes, device_id: int) -> int:
         runtime = self._runtime
-        _call(runtime.cudaSetDevice, device_id)
+        self._call(runtime.cudaSetDevice, device_id)
         ipc = runtime.cudaIpcMemHandle_t()
         # The struct is the handle's 64 bytes; not every cuda-bindings release exposes its
         # ``reserved`` field, so they are written through its address.
         ctypes.memmove(ipc.getPtr(), handle, IPC_HANDLE_BYTES)
-        pointer = _call(runtime.cudaIpcOpenMemHandle, ipc,
-                        runtime.cudaIpcMemLazyEnablePeerAccess)
+        pointer = self._call(runtime.cudaIpcOpenMemHandle, ipc,
+                             runtime.cudaIpcMemLazyEnablePeerAccess)
         return int(pointer)
 
     def allocation_size(self, pointer: int, device_id: int) -> int:
-        _call(self._runtime.cudaSetDevice, device_id)
-        _base, size = _call(self._driver.cuMemGetAddressRange, self._driver.CUdeviceptr(pointer))
+        self._call(self._runtime.cudaSetDevice, device_id)
+        _base, size = self._call(self._driver.cuMemGetAddressRange,
+                                 self._driver.CUdeviceptr(pointer))
         return int(size)
 
     def close_ipc_handle(self, pointer: int, device_id: int) -> None:
-        _call(self._runtime.cudaSetDevice, device_id)
-        _call(self._runtime.cudaIpcCloseMemHandle, pointer)
+        self._call(self._runtime.cudaSetDevice, device_id)
+        self._call(self._runtime.cudaIpcCloseMemHandle, pointer)
 
     def copy_to_host(self, target: int, source: int, byte_size: int, device_id: int) -> None:
+        # Device -> pageable host: CUDA returns only once the copy has completed.
         runtime = self._runtime
-        _call(runtime.cudaSetDevice, device_id)
+        self._call(runtime.cudaSetDevice, device_id)
         kind = runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        _call(runtime.cudaMemcpy, target, source, byte_size, kind)
+        self._call(runtime.cudaMemcpy, target, source, byte_size, kind)
 
     def copy_to_device(self, target: int, source: int, byte_size: int, device_id: int) -> None:
         runtime = self._runtime
-        _call(runtime.cudaSetDevice, device_id)
+        self._call(runtime.cudaSetDevice, device_id)
         kind = runtime.cudaMemcpyKind.cudaMemcpyHostToDevice
-        _call(runtime.cudaMemcpy, target, source, byte_size, kind)
+        self._call(runtime.cudaMemcpy, target, source, byte_size, kind)
+        # From pageable memory cudaMemcpy may return once the bytes are staged, before the DMA
+        # to the device is done; whoever reads them next (the client, another process) is
+        # told to only after this returns.
+        self._call(runtime.cudaStreamSynchronize, DEFAULT_STREAM)
 
 
 def present_runtime() -> CudaRuntime | None:

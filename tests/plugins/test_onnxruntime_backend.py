@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import BackendRegistry, ModelContext
+from inferd.kernel.runtime.devices import PINNED_GPU_ENV
 from inferd.plugins.backends.onnxruntime import ONNXRUNTIME_BACKEND, inferd_register_backends
 from inferd.plugins.backends.onnxruntime.backend import (
     OnnxRuntimeBackend,
@@ -557,8 +558,11 @@ def test_instances_are_placed_per_group_and_gpu(monkeypatch: pytest.MonkeyPatch)
     assert instance_placements(auto, cuda_available=False) == [Placement(False)] * 2
     assert instance_placements(auto, cuda_available=True) == [Placement(True, 0)] * 2
 
+    # The executor of GPU 1, pinned to it, gets the group narrowed to GPU 1: CUDA's device 0.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert instance_placements(config, cuda_available=True)[2:] == [Placement(True, 0)] * 2
+    monkeypatch.setenv(PINNED_GPU_ENV, "1")
+    narrowed = parse_config('name: "m" instance_group [{ kind: KIND_GPU count: 2 gpus: [1] }]')
+    assert instance_placements(narrowed, cuda_available=True) == [Placement(True, 0)] * 2
 
 
 def test_every_instance_has_its_own_session() -> None:

@@ -36,6 +36,7 @@ pytestmark = [
 ]
 
 from inferd.plugins.backends.pytorch.instance import PyTorchInstance  # noqa: E402
+from inferd.plugins.backends.pytorch.tensors import write_on_device  # noqa: E402
 
 GPU = SimpleNamespace(type="cuda", index=0)  # the instance's device, as torch names it
 CONFIG = """
@@ -166,3 +167,22 @@ def test_an_instance_on_the_cpu_gets_one_copy_each_way_in_its_executor(
     assert device.cuda.copies == ["to host", "to device"]
     window = window_of(response.outputs[0])
     assert window is not None and window.byte_size == 16
+
+
+def test_a_device_to_device_copy_is_synchronized_before_the_write_returns() -> None:
+    # torch's copy_ between CUDA tensors is only queued on the current stream; the client in
+    # another process reads its window once it has the response, so the write waits for it.
+    calls: list[str] = []
+
+    class Window:
+        def copy_(self, source: Any) -> None:
+            calls.append("copy_")
+
+    def current_stream(device: Any = None) -> Any:
+        calls.append(f"current_stream {device.type}:{device.index}")
+        return SimpleNamespace(synchronize=lambda: calls.append("synchronize"))
+
+    fake = SimpleNamespace(bfloat16=torch.bfloat16, as_tensor=lambda value, device: Window(),
+                           cuda=SimpleNamespace(current_stream=current_stream))
+    write_on_device(fake, torch.ones(4), 4096, GPU)  # type: ignore[arg-type]
+    assert calls == ["copy_", "current_stream cuda:0", "synchronize"]

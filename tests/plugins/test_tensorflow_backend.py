@@ -169,9 +169,10 @@ def test_gpu_instances_need_a_gpu_tensorflow_sees() -> None:
 
 
 def test_instances_are_placed_count_per_listed_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    # GPU ids are the server's device numbers, which a process with its list shares.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,1")
     devices = instance_devices(config(
-        'instance_group [{ kind: KIND_CPU count: 2 }, { kind: KIND_GPU count: 1 gpus: [ 2, 1 ] }]'
+        'instance_group [{ kind: KIND_CPU count: 2 }, { kind: KIND_GPU count: 1 gpus: [ 1, 0 ] }]'
     ), 2, "2.21.0")
     assert devices == ["/CPU:0", "/CPU:0", "/GPU:1", "/GPU:0"]
 

@@ -6,16 +6,20 @@ batching through the kernel's skeleton, shapes, copies in and out, errors. The f
 what the real ones would (``test_the_fake_refuses_what_cuda_and_tensorrt_refuse``): a copy
 the other way than its kind, a host read before the stream is synchronized (copies and runs
 happen at the synchronize), a run before every I/O tensor has a device address, a shape
-outside the profile; shapes come from the context per tensor name, -1 where they depend on
-the data. No TensorRT here, nor on the GPU machine (its wheels do not fit a device run): a
-real engine has never run under these tests."""
+outside the profile, an engine run from a thread whose current CUDA device is not its
+stream's (CUDA's current device is per thread, 0 where the thread set none); shapes come from
+the context per tensor name, -1 where they depend on the data. No TensorRT here, nor on the
+GPU machine (its wheels do not fit a device run): a real engine has never run under these
+tests."""
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from enum import Enum
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,6 +30,7 @@ from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import ModelContext
 from inferd.kernel.modelconfig.reading import parse_config_text
+from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.plugins.backends.tensorrt.backend import TensorRTBackend
 from inferd.protocols.errors import InvalidArgument, Unavailable, Unsupported
 from inferd.protocols.messages import InferRequest, InferResponse
@@ -61,15 +66,24 @@ class FakeCuda:
         self.freed = 0
         self.queued: list[Callable[[], None]] = []
         self.synchronized = 0
+        self._thread = threading.local()  # CUDA's current device is each thread's own
+        self.stream_device: int | None = None
+        self.set_devices: list[tuple[str, int]] = []  # (thread name, device) of each set
 
     def device_block(self, pointer: int, size: int) -> bool:
         return any(base <= pointer and pointer + size <= base + len(block)
                    for base, block in self.blocks.items())
 
+    def current_device(self) -> int:
+        return getattr(self._thread, "device", 0)  # a thread that set none is on device 0
+
     def cudaSetDevice(self, device: int) -> tuple[int]:  # noqa: N802
+        self._thread.device = device
+        self.set_devices.append((threading.current_thread().name, device))
         return (0,)
 
     def cudaStreamCreate(self) -> tuple[int, int]:  # noqa: N802
+        self.stream_device = self.current_device()
         return 0, self.STREAM  # cuda-python's cudaStream_t: int() of it is the handle
 
     def cudaStreamSynchronize(self, stream: int) -> tuple[int]:  # noqa: N802
@@ -179,6 +193,8 @@ class FakeContext:
     def execute_async_v3(self, stream: int) -> bool:
         assert stream == FakeCuda.STREAM and self.cuda is not None
         cuda = self.cuda
+        if cuda.current_device() != cuda.stream_device:
+            return False  # CUDA: a kernel launch into a stream of another device fails
         for name, (mode, _, _) in self.engine.tensors.items():
             if mode == TensorIOMode.INPUT and name not in self.shapes:
                 return False  # TensorRT: not every input shape is specified
@@ -401,3 +417,19 @@ def test_a_data_dependent_output_shape_is_refused_by_name(tmp_path: Path) -> Non
     [result] = model.create_instance(0).execute([request(np.ones((2, 4), np.float32), "d")])
     assert isinstance(result, Unsupported)
     assert result.message.startswith("output 'NONZERO' has a data-dependent shape [-1]")
+
+
+def test_each_batch_sets_the_device_on_the_thread_that_runs_it(tmp_path: Path) -> None:
+    # The context is made on the loading thread, on device 1; the executor runs its batches on
+    # threads of its own, which CUDA puts on device 0 until they set another.
+    cuda = FakeCuda()
+    engine = engine_of()
+    engine = fake_tensorrt(engine, cuda).Runtime(None).deserialize_cuda_engine(b"")
+    context = trt_engine.Context(engine, cuda, 0, device=1)
+    rows = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with ThreadPoolExecutor(1, thread_name_prefix="batch") as batches:
+        (result,) = batches.submit(context.run, {"INPUT": rows},
+                                   [("OUTPUT", np.dtype(np.float32))]).result()
+    np.testing.assert_array_equal(result, rows * 2 + 1)
+    assert [device for thread, device in cuda.set_devices if thread.startswith("batch")] == [1]
+    context.close()

@@ -111,12 +111,14 @@ def _check(result: Any, what: str) -> Any:
 
 
 class Context:
-    """One execution context on one CUDA stream, with device buffers that grow on need: what
-    one instance runs its batches with. Not thread-safe (an instance runs one batch at a
-    time)."""
+    """One execution context on one CUDA stream of device ``device``, with device buffers that
+    grow on need: what one instance runs its batches with. Not thread-safe (an instance runs
+    one batch at a time), but any thread may run a batch: CUDA's current device is the calling
+    thread's, so each run sets it first."""
 
     def __init__(self, engine: Any, cuda: Any, profile: int, device: int) -> None:
         self._cuda = cuda
+        self._device = device
         _check(cuda.cudaSetDevice(device), "cudaSetDevice")
         self._stream = _check(cuda.cudaStreamCreate(), "cudaStreamCreate")
         self._stream_handle = int(self._stream)  # what TensorRT's calls take
@@ -130,6 +132,10 @@ class Context:
     def run(self, inputs: dict[str, np.ndarray], outputs: Sequence[tuple[str, np.dtype]]
             ) -> list[np.ndarray]:
         cuda, context = self._cuda, self._context
+        # The executor's threads run batches, not the thread that made the context: a thread
+        # that never set a device is on device 0, and TensorRT's kernels on this stream need
+        # the stream's own device.
+        _check(cuda.cudaSetDevice(self._device), "cudaSetDevice")
         host_to_device = cuda.cudaMemcpyKind.cudaMemcpyHostToDevice
         for name, array in inputs.items():
             array = np.ascontiguousarray(array)
@@ -175,6 +181,7 @@ class Context:
         return pointer
 
     def close(self) -> None:
+        self._cuda.cudaSetDevice(self._device)  # closed by whichever thread unloads
         for pointer, _ in self._buffers.values():
             self._cuda.cudaFree(pointer)
         self._buffers.clear()

@@ -2,11 +2,15 @@
 ``FakeCuda``, whose device memory is host memory that it lends out only through opened IPC
 handles and checks as CUDA would (a handle opened once per process, copies only inside an
 opened allocation, nothing after a close). The registry, the data plane and the HTTP/gRPC
-codecs are the real ones."""
+codecs are the real ones. ``BindingsRuntime`` itself runs over ``CudaBindings``, a recording
+fake of cuda-bindings' runtime and driver modules whose host -> device ``cudaMemcpy`` behaves
+as CUDA documents it for pageable memory: the bytes are staged when it returns and reach the
+device only at the stream's synchronize."""
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import gc
 import json
 import os
@@ -19,7 +23,12 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from inferd.kernel.actors.scheduler.cuda_windows import on_host
-from inferd.kernel.dataplane.cuda_shared_memory import CudaCallFailed, CudaRegistry, present_runtime
+from inferd.kernel.dataplane.cuda_shared_memory import (
+    BindingsRuntime,
+    CudaCallFailed,
+    CudaRegistry,
+    present_runtime,
+)
 from inferd.kernel.dataplane.data_plane import DataPlane
 from inferd.kernel.dataplane.system_shared_memory import SharedMemoryRegistry
 from inferd.kernel.runtime.devices import visible_gpus
@@ -42,6 +51,7 @@ from inferd.protocols.messages import (
     SharedMemoryUnregister,
     Tensor,
 )
+from tests.services import import_or_missing
 
 
 def address(memory: bytearray) -> int:
@@ -99,6 +109,95 @@ class FakeCuda:
         self._check(target, byte_size, device_id)
         self.copies.append("to device")
         ctypes.memmove(target, source, byte_size)
+
+
+class CudaBindings:
+    """cuda-bindings' ``runtime`` and ``driver`` modules, as far as ``BindingsRuntime`` calls
+    them, over host memory: every call recorded (``calls``: its name and arguments) and
+    answered ``(error, *values)`` as cuda-bindings answers, ``failing``'s error for every call
+    when set. ``cudaMemcpy`` host -> device from pageable memory returns once the bytes are
+    staged; they reach the device when the stream is synchronized, as CUDA documents."""
+
+    class cudaError_t(enum.IntEnum):  # noqa: N801 - cuda-bindings' names
+        cudaSuccess = 0
+        cudaErrorInvalidValue = 1
+
+    class cudaMemcpyKind(enum.IntEnum):  # noqa: N801
+        cudaMemcpyHostToDevice = 1
+        cudaMemcpyDeviceToHost = 2
+
+    class cudaIpcMemHandle_t:  # noqa: N801
+        def __init__(self) -> None:
+            self.reserved = ctypes.create_string_buffer(64)
+
+        def getPtr(self) -> int:  # noqa: N802
+            return ctypes.addressof(self.reserved)
+
+    cudaIpcMemLazyEnablePeerAccess = 1
+    CUdeviceptr = int
+    TEXTS = {cudaError_t.cudaErrorInvalidValue: b"invalid argument"}
+
+    def __init__(self, failing: cudaError_t | None = None) -> None:
+        self.failing = failing
+        self.calls: list[tuple[object, ...]] = []
+        self.allocations: dict[bytes, bytearray] = {}
+        self.staged: list[tuple[int, bytes]] = []  # (device address, bytes) on their way
+
+    def allocate(self, size: int) -> tuple[bytes, bytearray]:
+        handle, memory = os.urandom(64), bytearray(size)
+        self.allocations[handle] = memory
+        return handle, memory
+
+    def _answer(self, *call: object, values: tuple[object, ...] = ()) -> tuple[object, ...]:
+        self.calls.append(call)
+        if self.failing is not None:
+            return (self.failing,)
+        return (self.cudaError_t.cudaSuccess, *values)
+
+    def cudaGetErrorString(self, error: cudaError_t) -> tuple[object, bytes]:  # noqa: N802
+        return self.cudaError_t.cudaSuccess, self.TEXTS[error]
+
+    def cudaSetDevice(self, device: int) -> tuple[object, ...]:  # noqa: N802
+        return self._answer("cudaSetDevice", device)
+
+    def cudaIpcOpenMemHandle(self, handle: cudaIpcMemHandle_t,  # noqa: N802
+                             flags: int) -> tuple[object, ...]:
+        memory = self.allocations.get(handle.reserved.raw)
+        pointer = 0 if memory is None else address(memory)
+        return self._answer("cudaIpcOpenMemHandle", pointer, values=(pointer,))
+
+    def cudaIpcCloseMemHandle(self, pointer: int) -> tuple[object, ...]:  # noqa: N802
+        return self._answer("cudaIpcCloseMemHandle", pointer)
+
+    def cuMemGetAddressRange(self, pointer: int) -> tuple[object, ...]:  # noqa: N802
+        for memory in self.allocations.values():
+            base = address(memory)
+            if base <= pointer < base + len(memory):
+                return self._answer("cuMemGetAddressRange", pointer, values=(base, len(memory)))
+        return self._answer("cuMemGetAddressRange", pointer, values=(0, 0))
+
+    def cudaMemcpy(self, target: int, source: int, byte_size: int,  # noqa: N802
+                   kind: cudaMemcpyKind) -> tuple[object, ...]:
+        answer = self._answer("cudaMemcpy", target, source, byte_size, kind)
+        if self.failing is None:
+            if kind == self.cudaMemcpyKind.cudaMemcpyHostToDevice:
+                self.staged.append((target, ctypes.string_at(source, byte_size)))
+            else:
+                ctypes.memmove(target, source, byte_size)
+        return answer
+
+    def cudaStreamSynchronize(self, stream: int) -> tuple[object, ...]:  # noqa: N802
+        answer = self._answer("cudaStreamSynchronize", stream)
+        if self.failing is None:
+            for target, data in self.staged:
+                ctypes.memmove(target, data, len(data))
+            self.staged.clear()
+        return answer
+
+
+def bindings_runtime(bindings: CudaBindings) -> BindingsRuntime:
+    """``BindingsRuntime`` over ``bindings`` as its runtime and its driver module."""
+    return BindingsRuntime(bindings, bindings)
 
 
 @pytest.fixture
@@ -328,26 +427,77 @@ def test_a_machine_without_gpus_has_no_cuda_runtime() -> None:
     assert present_runtime() is None
 
 
-def test_the_bindings_runtime_turns_every_cuda_error_into_one_exception() -> None:
-    # Where cuda-bindings is installed but no GPU or driver answers, each call fails as
-    # CudaCallFailed with CUDA's text, which the registry turns into Triton's message.
-    bindings = pytest.importorskip("cuda.bindings.runtime")
-    if bool(visible_gpus()):
-        pytest.skip("this machine has a GPU")
-    from inferd.kernel.dataplane.cuda_shared_memory import BindingsRuntime
+def test_a_copy_onto_the_device_is_synchronized_before_it_returns() -> None:
+    bindings = CudaBindings()
+    runtime = bindings_runtime(bindings)
+    _, device = bindings.allocate(4)
+    source = bytearray(b"abcd")
+    runtime.copy_to_device(address(device), address(source), 4, 1)
+    to_device = CudaBindings.cudaMemcpyKind.cudaMemcpyHostToDevice
+    # cudaMemcpy from pageable memory may return before the DMA ends; the synchronize of its
+    # stream (the default one) is what makes the bytes the device's before a client is told.
+    assert bindings.calls == [("cudaSetDevice", 1),
+                              ("cudaMemcpy", address(device), address(source), 4, to_device),
+                              ("cudaStreamSynchronize", 0)]
+    assert bytes(device) == b"abcd"
+    bindings.calls.clear()
+    target = bytearray(4)
+    runtime.copy_to_host(address(target), address(device), 4, 1)  # complete on return
+    assert [call[0] for call in bindings.calls] == ["cudaSetDevice", "cudaMemcpy"]
+    assert bytes(target) == b"abcd"
 
-    runtime = BindingsRuntime()
-    assert bindings is not None
+
+def test_an_output_written_on_the_device_is_there_when_the_reply_is(tmp_path: Path) -> None:
+    bindings = CudaBindings()
+    registry = SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: bindings_runtime(bindings)))
+    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+                          allow_client_shm=True)
+    allocation, memory = bindings.allocate(64)
+    assert handle(dataplane, register("out", allocation, 64)) == Ack()
+    request = SharedMemoryInferRequest(
+        InferRequest("m", (), outputs=("OUT0",)),
+        (Tensor("IN0", "INT32", (16,), np.full(16, 7, np.int32)),),
+        {"OUT0": SharedMemoryRef("out", 64)},
+    )
+    assert isinstance(handle(dataplane, request), SharedMemoryInferResponse)
+    # The client reads its region once it has the reply: the bytes have reached the device.
+    assert bindings.staged == [] and bytes(memory) == np.full(16, 7, np.int32).tobytes()
+    copies = [call[0] for call in bindings.calls
+              if call[0] in ("cudaMemcpy", "cudaStreamSynchronize")]
+    assert copies == ["cudaMemcpy", "cudaStreamSynchronize"]
+
+
+def test_the_bindings_runtime_turns_every_cuda_error_into_one_exception() -> None:
+    # Each call that CUDA answers with an error fails as CudaCallFailed with CUDA's text,
+    # which the registry turns into Triton's message.
+    runtime = bindings_runtime(CudaBindings(failing=CudaBindings.cudaError_t.cudaErrorInvalidValue))
     for call, arguments in ((runtime.open_ipc_handle, (bytes(64), 0)),
                             (runtime.allocation_size, (4096, 0)),
                             (runtime.copy_to_host, (0, 0, 1, 0)),
+                            (runtime.copy_to_device, (0, 0, 1, 0)),
                             (runtime.close_ipc_handle, (4096, 0))):
-        with pytest.raises(CudaCallFailed):
+        with pytest.raises(CudaCallFailed, match="^invalid argument$"):
             call(*arguments)
     registry = SharedMemoryRegistry(Path("/nonexistent"), CudaRegistry(lambda: runtime))
     with pytest.raises(InferdError) as error:
         registry.register_cuda("r", os.urandom(64), 0, 64)
     assert error.value.message == "failed to register shared memory region: invalid args"
+
+
+@pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU")
+def test_the_real_bindings_without_a_gpu_fail_as_cuda_errors() -> None:
+    # With the real cuda-bindings and no GPU or driver to answer, each call fails as
+    # CudaCallFailed too, with CUDA's text, and nothing else escapes.
+    import_or_missing("cuda.bindings.runtime",
+                      "make setup installs it: tritonclient[all] brings cuda-python")
+    runtime = BindingsRuntime()
+    for call, arguments in ((runtime.open_ipc_handle, (bytes(64), 0)),
+                            (runtime.allocation_size, (4096, 0)),
+                            (runtime.copy_to_host, (0, 0, 1, 0)),
+                            (runtime.close_ipc_handle, (4096, 0))):
+        with pytest.raises(CudaCallFailed) as failure:
+            call(*arguments)
+        assert str(failure.value), f"{call.__name__}: CUDA's error without its text"
 
 
 # --------------------------------------------------------------------------------- codecs
