@@ -2,17 +2,27 @@
 
 The modules in ``COMPILED`` are compiled with mypyc into one group (their extension modules
 next to the sources, the group's shared library as ``inferd.protocols.compiled__mypyc``), and
-``protocols/compiled.json`` records each one's source hash and whether the build worked;
-``inferd.protocols.build`` reads it at import so a source edited since the build runs as
-source. Without mypy, without a C compiler, when mypyc refuses a module or with
-``INFERD_COMPILE=0`` the install still succeeds and everything runs as pure Python.
+``protocols/compiled.json`` records whether the build worked and, when it did, each module's
+source hash and each extension file's hash; ``inferd.protocols.build`` reads it at import so
+that only the files this build made, beside the sources it made them from, ever run compiled.
+The manifest says "not compiled" from the moment the C build starts and is written again only
+once every extension is built and hashed where it will be imported from, so a build killed
+half way (Ctrl-C, the OOM killer) leaves the sources running, never an older extension.
+Without mypy, without a C compiler, when mypyc refuses a module or with ``INFERD_COMPILE=0``
+the install still succeeds and everything runs as pure Python.
 ``python setup.py build_ext --inplace`` (the Makefile's) builds in the tree, skips the work
-when the manifest matches the sources, and removes extension modules no longer listed.
+when the manifest matches the sources and the extensions, and removes extension modules no
+longer listed.
+
+For tests only: ``INFERD_COMPILE_ONLY``, a comma-separated subset of ``COMPILED`` (paths as
+listed), compiles just those, so a test can run a real build in seconds in a copy of the tree
+(tests/test_setup_build.py); in place it removes the other modules' extensions.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import os
 import sys
@@ -26,6 +36,8 @@ ROOT = Path(__file__).resolve().parent
 PACKAGE_DIRS = {"kernel": ROOT / "kernel", "protocols": ROOT / "protocols"}
 MANIFEST = ROOT / "protocols" / "compiled.json"
 GROUP = "inferd.protocols.compiled"
+# What the manifest says while a build runs, and so after one that was killed.
+UNFINISHED = "a build started and did not finish; rebuild with make setup"
 
 # The modules one inference request crosses, each kept only where bench/bench_compiled.py
 # shows it faster compiled. Left interpreted: the message kinds (the wire codec checks decoded
@@ -58,38 +70,57 @@ COMPILED = [
     "kernel/actors/scheduler/request_validation.py",
     "kernel/observability/statistics.py",
 ]
+if os.environ.get("INFERD_COMPILE_ONLY"):
+    _only = os.environ["INFERD_COMPILE_ONLY"].split(",")
+    if not set(_only) <= set(COMPILED):
+        sys.exit(f"inferd: INFERD_COMPILE_ONLY lists modules not in COMPILED: {_only}")
+    COMPILED = [path for path in COMPILED if path in _only]
 
 
 def _module(path: str) -> str:
     return "inferd." + path.removesuffix(".py").replace("/", ".")
 
 
+def _file_hash(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
 def _hashes() -> dict[str, str]:
-    return {
-        _module(path): hashlib.sha256((ROOT / path).read_bytes()).hexdigest()
-        for path in COMPILED
-    }
+    return {_module(path): _file_hash(ROOT / path) for path in COMPILED}
 
 
-def _write_manifest(compiled: bool, reason: str = "") -> None:
-    manifest = {"compiled": compiled, "reason": reason, "modules": _hashes()}
-    MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
+def _write_manifest(
+    target: Path, compiled: bool, reason: str = "", *, modules: dict[str, str] | None = None,
+    extensions: dict[str, str] | None = None, source_requested: bool = False,
+) -> None:
+    """Replaced whole (a rename), so a reader never meets half a manifest."""
+    manifest = {"compiled": compiled, "reason": reason, "source_requested": source_requested,
+                "modules": modules or {}, "extensions": extensions or {}}
+    written = target.with_name(target.name + ".partial")
+    written.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(written, target)
+
+
+def _in_tree(extension: str) -> Path:
+    """Where an in-place build puts the extension module named ``extension``."""
+    package, *rest = extension.removeprefix("inferd.").split(".")
+    return PACKAGE_DIRS[package].joinpath(*rest).with_name(
+        rest[-1] + importlib.machinery.EXTENSION_SUFFIXES[0])
 
 
 def _up_to_date() -> bool:
     try:
         manifest = json.loads(MANIFEST.read_text())
-    except (OSError, ValueError):
+        extensions = manifest["extensions"]
+        return bool(
+            manifest["compiled"] is True
+            and manifest["modules"] == _hashes()
+            and set(extensions) == {*map(_module, COMPILED), GROUP + "__mypyc"}
+            and all(_file_hash(_in_tree(name)) == digest for name, digest in extensions.items())
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    import importlib.machinery
-
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    return (
-        manifest.get("compiled") is True
-        and manifest.get("modules") == _hashes()
-        and all((ROOT / path.removesuffix(".py")).with_suffix(suffix).is_file()
-                for path in COMPILED)
-    )
 
 
 def _remove_unlisted_extensions() -> None:
@@ -117,17 +148,22 @@ def _layout() -> Path:
 # Only these build anything: pip's metadata steps (egg_info, dist_info) run this file too.
 _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
 
+# The sources as mypyc read them (hashed before it starts): what the extensions are built
+# from, whatever is edited while the build runs.
+_compiled_sources: dict[str, str] = {}
+
 
 def _extensions() -> list[object]:
     if not _BUILDING.intersection(sys.argv[1:]):
         return []
     if os.environ.get("INFERD_COMPILE") == "0":
-        _write_manifest(False, "built with INFERD_COMPILE=0")
+        _write_manifest(MANIFEST, False, "built with INFERD_COMPILE=0", source_requested=True)
         return []
     inplace = "--inplace" in sys.argv
     if inplace and _up_to_date():
         print("inferd: compiled request path up to date")
         return []
+    _compiled_sources.update(_hashes())
     try:
         from mypyc.build import mypycify
 
@@ -146,18 +182,27 @@ def _extensions() -> list[object]:
         reason = f"mypyc build failed: {type(error).__name__}: {shown}".strip()
         traceback.print_exc()
         print(f"inferd: {reason}; the request path runs as pure Python", file=sys.stderr)
-        _write_manifest(False, reason)
+        _write_manifest(MANIFEST, False, reason)
         return []
-    _write_manifest(True)
     if inplace:
         _remove_unlisted_extensions()
     return extensions
 
 
 class LenientBuildExt(build_ext):
-    """A C compiler missing or failing leaves the pure-Python install working."""
+    """A C compiler missing or failing leaves the pure-Python install working, and the
+    manifest beside the extensions (in the tree in place, else in build_lib, which the wheel
+    takes) describes only a build that finished."""
 
     def run(self) -> None:
+        if not self.extensions:
+            super().run()
+            return
+        target = (MANIFEST if self.inplace
+                  else Path(self.build_lib) / "inferd" / "protocols" / MANIFEST.name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Before any extension file changes: a build killed from here on leaves the sources.
+        _write_manifest(target, False, UNFINISHED)
         # build_lib outlives a build: extension modules of a longer list would reach the wheel.
         listed = {extension.name for extension in self.extensions}
         for package in ("kernel", "protocols"):
@@ -168,16 +213,20 @@ class LenientBuildExt(build_ext):
                     stale.unlink()
         try:
             super().run()
+            built = {extension.name: Path(self.get_ext_fullpath(extension.name))
+                     for extension in self.extensions}
+            missing = sorted(name for name, path in built.items() if not path.is_file())
+            if missing:
+                raise FileNotFoundError(f"no extension file for {', '.join(missing)}")
         except Exception as error:
             print(f"inferd: C build failed: {error}", file=sys.stderr)
             # Short, as the server's start-up line shows it: the command is printed above.
             reason = f"the C build failed ({type(error).__name__}; see the install's output)"
             print("inferd: the request path runs as pure Python", file=sys.stderr)
-            _write_manifest(False, reason)
-            if not self.inplace and not getattr(self, "editable_mode", False):
-                built = Path(self.build_lib) / "inferd" / "protocols" / MANIFEST.name
-                if built.parent.is_dir():
-                    built.write_text(MANIFEST.read_text())
+            _write_manifest(target, False, reason)
+            return
+        _write_manifest(target, True, modules=_compiled_sources,
+                        extensions={name: _file_hash(path) for name, path in built.items()})
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": LenientBuildExt})

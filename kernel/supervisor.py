@@ -84,7 +84,11 @@ class StartupFailed(Exception):
 
 async def serve(settings: Settings, plugins: Plugins) -> None:
     """Run the server until SIGTERM/SIGINT. Raise ``StartupFailed`` if it cannot start."""
-    log.info("request path: %s", build.describe())
+    # A build that failed or was killed serves slower than the one installed: say it loudly.
+    if build.fell_back():
+        log.warning("request path: %s", build.describe())
+    else:
+        log.info("request path: %s", build.describe())
     tracer = tracer_for(settings.trace)  # first: a sink that cannot be made starts nothing
     try:
         metrics = metrics_config_from_options(settings.options)

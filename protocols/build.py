@@ -3,16 +3,18 @@ their sources.
 
 ``setup.py`` compiles the modules of its ``COMPILED`` list into one mypyc group (extension
 modules next to the ``.py`` files, and the group's shared library
-``inferd/protocols/compiled__mypyc``) and writes ``compiled.json`` beside this file: every
-listed module with the SHA-256 of the source it was built from, and whether the build
-succeeded (or why not). ``install`` (run once, by this package's and the kernel's
-``__init__``, before any listed module is imported) decides: the compiled set runs only when
-every listed source still matches its hash, every extension is present and
-``INFERD_COMPILE`` is not ``0``; otherwise a meta-path finder makes every kernel and
-protocols module load from its source (and any module the manifest does not list always
-does). All or nothing, because compiled modules of one group
-call each other natively and cannot run beside an interpreted copy of one of them. Owns that
-decision and ``describe``; never builds anything.
+``inferd/protocols/compiled__mypyc``) and, once every extension is built, writes
+``compiled.json`` beside this file: every listed module with the SHA-256 of the source it was
+built from, and every extension file (the group's library included) with its own SHA-256; a
+build that failed, or one still running or killed half way, leaves ``compiled`` false and
+why. ``install`` (run once, by this package's and the kernel's ``__init__``, before any listed
+module is imported) decides: the compiled set runs only when every listed source still
+matches its hash, every extension that import would load is the file the build made, and
+``INFERD_COMPILE`` is not ``0``; otherwise a meta-path finder makes every kernel and protocols
+module load from its source (and any module the manifest does not list always does). All or
+nothing, because compiled modules of one group call each other natively and cannot run beside
+an interpreted copy of one of them. Owns that decision, ``describe`` and ``fell_back``; never
+builds anything.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from types import ModuleType
 
 MANIFEST = Path(__file__).with_name("compiled.json")
 SWITCH = "INFERD_COMPILE"
+GROUP_LIBRARY = "inferd.protocols.compiled__mypyc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,8 @@ class Build:
 
     compiled: tuple[str, ...]
     reason: str = ""
+    # The sources run because INFERD_COMPILE=0 asked for them, at the build or now.
+    requested: bool = False
 
 
 _build: Build | None = None
@@ -62,30 +67,39 @@ def source_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _has_extension(source: Path) -> bool:
-    return any(
-        source.with_name(source.stem + suffix).is_file()
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES
-    )
+def extension_of(module: str) -> Path | None:
+    """The extension file an import of ``module`` would load (the first suffix found, as
+    the path finder looks), if any."""
+    source = source_of(module)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        extension = source.with_name(source.stem + suffix)
+        if extension.is_file():
+            return extension
+    return None
 
 
 def _decide(manifest: dict[str, object] | None) -> Build:
     if os.environ.get(SWITCH) == "0":
-        return Build((), f"{SWITCH}=0")
+        return Build((), f"{SWITCH}=0", requested=True)
     if manifest is None:
         return Build((), "not built: no compiled.json")
-    modules = manifest.get("modules")
-    if not isinstance(modules, dict) or not manifest.get("compiled"):
-        return Build((), str(manifest.get("reason") or "not built"))
-    protocols = Path(__file__).parent
-    if not any(protocols.glob("compiled__mypyc.*")):
-        return Build((), "the compiled group's library is missing")
+    if not manifest.get("compiled"):
+        return Build((), str(manifest.get("reason") or "not built"),
+                     requested=manifest.get("source_requested") is True)
+    modules, extensions = manifest.get("modules"), manifest.get("extensions")
+    if not isinstance(modules, dict) or not isinstance(extensions, dict):
+        return Build((), "compiled.json has no extension hashes; rebuild with make setup")
     for module, digest in modules.items():
         source = source_of(module)
         if not source.is_file() or source_hash(source) != digest:
             return Build((), f"{module} changed since it was compiled; rebuild with make setup")
-        if not _has_extension(source):
+    for module in (GROUP_LIBRARY, *modules):
+        extension = extension_of(module)
+        if extension is None:
             return Build((), f"{module} has no compiled extension")
+        if source_hash(extension) != extensions.get(module):
+            return Build((), f"{module}'s extension is not the one its build made; "
+                         "rebuild with make setup")
     return Build(tuple(modules))
 
 
@@ -144,3 +158,11 @@ def describe() -> str:
     if build.compiled:
         return f"compiled with mypyc ({len(build.compiled)} modules)"
     return f"pure Python ({build.reason})"
+
+
+def fell_back() -> bool:
+    """Whether the sources run though nobody asked for them (a build that failed, was
+    interrupted or is older than the sources): a slower server than the one installed, which
+    the start-up line says as a warning."""
+    build = install()
+    return not build.compiled and not build.requested
