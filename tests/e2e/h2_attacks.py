@@ -35,6 +35,8 @@ SERVICE = "/inference.GRPCInferenceService/"
 # A socket operation waits at most this long, so that sending and reading threads notice a
 # deadline or a stop soon after it passes.
 IO_SLICE_SECS = 0.1
+# A send the server takes nothing of for this long means it has stopped reading.
+STALL_SECS = 1.0
 # The most of a header block one frame carries: the default SETTINGS_MAX_FRAME_SIZE, which
 # every server accepts.
 FRAME_PAYLOAD = 16_384
@@ -194,6 +196,7 @@ class Attacker:
         self.local_port: int = self.sock.getsockname()[1]
         self.sent = 0
         self.broken = False  # sending failed: the server closed or reset the connection
+        self.stalled = False  # the server stopped reading what this side sends
         self.received = Received()
         self._decoder = Decoder() if decode_headers else None
         if self._decoder is not None:
@@ -214,26 +217,33 @@ class Attacker:
             self.send(http2.frame(http2.SETTINGS, http2.ACK, 0))
 
     def send(self, data: bytes, until: float = float("inf")) -> bool:
-        """Writes ``data``; False once the connection is broken, or ``until`` (a monotonic
-        time) passes with part of it still unsent because the server stopped reading."""
+        """Writes ``data``; False once the connection is broken, or with part of it still
+        unsent once ``until`` (a monotonic time) passes or the server has taken nothing for
+        ``STALL_SECS`` (it stopped reading: ``stalled``)."""
         view = memoryview(data)
+        progress = time.monotonic()
         while view and not self.broken:
             try:
                 sent = self.sock.send(view)
             except TimeoutError:
-                if time.monotonic() > until:
+                now = time.monotonic()
+                if now - progress > STALL_SECS:
+                    self.stalled = True
+                    return False
+                if now > until:
                     return False
                 continue
             except OSError:
                 self.broken = True
                 break
+            progress = time.monotonic()
             self.sent += sent
             view = view[sent:]
         return not self.broken
 
     def flood(self, chunks: Iterable[bytes], until: float) -> int:
-        """Sends ``chunks`` until they run out, the connection breaks or ``until`` passes;
-        the bytes sent."""
+        """Sends ``chunks`` until they run out, the connection breaks, the server stops
+        reading or ``until`` passes; the bytes sent."""
         before = self.sent
         for chunk in chunks:
             if time.monotonic() > until or not self.send(chunk, until):
