@@ -5,9 +5,9 @@ Every test measures a well-behaved tritonclient.grpc client's rate on a quiet se
 runs one attacking connection (raw frames from tests/e2e/h2_attacks.py, bounded in bytes and
 in time) while the good client goes on, and asserts that the server stays live, answers the
 good client throughout at no less than half its quiet rate (both measured once more, the
-machine being shared, when the first attack's fell short), keeps its resident memory (its children's
-included) within the test's stated growth, and ends the attacking connection with the GOAWAY
-the loop server's contract names (docs/security.md). Where grpc.aio cannot be
+machine being shared, when the first attack's fell short), keeps its resident memory (its
+children's included) within the test's stated growth, and ends the attacking connection with
+the GOAWAY the loop server's contract names (docs/security.md). Where grpc.aio cannot be
 bounded that way the grpcio case is an xfail(strict=True) whose reason is what it was seen
 to do; the loop server is never excused.
 """
