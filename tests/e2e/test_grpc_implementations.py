@@ -63,6 +63,13 @@ def simple_inputs() -> list[grpcclient.InferInput]:
     return inputs
 
 
+def assert_simple_answers(client: grpcclient.InferenceServerClient) -> None:
+    """``simple`` answers ``simple_inputs``: their sum and their difference."""
+    result = client.infer("simple", simple_inputs())
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * np.arange(16).reshape(1, 16))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16), np.int32))
+
+
 def test_the_log_names_the_implementation(server: ServerHandle) -> None:
     which = {"loop": "(HTTP/2 on the event loop)", "grpcio": "(grpc.aio)"}
     assert f"gRPC frontend listening on 127.0.0.1:{server.ports['grpc']} " \
@@ -71,8 +78,7 @@ def test_the_log_names_the_implementation(server: ServerHandle) -> None:
 
 def test_an_inference_and_the_statuses_of_what_is_not_there(
         client: grpcclient.InferenceServerClient, server: ServerHandle) -> None:
-    result = client.infer("simple", simple_inputs())
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * np.arange(16).reshape(1, 16))
+    assert_simple_answers(client)
     with pytest.raises(InferenceServerException) as missing:
         client.infer("nope", simple_inputs())
     assert missing.value.status() == "StatusCode.NOT_FOUND"
@@ -123,7 +129,7 @@ def test_a_call_past_its_deadline_is_answered_deadline_exceeded(
              "the held model to start the late call", server)
     # Released for good: the held batch may look for the file only after a later unlink.
     (held / "release").write_text("go")
-    assert client.infer("simple", simple_inputs()).as_numpy("OUTPUT0") is not None
+    assert_simple_answers(client)
 
 
 # ------------------------------------------------------------------------------ broken HTTP/2
@@ -146,11 +152,13 @@ def exchange(server: ServerHandle, data: bytes) -> bytes:
         return received
 
 
-def goaway_code(received: bytes) -> int | None:
+def goaway(received: bytes) -> tuple[int, bytes] | None:
+    """The error code and debug data of the GOAWAY among the frames ``received``, if any."""
     while len(received) >= 9:
         length = int.from_bytes(received[:3], "big")
         if received[3] == http2.GOAWAY:
-            return int.from_bytes(received[9 + 4:9 + 8], "big")
+            return (int.from_bytes(received[9 + 4:9 + 8], "big"),
+                    bytes(received[9 + 8:9 + length]))
         received = received[9 + length:]
     return None
 
@@ -158,23 +166,29 @@ def goaway_code(received: bytes) -> int | None:
 OPENED = http2.PREFACE + http2.settings_frame([])
 
 
-@pytest.mark.parametrize("data, code", [
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", http2.PROTOCOL_ERROR),
-    (OPENED + http2.frame(http2.DATA, 0, 0, b"x"), http2.PROTOCOL_ERROR),
-    (OPENED + http2.frame(http2.HEADERS, http2.END_HEADERS, 2, b"\x82"), http2.PROTOCOL_ERROR),
+@pytest.mark.parametrize("data, code, named", [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", http2.PROTOCOL_ERROR, b"preface"),
+    (OPENED + http2.frame(http2.DATA, 0, 0, b"x"), http2.PROTOCOL_ERROR, b"stream 0"),
+    (OPENED + http2.frame(http2.HEADERS, http2.END_HEADERS, 2, b"\x82"), http2.PROTOCOL_ERROR,
+     b"stream 2"),
     (OPENED + http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\xff\xff"),
-     http2.COMPRESSION_ERROR),
-    (OPENED + http2.frame_header(1 << 20, http2.DATA, 0, 1), http2.FRAME_SIZE_ERROR),
-    (OPENED + http2.frame(http2.PUSH_PROMISE, 0, 1, bytes(8)), http2.PROTOCOL_ERROR),
-    (OPENED + http2.frame_header(100, http2.HEADERS, 0, 1) + b"\x82", None),
+     http2.COMPRESSION_ERROR, b"integer"),
+    (OPENED + http2.frame_header(1 << 20, http2.DATA, 0, 1), http2.FRAME_SIZE_ERROR,
+     b"1048576"),
+    (OPENED + http2.frame(http2.PUSH_PROMISE, 0, 1, bytes(8)), http2.PROTOCOL_ERROR, b"push"),
+    (OPENED + http2.frame_header(100, http2.HEADERS, 0, 1) + b"\x82", None, b""),
 ], ids=["http1", "data-on-0", "even-stream", "bad-hpack", "huge-frame", "push", "cut"])
 def test_broken_http2_closes_that_connection_only(
-        loop_server: ServerHandle, data: bytes, code: int | None) -> None:
+        loop_server: ServerHandle, data: bytes, code: int | None, named: bytes) -> None:
     with grpcclient.InferenceServerClient(loop_server.grpc_url) as client:
-        assert client.infer("simple", simple_inputs()).as_numpy("OUTPUT0") is not None
+        assert_simple_answers(client)
         received = exchange(loop_server, data)
-        assert goaway_code(received) == code
-        assert client.infer("simple", simple_inputs()).as_numpy("OUTPUT0") is not None
+        said = goaway(received)
+        if code is None:  # cut mid-frame: closed without a word, nothing to answer
+            assert said is None, said
+        else:  # a GOAWAY with the code, its debug data naming what was wrong
+            assert said is not None and said[0] == code and named in said[1], said
+        assert_simple_answers(client)
 
 
 @pytest.fixture(scope="module")

@@ -123,8 +123,8 @@ def assert_serves(server: ServerHandle) -> None:
 
 
 def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(server: ServerHandle) -> None:
+    started = time.monotonic()  # before the server can start the connection's clock
     with connect(server) as sock:
-        started = time.monotonic()
         data, state = read_until_closed(sock)
     assert (data, state) == (b"", "closed")  # closed, not left "open" past WAIT_SECS
     assert time.monotonic() - started >= TIMEOUT_SECS
@@ -165,11 +165,14 @@ def test_a_body_that_keeps_coming_is_not_cut_off(server: ServerHandle) -> None:
     with connect(server) as sock:
         head_end = request.index(b"\r\n\r\n") + 4
         sock.sendall(request[:head_end])
-        # 40-byte pieces, a quarter of the timeout apart: longer than it in all, never idle
-        # for as long as it (the client's pace is what is tested, not a wait for an event).
-        for offset in range(head_end, len(request), 40):
-            time.sleep(TIMEOUT_SECS * 0.25)
-            sock.sendall(request[offset : offset + 40])
+        # The client's pace is what is tested, not a wait for an event: twenty pieces, a tenth
+        # of the timeout apart, so twice the timeout in all (a deadline on the whole body,
+        # swept up to a quarter of it late, would cut it off) while each pause is a tenth of
+        # what the timeout allows (a busy machine stretches it, not tenfold).
+        piece = -(-(len(request) - head_end) // 20)
+        for offset in range(head_end, len(request), piece):
+            time.sleep(TIMEOUT_SECS / 10)
+            sock.sendall(request[offset : offset + piece])
         data, state = read_until_closed(sock)
     assert statuses(data) == [200]
     assert state == "closed"  # idle afterwards: the header timeout closes it

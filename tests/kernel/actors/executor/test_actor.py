@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import textwrap
 import threading
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.actors.executor import instance_slot
 from inferd.kernel.actors.executor.actor import ExecutorActor
-from inferd.kernel.actors.executor.instance_slot import TRY_LOOP_AFTER_RUNS
+from inferd.kernel.actors.executor.instance_slot import INLINE_BELOW_NS, TRY_LOOP_AFTER_RUNS
 from inferd.kernel.backend import BackendRegistry, BackendSpec
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, cpu_executor
@@ -75,6 +75,14 @@ parameters { key: "mode" value { string_value: "slow" } }
 parameters { key: "delay_ms" value { string_value: "SLOW_MS" } }
 parameters { key: "times_output" value { string_value: "TIMES" } }
 """.replace("SLOW_MS", str(SLOW_MS))
+# Runs each batch until its release file exists (within the bound of every test's exchanges),
+# having written a line to its started file.
+HELD = ECHO + """
+parameters { key: "mode" value { string_value: "slow" } }
+parameters { key: "delay_ms" value { string_value: "WAIT_MS" } }
+parameters { key: "started_file" value { string_value: "STARTED" } }
+parameters { key: "release_file" value { string_value: "RELEASE" } }
+""".replace("WAIT_MS", str(int(WAIT_SECS * 1000)))
 
 COUNTER_CONFIG = """
 name: "counter"
@@ -219,6 +227,12 @@ async def running(tmp_path: Path) -> AsyncIterator[Harness]:
         tasks.cancel_scope.cancel()
 
 
+async def until(condition: Callable[[], object]) -> None:
+    """Once ``condition()`` holds (``running`` bounds the wait)."""
+    while not condition():
+        await anyio.sleep(0.005)
+
+
 def echoed(result: InferResponse | Failure) -> list[int]:
     assert isinstance(result, InferResponse), result
     return [int(value) for value in result.outputs[0].data.reshape(-1)]
@@ -313,19 +327,30 @@ async def test_one_instance_runs_one_batch_at_a_time_and_two_run_at_once(
 async def test_an_unload_lets_the_batch_in_flight_finish_then_closes_the_instances(
     tmp_path: Path,
 ) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
     async with running(tmp_path) as harness:
-        load_id, _ = await harness.load(TIMED)
-        results: list[BatchResult] = []
+        load_id, _ = await harness.load(
+            HELD.replace("STARTED", str(started)).replace("RELEASE", str(release)))
+        answered: list[BatchResult | Ack] = []
         async with anyio.create_task_group() as tasks:
 
             async def infer() -> None:
-                results.append(await harness.batch(1, request(4)))
+                answered.append(await harness.batch(1, request(4)))
+
+            async def unload() -> None:
+                reply = await harness.router.ask(EXECUTOR, UnloadVersion(load_id))
+                assert isinstance(reply, Ack)
+                answered.append(reply)
 
             tasks.start_soon(infer)
-            await anyio.sleep(SLOW_MS / 4000)  # the batch is at its instance
-            assert await harness.router.ask(EXECUTOR, UnloadVersion(load_id)) == Ack()
-            assert len(results) == 1  # answered before the unload was
-        assert echoed(results[0].results[0]) == [4, 4]
+            await until(started.exists)  # the batch is at its instance
+            tasks.start_soon(unload)
+            await until(lambda: 1 not in harness.executor._instances)  # the unload began
+            assert answered == []
+            release.touch()
+        result, unloaded = answered  # the batch answered before the unload was
+        assert isinstance(result, BatchResult) and unloaded == Ack()
+        assert echoed(result.results[0]) == [4, 4]
         with pytest.raises(NotFound):
             await harness.batch(1, request(5))
         # An unload of what is not loaded (any more) is no error.
@@ -406,13 +431,36 @@ async def test_a_model_s_own_requests_go_through_the_scheduler(tmp_path: Path) -
         assert [r.model for r in harness.scheduler.requests] == ["target", "target"]
 
 
+class RunClock:
+    """``instance_slot``'s clocks, moved on by the runs themselves: each run takes the
+    wall-clock and thread CPU time it says (``run``), and no other time passes."""
+
+    def __init__(self) -> None:
+        self.wall_ns = 0
+        self.cpu_ns = 0
+
+    def run(self, wall_ns: int, cpu_ns: int) -> None:
+        self.wall_ns += wall_ns
+        self.cpu_ns += cpu_ns
+
+    def perf_counter_ns(self) -> int:
+        return self.wall_ns
+
+    def thread_time_ns(self) -> int:
+        return self.cpu_ns
+
+
 async def test_a_fast_model_measured_on_a_busy_thread_comes_back_to_the_loop(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run on the instance's thread also counts its waits (for the GIL, to be scheduled),
     and they counted as the model's cost: a model whose first runs were on its thread under
     load (its executor just restarted under the same clients) never measured fast again and
     stayed off the loop for good (issue 28). Its thread's CPU time per run says it is fast,
-    so after TRY_LOOP_AFTER_RUNS on the thread it is tried on the loop, and stays there."""
+    so after TRY_LOOP_AFTER_RUNS on the thread it is tried on the loop, and stays there.
+    The runs' durations are the ones the slot is given (``RunClock``), not the machine's."""
+    clock = RunClock()
+    monkeypatch.setattr(instance_slot, "time", clock)
+    fast_ns = INLINE_BELOW_NS // 10
     async with running(tmp_path) as harness:
         await harness.load(ECHO)
         slot = harness.executor._instances[1]
@@ -422,16 +470,13 @@ async def test_a_fast_model_measured_on_a_busy_thread_comes_back_to_the_loop(
 
         def recorded(requests: Any) -> Any:
             on_loop.append(threading.current_thread() is loop_thread)
-            if not on_loop[-1]:
-                time.sleep(0.001)  # what a run on a busy process's thread waits for
+            # A fast model; on its thread each run also waits a millisecond (for the GIL,
+            # to be scheduled), which counts in its wall-clock time, not in its CPU time.
+            clock.run(fast_ns if on_loop[-1] else fast_ns + 1_000_000, fast_ns)
             return execute(requests)
 
         slot.instance.execute = recorded
         for value in range(TRY_LOOP_AFTER_RUNS + 100):
             result = await harness.batch(1, request(value))
             assert echoed(result.results[0]) == [value, value]
-        # On the loop after TRY_LOOP_AFTER_RUNS on the thread (a little later if a run's CPU
-        # time was not short then), and there from then on.
-        back = on_loop.index(True) if True in on_loop else len(on_loop)
-        assert TRY_LOOP_AFTER_RUNS <= back < TRY_LOOP_AFTER_RUNS + 50, on_loop
-        assert all(on_loop[back:]), on_loop
+        assert on_loop == [False] * TRY_LOOP_AFTER_RUNS + [True] * 100

@@ -129,6 +129,8 @@ class WireExecutor(Actor):
         self.slot = InstanceSlot(instance, ThreadPoolExecutor(1), 1, device_memory=memory)
         self.buffers: list[int] = []
         self.batches: list[InferBatch] = []
+        self.told_to_close: list[int] = []  # the regions the main process let go of
+        self._told_more = anyio.Event()
 
     async def on_infer_batch(self, message: InferBatch, envelope: Envelope) -> BatchResult:
         batch = self._crossed(message)
@@ -142,6 +144,15 @@ class WireExecutor(Actor):
     async def on_close_device_regions(self, message: CloseDeviceRegions,
                                       envelope: Envelope) -> None:
         self.memory.close(message.regions)
+        self.told_to_close += message.regions
+        self._told_more.set()
+
+    async def told(self, count: int) -> list[int]:
+        """The regions it was told to close, once there are ``count``."""
+        while len(self.told_to_close) < count:
+            self._told_more = anyio.Event()
+            await self._told_more.wait()
+        return self.told_to_close
 
     def _crossed(self, body: Message) -> Message:
         frames = wire.encode(Envelope(1, SCHEDULER, self.address, body))
@@ -229,9 +240,11 @@ async def test_a_gpu_instance_gets_the_windows_and_not_one_byte(tmp_path: Path) 
         assert len(server.executor.opened) == 2 and len(server.actor.memory) == 2
 
         await server.dataplane.handle(SharedMemoryUnregister(memory="cuda"))
-        for _ in range(3):
-            gc.collect()
-            await anyio.sleep(0.01)
+        # Each handle closes with the last reference to it (collected, should one be in a
+        # cycle): the main process's first, which then tells the executor to let go of its.
+        gc.collect()
+        assert len(set(await server.actor.told(2))) == 2  # serving() bounds the wait
+        gc.collect()
         assert len(server.main.closed) == 2
         assert sorted(server.executor.closed) == sorted(server.main.closed)
         assert not server.executor.opened and len(server.actor.memory) == 0
