@@ -6,11 +6,16 @@ unloaded and loaded, shared memory regions unregistered) plus malformed and over
 gRPC requests, which must be refused (a 4xx or 503 with a message; gRPC INVALID_ARGUMENT,
 NOT_FOUND, UNAVAILABLE or RESOURCE_EXHAUSTED).
 
-wrong, hung and lost must be 0. The run prints the requests by outcome per kind of traffic,
-the chaos actions with their recovery times, and the server's footprint after a warm-up and
-at the end (load stopped, every model loaded again); the exit code is 1 if anything was
-wrong, hung or lost, or the server died or did not exit 0 on SIGTERM.
-``tests/e2e/test_chaos.py`` runs the same mix for a minute in the suite.
+wrong, hung and lost must be 0, and every failed request must be tied to the chaos action
+that caused it (``mix_faults``: during it, on a model it touched, its message naming what the
+action hit). The run prints the requests by outcome per kind of traffic, the failed ones by
+the action that explains them, the chaos actions with their recovery times, and the server's
+footprint after a warm-up and at the end (load stopped, every model loaded again); the exit
+code is 1 if anything was wrong, hung, lost or unexplained, or the server died or did not
+exit 0 on SIGTERM. ``--cpu-executor`` places the onnx models: ``process`` (the default here,
+so a SIGKILL of the executors reaches them) or ``server`` (inferd's own default: only the
+python models' processes can be killed). ``tests/e2e/test_chaos.py`` runs the same mix under
+both placements in the suite.
 
     python bench/chaos.py --duration 180
 """
@@ -28,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +43,7 @@ from tritonclient.utils import InferenceServerException
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mix_chaos  # noqa: E402
+import mix_faults  # noqa: E402
 import mix_measure  # noqa: E402
 import mix_traffic  # noqa: E402
 import serving  # noqa: E402
@@ -202,6 +209,17 @@ def print_report(tally: Tally, chaos: mix_chaos.Chaos, before: mix_measure.Footp
                  unexpected: list[str]) -> bool:
     print(f"\nchaos run: {seconds:.0f} s\n")
     print("\n".join(mix_measure.outcome_rows(tally)))
+    explained: Counter[str] = Counter()
+    unexplained = chaos.unexplained()
+    for call in tally.calls_so_far():
+        if call.outcome == "failed":
+            fault = mix_faults.explain(call, chaos.faults)
+            explained[fault.kind if fault else "unexplained"] += 1
+    print("\nfailed requests, by the chaos action that explains them:")
+    for kind, times in explained.most_common():
+        print(f"  {times} x {kind}")
+    for call in unexplained[:SHOWN_PROBLEMS]:
+        print(f"UNEXPLAINED {call}")
     print()
     print("\n".join(mix_measure.recovery_rows(chaos)))
     print()
@@ -216,11 +234,13 @@ def print_report(tally: Tally, chaos: mix_chaos.Chaos, before: mix_measure.Footp
         print(f"PROBLEM {problem}")
     totals = tally.totals()
     bad = sum(totals[outcome] for outcome in mix_traffic.BAD)
-    print(f"\nwrong + hung + lost = {bad}; server exit code on SIGTERM: {exit_code}")
+    print(f"\nwrong + hung + lost = {bad}; unexplained failures: {len(unexplained)}; server "
+          f"exit code on SIGTERM: {exit_code}")
     print(json.dumps({**{o: totals[o] for o in (*mix_traffic.OUTCOMES, "refused")},
+                      "unexplained": len(unexplained),
                       "rss_before": before.main_rss, "rss_after": after.main_rss,
                       "exit_code": exit_code, "unexpected_exits": len(unexpected)}))
-    return bad == 0 and exit_code == 0
+    return bad == 0 and not unexplained and exit_code == 0
 
 
 def main() -> int:
@@ -231,6 +251,8 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=30.0,
                         help="seconds after which a request without an answer is hung")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cpu-executor", choices=sorted(mix_traffic.PLACEMENTS),
+                        default="process", help="where the onnx models run (default process)")
     parser.add_argument("--keep-log", type=Path, default=None,
                         help="copy the server's log (with its executors') here at the end")
     arguments = parser.parse_args()
@@ -239,7 +261,8 @@ def main() -> int:
     deadline = arguments.deadline
     with serving.temporary_folder("inferd-chaos-") as folder:
         repository = mix_traffic.build_repository(folder)
-        flags = [*mix_traffic.SERVER_FLAGS, f"--http-max-input-size={MAX_INPUT_SIZE}",
+        flags = [*mix_traffic.server_flags(arguments.cpu_executor),
+                 f"--http-max-input-size={MAX_INPUT_SIZE}",
                  f"--grpc-max-input-size={MAX_INPUT_SIZE}"]
         server = serving.start(repository, *flags, log=folder / "server.log")
         exit_code: int | None = None
@@ -252,7 +275,8 @@ def main() -> int:
             mix, tally = mix_chaos.start_mix(target, arguments.seed)
             time.sleep(5.0)  # warm-up
             before = mix_measure.footprint(server.process.pid)
-            chaos = mix_chaos.Chaos(server.process.pid, target, tally)
+            chaos = mix_chaos.Chaos(server.process.pid, target, tally,
+                                    tuple(region.name for region in mix.regions))
             stop = threading.Event()
             address = ("127.0.0.1", server.ports["http"])
             threads = [threading.Thread(target=malformed_worker, daemon=True, args=(

@@ -1,11 +1,13 @@
 """The chaos mix run against a real server: the client threads of ``mix_traffic``, the chaos
 actions.
 
-Owns ``Mix`` (a thread per client, each looping on its kind of request and tallying every
-outcome until told to stop), ``Chaos`` (SIGKILL an executor, reload a model, unload and load
-one again, unregister every shared memory region, kill every executor at once; each action's
-recovery time, until every model is READY again). What is measured of the server and the
-report's tables are ``mix_measure``'s. It starts no server.
+Owns ``Mix`` (a thread per client, each looping on its kind of request and recording every
+request until told to stop), ``Chaos`` (SIGKILL an executor, reload a model, unload and load
+one again, unregister every shared memory region, kill every executor at once; each action
+kept as a ``mix_faults.Fault`` that lasts until every model is READY again, a killed
+executor's until the pool has started it again first). What a fault explains is
+``mix_faults``'; what is measured of the server and the report's tables are
+``mix_measure``'s. It starts no server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import psutil
@@ -26,9 +29,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import mix_clients
+import mix_faults
 import mix_traffic
+from mix_faults import Fault
 from mix_measure import executors
-from mix_traffic import Tally, Target, Wrong
+from mix_traffic import Call, Tally, Target, Wrong
 
 from inferd.protocols.client import Client as NativeClient
 from inferd.protocols.errors import InferdError
@@ -40,12 +45,15 @@ from inferd.protocols.errors import InferdError
 RETRY_AFTER_SECS = 0.05  # as a client told to retry does, rather than at once
 
 
-def _guarded(kind: str, tally: Tally, once: Callable[[], tuple[str, str]],
+def _guarded(kind: str, model: str, tally: Tally, once: Callable[[], mix_traffic.Outcome],
+             since: Callable[[], float] | None = None,
              on_lost: Callable[[], None] = lambda: None) -> None:
-    """One request through ``once``, its outcome tallied whatever happens."""
+    """One request to ``model`` through ``once``, recorded whatever happens; ``since`` says
+    since when the client's state (a sequence, a stream, a region) has been what it is."""
     started = time.monotonic()
+    code = ""
     try:
-        outcome, detail = once()
+        outcome, code, detail = once()
     except Wrong as error:
         outcome, detail = "wrong", str(error)
     except requests.Timeout as error:
@@ -57,15 +65,17 @@ def _guarded(kind: str, tally: Tally, once: Callable[[], tuple[str, str]],
         if error.status() is None:  # tritonclient.http: the connection broke
             outcome, detail = "lost", str(error)
             on_lost()
+        elif str(error.status()).startswith("StatusCode."):
+            outcome, code, detail = mix_traffic.grpc_error(error)
         else:
-            outcome = mix_traffic.judge_grpc(error) if str(error.status()).startswith(
-                "StatusCode.") else mix_traffic.judge_http(int(error.status()),
+            outcome, code, detail = mix_traffic.http_error(int(error.status()),
                                                            error.message() or "")
-            detail = f"{error.status()} {error.message()}"
     except InferdError as error:
-        outcome, detail = mix_traffic.judge_native(error), f"{error.code.value} {error.message}"
-    tally.add(kind, outcome, detail, time.monotonic() - started)
-    if outcome == "retryable":
+        outcome, code, detail = mix_traffic.native_error(error)
+    ended = time.monotonic()
+    tally.record(Call(kind, model, min(started, since()) if since else started, started, ended,
+                      outcome, code, detail))
+    if outcome == "failed":
         time.sleep(RETRY_AFTER_SECS)
 
 
@@ -120,42 +130,48 @@ class Mix:
             session = requests.Session()
 
         while not self.stop.is_set():
-            _guarded("HTTP", self.tally,
-                     lambda: mix_traffic.http_once(session, self.target, rng), fresh)
+            model = rng.choice(mix_traffic.STATELESS)
+            _guarded("HTTP", model, self.tally,
+                     partial(mix_traffic.http_once, session, self.target, model, rng),
+                     on_lost=fresh)
 
     def _grpc(self, rng: random.Random) -> None:
         with grpcclient.InferenceServerClient(self.target.grpc) as client:
             while not self.stop.is_set():
-                _guarded("gRPC unary", self.tally,
-                         lambda: mix_traffic.grpc_once(client, self.target, rng))
+                model = rng.choice(mix_traffic.STATELESS)
+                _guarded("gRPC unary", model, self.tally,
+                         partial(mix_traffic.grpc_once, client, self.target, model, rng))
 
     def _sequence(self, rng: random.Random) -> None:
         sequences = mix_clients.Sequences(rng.randint(1, 1 << 40), rng)
         with grpcclient.InferenceServerClient(self.target.grpc) as client:
             while not self.stop.is_set():
-                _guarded("gRPC sequence", self.tally,
-                         lambda: sequences.once(client, self.target))
+                _guarded("gRPC sequence", mix_traffic.SEQUENCE, self.tally,
+                         lambda: sequences.once(client, self.target), lambda: sequences.since)
 
     def _stream(self, rng: random.Random) -> None:
         stream = mix_clients.Stream(self.target)
         try:
             while not self.stop.is_set():
-                _guarded("gRPC stream", self.tally, lambda: stream.once(rng))
+                _guarded("gRPC stream", mix_traffic.DECOUPLED, self.tally,
+                         lambda: stream.once(rng), lambda: stream.since)
         finally:
             stream.close()
 
     def _native(self, rng: random.Random) -> None:
         with NativeClient(self.target.zmq, timeout=self.target.deadline) as client:
             while not self.stop.is_set():
-                _guarded("zmq", self.tally,
-                         lambda: mix_traffic.native_once(client, self.target, rng))
+                model = rng.choice(mix_traffic.STATELESS)
+                _guarded("zmq", model, self.tally,
+                         partial(mix_traffic.native_once, client, model, rng))
 
     def _shared_memory(self, rng: random.Random) -> None:
         key = f"/inferd_chaos_{os.getpid()}_{rng.randrange(1 << 30)}"
         region = mix_clients.SharedMemoryClient(self.target, key)
         self.regions.append(region)
         while not self.stop.is_set():
-            _guarded("shared memory", self.tally, lambda: region.once(rng))
+            _guarded("shared memory", mix_traffic.SHARED_MEMORY_MODEL, self.tally,
+                     lambda: region.once(rng), lambda: region.since)
 
     def _breaker(self, rng: random.Random) -> None:
         with grpcclient.InferenceServerClient(self.target.grpc) as client:
@@ -165,7 +181,7 @@ class Mix:
                         mix_clients.break_http(self.target, rng)
                     else:
                         mix_clients.break_grpc(client, rng)
-                    self.tally.add("broken by the client", "own doing", "broken on purpose")
+                    self.tally.add("broken by the client", mix_traffic.BROKEN)
                 except OSError as error:
                     self.tally.add("broken by the client", "lost", str(error))
 
@@ -175,40 +191,66 @@ class Mix:
 
 @dataclass
 class Chaos:
-    """The chaos actions on one server, each counted, with how long the server took to have
-    every model READY again after it."""
+    """The chaos actions on one server, each kept as a ``Fault`` (``mix_faults``: what it
+    hit, from when until every model was READY again), with how long the server took to
+    have every model READY again after it. ``regions`` are the clients' shared memory
+    regions, whose requests an unregister fails."""
 
     server_pid: int
     target: Target
     tally: Tally
+    regions: tuple[str, ...] = ()
     actions: Counter[str] = field(default_factory=Counter)
     recoveries: dict[str, list[float]] = field(default_factory=dict)
     killed: set[int] = field(default_factory=set)
+    faults: list[Fault] = field(default_factory=list)
 
-    def kill(self, victims: list[psutil.Process], what: str) -> None:
-        if not victims:
-            return
+    def kill(self, victims: list[psutil.Process], what: str) -> Fault | None:
+        named = [(name, victim) for victim in victims
+                 if (name := executor_name(victim)) is not None]
+        if not named:
+            return None
         started = time.monotonic()
-        for victim in victims:
+        fault = mix_faults.executors_killed(what, started, [(name, victim.pid)
+                                                            for name, victim in named])
+        self.faults.append(fault)
+        for _, victim in named:
             try:
                 self.killed.add(victim.pid)
                 os.kill(victim.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.actions[what] += 1
-        for victim in victims:
+        for _, victim in named:
             try:
                 victim.wait(self.target.deadline)
             except psutil.Error:
                 pass
-        self._recovered(what, started)
+        # The models were READY a moment ago: the fault lasts at least until the pool has
+        # started each victim again (it notes the death first), then until all are READY.
+        if self._restarted(named):
+            self._recovered(fault)
+        return fault
 
-    def kill_one(self, rng: random.Random) -> None:
-        found = executors(self.server_pid)
-        self.kill([rng.choice(found)] if found else [], "SIGKILL an executor")
+    def _restarted(self, victims: list[tuple[str, psutil.Process]]) -> bool:
+        limit = time.monotonic() + self.target.deadline
+        old = {victim.pid for _, victim in victims}
+        while True:
+            running = {executor_name(p): p.pid for p in executors(self.server_pid)}
+            if all(running.get(name, 0) not in (0, *old) for name, _ in victims):
+                return True
+            if time.monotonic() > limit:
+                self.tally.add("control", "hung", f"not restarted within "
+                               f"{self.target.deadline} s: {[name for name, _ in victims]}")
+                return False
+            time.sleep(0.05)
 
-    def kill_all(self) -> None:
-        self.kill(executors(self.server_pid), "SIGKILL every executor")
+    def kill_one(self, rng: random.Random) -> Fault | None:
+        found = sorted(executors(self.server_pid), key=lambda p: executor_name(p) or "")
+        return self.kill([rng.choice(found)] if found else [], mix_faults.KILL_ONE)
+
+    def kill_all(self) -> Fault | None:
+        return self.kill(executors(self.server_pid), mix_faults.KILL_ALL)
 
     def control(self, action: str, model: str) -> bool:
         try:
@@ -221,33 +263,39 @@ class Chaos:
             self.tally.add("control", "lost", f"{action} {model}: {error}")
             return False
         ok = response.status_code == 200
-        message = mix_traffic.error_of(response)
-        self.tally.add("control", "ok" if ok else mix_traffic.judge_http(
-            response.status_code, message), f"{action} {model}: {response.status_code} "
-            f"{message}")
+        self.tally.add("control", "ok" if ok else "wrong", f"{action} {model}: "
+                       f"{response.status_code} {mix_traffic.error_of(response)}")
         return ok
 
-    def reload(self, model: str) -> None:
-        started = time.monotonic()
-        self.actions["reload a model"] += 1
+    def reload(self, model: str) -> Fault:
+        fault = mix_faults.reloaded(time.monotonic(), model)
+        self.faults.append(fault)
+        self.actions[mix_faults.RELOAD] += 1
         if self.control("load", model):
-            self._recovered("reload a model", started)
+            self._recovered(fault)
+        return fault
 
-    def unload_and_load(self, model: str, pause: float) -> None:
-        self.actions["unload, then load a model"] += 1
+    def unload_and_load(self, model: str, pause: float) -> Fault:
+        fault = mix_faults.unloaded(time.monotonic(), model)
+        self.faults.append(fault)
+        self.actions[mix_faults.UNLOAD] += 1
         self.control("unload", model)
         time.sleep(pause)  # clients meet the model unloaded meanwhile
-        started = time.monotonic()
         if self.control("load", model):
-            self._recovered("unload, then load a model", started)
+            self._recovered(fault)
+        return fault
 
-    def unregister_regions(self) -> None:
+    def unregister_regions(self) -> Fault | None:
+        fault = mix_faults.regions_unregistered(time.monotonic(), self.regions)
+        self.faults.append(fault)
         try:
             requests.post(f"{self.target.base}/v2/systemsharedmemory/unregister",
                           timeout=(5, self.target.deadline))
-            self.actions["unregister every shared memory region"] += 1
+            self.actions[mix_faults.UNREGISTER] += 1
+            fault.ended = time.monotonic()
         except requests.RequestException as error:
             self.tally.add("control", "lost", f"unregister regions: {error}")
+        return fault
 
     def run(self, rng: random.Random, stop: threading.Event, interval: float) -> None:
         """Actions until ``stop``, about one per ``interval`` seconds: rounds of each kind
@@ -268,13 +316,28 @@ class Chaos:
                 else:
                     self.unregister_regions()
 
-    def _recovered(self, what: str, started: float) -> None:
-        """Wait (bounded) until every model is READY; note how long that took."""
+    def unexplained(self) -> list[Call]:
+        """The failed requests no fault of this run explains."""
+        return [call for call in self.tally.calls_so_far()
+                if call.outcome == "failed" and mix_faults.explain(call, self.faults) is None]
+
+    def _recovered(self, fault: Fault) -> None:
+        """Wait (bounded) until every model is READY; the fault ends then."""
         if wait_all_ready(self.target, self.target.deadline):
-            self.recoveries.setdefault(what, []).append(time.monotonic() - started)
+            fault.ended = time.monotonic()
+            self.recoveries.setdefault(fault.kind, []).append(fault.ended - fault.started)
         else:
-            self.tally.add("control", "hung", f"after {what}: not every model READY within "
-                           f"{self.target.deadline} s")
+            self.tally.add("control", "hung", f"after {fault.kind}: not every model READY "
+                           f"within {self.target.deadline} s")
+
+
+def executor_name(process: psutil.Process) -> str | None:
+    """The ``--name`` an executor process was started with (None once it is gone)."""
+    try:
+        arguments = process.cmdline()
+        return arguments[arguments.index("--name") + 1]
+    except (psutil.Error, ValueError, IndexError):
+        return None
 
 
 def not_ready(target: Target) -> list[str]:

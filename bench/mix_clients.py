@@ -7,7 +7,9 @@ saw another's state answers a wrong sum), ``Stream`` (a gRPC stream to the decou
 (inputs and outputs in a system shared memory region of its own, registered again whenever
 an answer says it is gone) and the two ways a client breaks a request mid-way (an HTTP
 connection closed before its answer, a gRPC call cancelled). Each answer is checked against
-a reference computed here; judging errors is ``mix_traffic``'s.
+a reference computed here; judging errors is ``mix_traffic``'s. Each says since when its
+state has been what its next request depends on (``since``: its sequence's start, its
+stream's opening, its region's registration), so a fault since then may explain a failure.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ from tritonclient.utils import InferenceServerException
 
 from mix_traffic import (
     DECOUPLED,
+    OK,
     SEQUENCE,
+    SHARED_MEMORY_MODEL,
     STATELESS,
     WORDS,
+    Outcome,
     Target,
     Wrong,
-    random_array,
     check,
+    grpc_error,
     grpc_tensors,
     inputs_for,
-    judge_grpc,
+    random_array,
 )
 
 
@@ -51,10 +56,12 @@ class Sequences:
         self.sequence_id = 0
         self.total = 0.0
         self.left = 0
+        self.since = time.monotonic()  # when the current sequence started
 
-    def once(self, client: Any, target: Target) -> tuple[str, str]:
+    def once(self, client: Any, target: Target) -> Outcome:
         start = self.left == 0
         if start:
+            self.since = time.monotonic()
             self.sequence_id, self.next_id = self.next_id, self.next_id + 1
             self.total, self.left = 0.0, self.rng.randint(2, 12)
         value = float(self.rng.randint(1, 1000))
@@ -74,7 +81,7 @@ class Sequences:
             self.left = 0
             raise Wrong(f"sequence {self.sequence_id}: got {got}, want {self.total} (another "
                         "sequence's state?)")
-        return "ok", ""
+        return OK
 
 
 class Stream:
@@ -86,8 +93,10 @@ class Stream:
         self.client: Any = None
         self.answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self.requests = 0
+        self.since = time.monotonic()  # when the current stream opened
 
     def open(self) -> None:
+        self.since = time.monotonic()
         self.client = grpcclient.InferenceServerClient(self.target.grpc)
         self.answers = queue.Queue()
         self.client.start_stream(callback=lambda result, error: self.answers.put((result,
@@ -102,7 +111,7 @@ class Stream:
                 pass
             self.client = None
 
-    def once(self, rng: random.Random) -> tuple[str, str]:
+    def once(self, rng: random.Random) -> Outcome:
         if self.client is None:
             self.open()
         self.requests += 1
@@ -119,21 +128,21 @@ class Stream:
                 result, error = self.answers.get(timeout=max(0.0, limit - time.monotonic()))
             except queue.Empty:
                 self.close()
-                return "hung", f"stream: {got} of {words} after {self.target.deadline} s"
+                return "hung", "", f"stream: {got} of {words} after {self.target.deadline} s"
             if error is not None:
                 self.close()  # the stream is over after an error
-                return judge_grpc(error), f"stream {error.status()} {error.message()}"
+                return grpc_error(error)
             response = result.get_response()
             if response.id != request_id:
-                return "wrong", f"stream: answer for {response.id} to request {request_id}"
+                return "wrong", "", f"stream: answer for {response.id} to request {request_id}"
             output = result.as_numpy("text_output")
             if output is not None and output.size:
                 got.append(output.ravel()[0].decode())
             if response.parameters["triton_final_response"].bool_param:
                 break
         if got != words:
-            return "wrong", f"stream: got {got}, want {words}"
-        return "ok", ""
+            return "wrong", "", f"stream: got {got}, want {words}"
+        return OK
 
 
 class SharedMemoryClient:
@@ -148,12 +157,14 @@ class SharedMemoryClient:
         self.client = httpclient.InferenceServerClient(
             target.http, connection_timeout=5, network_timeout=target.deadline)
         self.registered = False
+        self.since = time.monotonic()  # when the region was last registered
 
     def register(self) -> None:
+        self.since = time.monotonic()
         self.client.register_system_shared_memory(self.name, self.key, self.size)
         self.registered = True
 
-    def once(self, rng: random.Random) -> tuple[str, str]:
+    def once(self, rng: random.Random) -> Outcome:
         if not self.registered:
             try:
                 self.register()
@@ -169,15 +180,15 @@ class SharedMemoryClient:
         output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
         output.set_shared_memory(self.name, values.nbytes, offset=64 * 4)
         try:
-            self.client.infer("identity_fp32", [tensor], outputs=[output])
+            self.client.infer(SHARED_MEMORY_MODEL, [tensor], outputs=[output])
         except InferenceServerException as error:
             if "shared memory" in (error.message() or ""):
                 self.registered = False
             raise
         got = shm.get_contents_as_numpy(self.handle, np.float32, list(values.shape),
                                         offset=64 * 4)
-        check("identity_fp32 (shared memory)", "OUTPUT0", got, values)
-        return "ok", ""
+        check(f"{SHARED_MEMORY_MODEL} (shared memory)", "OUTPUT0", got, values)
+        return OK
 
     def close(self) -> None:
         try:

@@ -1,13 +1,18 @@
 """What the chaos mix measures of a server, and the tables its reports print.
 
 Owns ``Footprint`` (RSS, descriptors and threads of the server and of its executors, found
-by their command line, and the server's segments in ``/dev/shm``) and the report rows the
-chaos test, ``chaos.py`` and ``soak.py`` print: requests by outcome, the chaos actions with
-their recovery times, the footprint at start-up and at the end. It acts on nothing.
+by their command line, and the server's segments in ``/dev/shm``), ``Throughput`` (the right
+answers of a window per second and per CPU-second that the server, its executors and the
+clients' process were given: the second does not move with what else the machine runs) and
+the report rows the chaos test, ``chaos.py`` and ``soak.py`` print: requests by outcome, the
+chaos actions with their recovery times, the footprint at start-up and at the end. It acts on
+nothing.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,6 +78,58 @@ def footprint(server_pid: int) -> Footprint:
             pass
     return Footprint(main.memory_info().rss, rss, len(found), descriptors, threads,
                      len(segments), size, tuple(sorted(per_process)))
+
+
+def cpu_seconds(server_pid: int) -> dict[int, float]:
+    """CPU seconds (user and system) so far of the server, each of its descendants and this
+    process (the clients'), by pid."""
+    found: dict[int, float] = {}
+    server = psutil.Process(server_pid)
+    for process in (server, *server.children(recursive=True), psutil.Process(os.getpid())):
+        try:
+            times = process.cpu_times()
+            found[process.pid] = times.user + times.system
+        except psutil.Error:
+            pass
+    return found
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Right answers over a window: per second, and per CPU-second of the server, its
+    executors and the clients (the processes that window's work ran on)."""
+
+    answers: int
+    seconds: float
+    cpu_seconds: float
+    machine_cpu_seconds: float  # every process's on the machine, for the report
+
+    @property
+    def per_second(self) -> float:
+        return self.answers / self.seconds
+
+    @property
+    def per_cpu_second(self) -> float:
+        return self.answers / self.cpu_seconds if self.cpu_seconds else 0.0
+
+
+def measure(server_pid: int, tally: Tally, window: float) -> Throughput:
+    """The right answers completed within the next ``window`` seconds (a measuring window,
+    not a wait), per second and per CPU-second."""
+    machine_before, cpu_before = _busy(), cpu_seconds(server_pid)
+    started = time.monotonic()
+    time.sleep(window)
+    machine_after, cpu_after = _busy(), cpu_seconds(server_pid)
+    ended = time.monotonic()
+    used = sum(seconds - cpu_before.get(pid, 0.0) for pid, seconds in cpu_after.items())
+    answers = sum(1 for call in tally.calls_so_far()
+                  if call.outcome == "ok" and started <= call.ended <= ended)
+    return Throughput(answers, ended - started, used, machine_after - machine_before)
+
+
+def _busy() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 MIB = 1 << 20

@@ -3,22 +3,25 @@ how each answer is judged.
 
 Owns the repository the chaos test (``tests/e2e/test_chaos.py``), ``chaos.py`` and ``soak.py``
 serve (``reliability_repository``'s four models, ``simple`` with dynamic batching, the
-``accumulate`` sequence model and the ``stream_words`` decoupled one), the stateless clients
-(HTTP, gRPC unary, the native zmq client), each checking its answers against a reference
-computed here, and ``Tally``, which counts every request by outcome. The stateful clients
-(sequences, streams, shared memory, broken connections) are ``mix_clients``'. It starts no
-server and takes no chaos action (``mix_chaos`` does); callers import it with bench/ on
+``accumulate`` sequence model and the ``stream_words`` decoupled one), the server's flags for
+each placement of the onnx models, the stateless clients (HTTP, gRPC unary, the native zmq
+client), each checking its answers against a reference computed here, and ``Tally``, which
+keeps every request (``Call``: when it ran, on which model, how it ended). The stateful
+clients (sequences, streams, shared memory, broken connections) are ``mix_clients'``. It
+starts no server and takes no chaos action (``mix_chaos`` does; ``mix_faults`` ties each
+failed request to the fault that explains it); callers import it with bench/ on
 ``sys.path``.
 
 Every request ends in one outcome:
 
 * ``ok``: the right answer;
-* ``retryable``: 503 (gRPC UNAVAILABLE) with a message, as while an executor restarts;
-* ``own doing``: an error the client side caused: its model unloaded or reloaded by the
-  chaos, its shared memory region unregistered, its sequence dropped by a reload, its own
-  broken connection or cancelled call;
+* ``failed``: an error with a status and a message, kept whole (``Call.code``,
+  ``Call.message``) for ``mix_faults`` to tie to an injected fault; one no fault explains is
+  a problem;
 * ``wrong``, ``hung`` (no answer within the deadline), ``lost`` (the connection broke
   without an answer): never allowed.
+
+The client that breaks its own connections counts ``broken on purpose``, never a failure.
 """
 
 from __future__ import annotations
@@ -43,31 +46,40 @@ import reliability_repository
 from inferd.protocols.client import Client as NativeClient
 from inferd.protocols.errors import InferdError
 
-OUTCOMES = ("ok", "retryable", "own doing", "wrong", "hung", "lost")
+OUTCOMES = ("ok", "failed", "wrong", "hung", "lost")
 BAD = ("wrong", "hung", "lost")
+BROKEN = "broken on purpose"  # the outcome of a request its own client broke
 ENSEMBLE = reliability_repository.ENSEMBLE
 SEQUENCE = "accumulate"
 DECOUPLED = "stream_words"
 STATELESS = reliability_repository.MODELS  # plain, batched, python, ensemble
 MODELS = (*STATELESS, SEQUENCE, DECOUPLED)
+ONNX_MODELS = ("simple", "identity_fp32", SEQUENCE)  # onnxruntime: placed by --cpu-executor
+PYTHON_MODELS = ("add_sub", DECOUPLED)  # always in processes of their own
+# The models whose requests go through others: the ensemble's steps (its config).
+STEPS = {ENSEMBLE: ("add_sub", "identity_fp32")}
+SHARED_MEMORY_MODEL = "identity_fp32"
 BATCHING = "\ndynamic_batching { max_queue_delay_microseconds: 500 }\n"
-# The server's flags for the mix: every model loaded at start-up and controlled by the chaos,
-# and the onnx models in a CPU executor process rather than the server's own, so a SIGKILL
-# of the executors reaches them too.
-SERVER_FLAGS = ("--model-control-mode=explicit", "--exit-timeout-secs=10",
-                "--cpu-executor=process", "--allow-client-shm=true",
-                *(f"--load-model={name}" for name in MODELS))
-# 4xx answers the chaos itself causes: a model it unloaded or is reloading, a region it
-# unregistered, a sequence whose state a reload or an executor's death dropped.
-OWN_DOING = re.compile(
-    r"unknown model|not found|not ready|unloading|shared memory region|START flag",
-    re.IGNORECASE)
-# What a stream's in-band errors say (they carry no status): an executor that died or
-# restarts, a model being reloaded; each asks the client to retry.
-RETRYABLE_IN_STREAM = re.compile(r"retry|exited with code|being reloaded|restarting",
-                                 re.IGNORECASE)
+# Where the onnx models' CPU instances run: the server's own process (inferd's default) or a
+# CPU executor process, which a SIGKILL of the executors reaches too.
+PLACEMENTS = {"server": (), "process": ("--cpu-executor=process",)}
+# What an error's status becomes: the gRPC name of the code (HTTP's statuses as inferd maps
+# them); an error inside a stream carries none.
+HTTP_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 503: "UNAVAILABLE"}
+IN_STREAM = "in-stream"
 DATATYPE = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
 WORDS = ("alpha", "beta", "gamma", "delta", "eta", "theta", "kappa", "lambda")
+
+
+def server_flags(placement: str) -> tuple[str, ...]:
+    """The server's flags for the mix: every model loaded at start-up and controlled by the
+    chaos, the onnx models placed as ``placement`` (a ``PLACEMENTS`` key) says."""
+    return ("--model-control-mode=explicit", "--exit-timeout-secs=10",
+            "--allow-client-shm=true", *PLACEMENTS[placement],
+            *(f"--load-model={name}" for name in MODELS))
+
+
+SERVER_FLAGS = server_flags("process")  # soak.py's: a SIGKILL of the executors reaches all
 
 
 def build_repository(folder: Path) -> Path:
@@ -80,29 +92,66 @@ def build_repository(folder: Path) -> Path:
     return root
 
 
+# (outcome, code, message): how one request ended, its error's status and message if any.
+Outcome = tuple[str, str, str]
+OK: Outcome = ("ok", "", "")
+
+
+def failed(code: str, message: str) -> Outcome:
+    """An error answered: ``failed``, for ``mix_faults`` to explain; one without a message
+    explains nothing and is wrong."""
+    return ("failed", code, message) if message else ("wrong", code, "an error without a message")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request of a client: what it asked, when, and how it ended. ``since`` is when what
+    it depends on began: the request itself, or its client's sequence, stream or registered
+    shared memory region (a fault since then may explain its failure)."""
+
+    kind: str
+    model: str
+    since: float  # time.monotonic()
+    started: float
+    ended: float
+    outcome: str
+    code: str = ""
+    message: str = ""
+
+
 @dataclass
 class Tally:
-    """Requests by kind and outcome, the current phase's successes, and the problems seen;
-    shared by every client thread."""
+    """Every request, the counts by kind and outcome, and the problems seen; shared by every
+    client thread."""
 
     counts: dict[str, Counter[str]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
-    phase: str = "warm-up"
-    ok_by_phase: Counter[str] = field(default_factory=Counter)
+    calls: list[Call] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, kind: str, outcome: str, detail: str = "", seconds: float = 0.0) -> None:
+    def record(self, call: Call) -> None:
+        """A client's request."""
         with self.lock:
-            self.counts.setdefault(kind, Counter())[outcome] += 1
-            if outcome == "ok":
-                self.ok_by_phase[self.phase] += 1
-                self.latencies.append(seconds)
-            elif outcome in BAD:
-                self.problems.append(f"{kind}: {outcome}: {detail[:300]}")
-            else:
-                self.errors[f"{kind}: {outcome}: {_shape_of(detail)}"] += 1
+            self.calls.append(call)
+            self._count(call.kind, call.outcome, f"{call.model}: {call.code} {call.message}",
+                        call.ended - call.started)
+
+    def add(self, kind: str, outcome: str, detail: str = "", seconds: float = 0.0) -> None:
+        """Anything else: a control request, a malformed one, a connection broken on
+        purpose."""
+        with self.lock:
+            self._count(kind, outcome, detail, seconds)
+
+    def _count(self, kind: str, outcome: str, detail: str, seconds: float) -> None:
+        self.counts.setdefault(kind, Counter())[outcome] += 1
+        if outcome == "ok":
+            self.latencies.append(seconds)
+        elif outcome in BAD:
+            self.problems.append(f"{kind}: {outcome}: {detail[:300]}")
+        elif outcome != BROKEN:
+            self.errors[f"{kind}: {outcome}: {_shape_of(detail)}"] += 1
 
     def totals(self) -> Counter[str]:
         with self.lock:
@@ -116,10 +165,14 @@ class Tally:
             taken, self.latencies = self.latencies, []
             return taken
 
+    def calls_so_far(self) -> list[Call]:
+        with self.lock:
+            return list(self.calls)
+
 
 def _shape_of(message: str) -> str:
     """A message with its numbers blurred, to count errors by kind."""
-    return re.sub(r"\d+", "#", message)[:100]
+    return re.sub(r"\d+", "#", message)[:120]
 
 
 class Wrong(Exception):
@@ -178,39 +231,25 @@ def check(model: str, name: str, got: np.ndarray | None, want: np.ndarray) -> No
 # ---------------------------------------------------------------- judging errors
 
 
-def judge_http(status: int, message: str) -> str:
-    if status == 503 and message:
-        return "retryable"
-    if 400 <= status < 500 and OWN_DOING.search(message):
-        return "own doing"
-    return "wrong"
+def http_error(status: int, message: str) -> Outcome:
+    return failed(HTTP_CODES.get(status, f"HTTP {status}"), message)
 
 
-def judge_grpc(error: InferenceServerException) -> str:
-    status, message = str(error.status()), error.message() or ""
+def grpc_error(error: InferenceServerException) -> Outcome:
+    message = error.message() or ""
     if error.status() is None:  # an error inside a stream: its message alone says what
-        if RETRYABLE_IN_STREAM.search(message):
-            return "retryable"
-        return "own doing" if OWN_DOING.search(message) else "wrong"
+        return failed(IN_STREAM, message)
+    status = str(error.status())
     if status == "StatusCode.DEADLINE_EXCEEDED":
-        return "hung"
-    if status == "StatusCode.UNAVAILABLE" and message:
-        return "retryable"
-    if status in ("StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND") and \
-            OWN_DOING.search(message):
-        return "own doing"
-    return "wrong"
+        return "hung", status, message
+    return failed(status.removeprefix("StatusCode."), message)
 
 
-def judge_native(error: InferdError) -> str:
+def native_error(error: InferdError) -> Outcome:
     if "timed out" in error.message or error.code.value == "DEADLINE_EXCEEDED" and \
             "no reply" in error.message:
-        return "hung"
-    if error.code.value == "UNAVAILABLE":
-        return "retryable"
-    if error.code.value in ("INVALID_ARGUMENT", "NOT_FOUND") and OWN_DOING.search(error.message):
-        return "own doing"
-    return "wrong"
+        return "hung", error.code.value, error.message
+    return failed(error.code.value, error.message)
 
 
 def error_of(response: requests.Response) -> str:
@@ -224,9 +263,9 @@ def error_of(response: requests.Response) -> str:
 # ---------------------------------------------------------------- clients
 
 
-def http_once(session: requests.Session, target: Target, rng: random.Random) -> tuple[str, str]:
-    """One stateless inference, JSON or binary at random: (outcome, detail)."""
-    model = rng.choice(STATELESS)
+def http_once(session: requests.Session, target: Target, model: str,
+              rng: random.Random) -> Outcome:
+    """One stateless inference on ``model``, JSON or binary at random."""
     inputs = inputs_for(model, rng)
     binary = rng.random() < 0.5
     entries = []
@@ -248,14 +287,12 @@ def http_once(session: requests.Session, target: Target, rng: random.Random) -> 
     response = session.post(f"{target.base}/v2/models/{model}/infer", data=body,
                             headers=headers, timeout=(5, target.deadline))
     if response.status_code != 200:
-        message = error_of(response)
-        return judge_http(response.status_code, message), f"{model} {response.status_code} " \
-            f"{message}"
+        return http_error(response.status_code, error_of(response))
     outputs = {o["name"]: o for o in response.json()["outputs"]}
     for name, want in expected_outputs(model, inputs).items():
         got = np.array(outputs[name]["data"], dtype=want.dtype)
         check(model, name, got, want)
-    return "ok", ""
+    return OK
 
 
 def grpc_tensors(inputs: dict[str, np.ndarray]) -> list[Any]:
@@ -267,19 +304,17 @@ def grpc_tensors(inputs: dict[str, np.ndarray]) -> list[Any]:
     return tensors
 
 
-def grpc_once(client: Any, target: Target, rng: random.Random) -> tuple[str, str]:
-    model = rng.choice(STATELESS)
+def grpc_once(client: Any, target: Target, model: str, rng: random.Random) -> Outcome:
     inputs = inputs_for(model, rng)
     result = client.infer(model, grpc_tensors(inputs), client_timeout=target.deadline)
     for name, want in expected_outputs(model, inputs).items():
         check(model, name, result.as_numpy(name), want)
-    return "ok", ""
+    return OK
 
 
-def native_once(client: NativeClient, target: Target, rng: random.Random) -> tuple[str, str]:
-    model = rng.choice(STATELESS)
+def native_once(client: NativeClient, model: str, rng: random.Random) -> Outcome:
     inputs = inputs_for(model, rng)
     result = client.infer(model, inputs)
     for name, want in expected_outputs(model, inputs).items():
         check(model, name, result.as_numpy(name), want)
-    return "ok", ""
+    return OK

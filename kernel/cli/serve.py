@@ -9,6 +9,7 @@ entry point (``inferd.kernel.cli.main``) hands ``serve`` here before any client 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import sys
@@ -335,6 +336,10 @@ def serve_main(argv: Sequence[str]) -> int:
         configure_logging(LogSettings.from_arguments(args))
     except OSError as error:
         sys.exit(f"inferd: --log-file {args.log_file}: {error.strerror}")
+    # A fatal signal in a framework (a segfault in onnxruntime or torch, which run in this
+    # process by default) ends the server before any log line: the traceback on stderr
+    # names the model whose batch was running (instance_slot.named_call).
+    faulthandler.enable()
     raise_open_file_limit()
     try:
         settings = settings_from(args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.backend import BackendRegistry, ModelContext
-from inferd.plugins.backends.testing import TESTING_BACKEND, inferd_register_backends
+from inferd.plugins.backends.testing import (
+    TESTING_BACKEND,
+    TESTING_NATIVE_BACKEND,
+    inferd_register_backends,
+)
 from inferd.plugins.backends.testing.backends import CRASH_EXIT_STATUS, TestingBackend
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse
@@ -59,6 +64,10 @@ def test_the_hook_registers_it_only_by_name_and_platform() -> None:
     assert registry.for_platform("inferd_testing") == TESTING_BACKEND
     assert TESTING_BACKEND.default_filename == ""
     assert TESTING_BACKEND.load_class() is TestingBackend
+    assert not TESTING_BACKEND.runs_in_server
+    native = registry.get("inferd_testing_native")
+    assert registry.for_platform("inferd_testing_native") == native == TESTING_NATIVE_BACKEND
+    assert native.runs_in_server and native.load_class() is TestingBackend
 
 
 def test_echo_returns_input_i_as_output_i() -> None:
@@ -160,22 +169,24 @@ def test_release_file_holds_a_slow_load_until_it_exists(tmp_path: Path) -> None:
     assert not worker.is_alive() and len(loaded) == 1
 
 
-def test_crash_exits_the_process_with_status_17() -> None:
+@pytest.mark.parametrize(("mode", "returncode"),
+                         [("crash", CRASH_EXIT_STATUS), ("segfault", -signal.SIGSEGV)])
+def test_crash_modes_end_the_process_on_the_first_batch(mode: str, returncode: int) -> None:
     script = textwrap.dedent(
-        """
+        f"""
         from pathlib import Path
         from tritonclient.grpc import model_config_pb2
         from inferd.kernel.backend import ModelContext
         from inferd.plugins.backends.testing.backends import TestingBackend
 
         config = model_config_pb2.ModelConfig(name="c")
-        config.parameters["mode"].string_value = "crash"
+        config.parameters["mode"].string_value = "{mode}"
         context = ModelContext(name="c", version=1, model_dir=Path("."), config=config)
         TestingBackend().load_model(context).create_instance(0).execute([])
         """
     )
     completed = subprocess.run([sys.executable, "-c", script], env=dict(os.environ))
-    assert completed.returncode == CRASH_EXIT_STATUS
+    assert completed.returncode == returncode
 
 
 @pytest.mark.parametrize(

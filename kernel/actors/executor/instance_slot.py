@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
 from inferd.kernel.backend import NO_WINDOWS, NONE_CANCELLED, CancelledRequests, Instance
@@ -130,6 +131,24 @@ class InstanceSlot:
         self.recent_ns.append(duration_ns)
 
 
+def _call(function: Callable[..., Any], *arguments: Any) -> Any:
+    return function(*arguments)
+
+
+_NAMED_CALLS: dict[tuple[str, int], Callable[..., Any]] = {}
+
+
+def named_call(model: str, version: int) -> Callable[..., Any]:
+    """``_call`` with its code named ``model '<model>' version <version>``: the frame a
+    traceback of the backend's call shows, faulthandler's on a fatal signal included."""
+    call = _NAMED_CALLS.get((model, version))
+    if call is None:
+        name = f"model '{model}' version {version}"
+        code = _call.__code__.replace(co_name=name, co_qualname=name)
+        call = _NAMED_CALLS[(model, version)] = types.FunctionType(code, _call.__globals__)
+    return call
+
+
 # The results, the (input, infer, output) nanoseconds and when the batch started (for traces).
 Outcome = tuple[list[InferResponse | InferdError], tuple[int, int, int], int]
 
@@ -147,12 +166,13 @@ def execute_batch(slot: InstanceSlot, batch: InferBatch,
     requests, memory = batch.requests, slot.device_memory
     try:
         with log_context.bound(batch.model, batch.version):  # the model's own lines name it
+            call = named_call(batch.model, batch.version)
             if memory is not None and any(map(on_device, requests)):
                 prepared = memory.prepare(requests, instance)
                 instance.window_addresses = prepared.addresses
-                results = memory.finish(prepared, instance.execute(prepared.requests))
+                results = memory.finish(prepared, call(instance.execute, prepared.requests))
             else:
-                results = instance.execute(requests)
+                results = call(instance.execute, requests)
     except Exception as error:  # noqa: BLE001 - a backend bug fails this batch only
         return error
     finally:
@@ -170,7 +190,8 @@ def execute_stream_batch(slot: InstanceSlot, batch: StreamBatch,
     slot.instance.cancelled = cancelled  # a decoupled model's senders keep it past the call
     try:
         with log_context.bound(batch.model, batch.version):
-            slot.instance.execute_decoupled(batch.requests, emit)
+            named_call(batch.model, batch.version)(slot.instance.execute_decoupled,
+                                                   batch.requests, emit)
     finally:
         slot.instance.cancelled = NONE_CANCELLED
 

@@ -12,6 +12,7 @@ way out.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     LogSettings.add_arguments(parser)
     args = parser.parse_args(argv)
     configure_logging(LogSettings.from_arguments(args), process=args.name)
+    faulthandler.enable()  # a fatal signal's traceback names the model (instance_slot)
     anyio.run(
         serve, args.name, args.hub, json.loads(args.options), args.parent_pid,
         backend="asyncio", backend_options={"use_uvloop": False},

@@ -9,8 +9,10 @@
 
 Modes: ``echo`` (the default: output i returns input i), ``fail`` (every request fails),
 ``slow`` (sleeps ``delay_ms`` per batch, then echoes), ``fail_load`` (loading raises
-``message``), ``slow_load`` (loading sleeps ``load_delay_ms``, then echoes) and ``crash``
-(the executor process exits with status 17 on the first batch). The config must declare its
+``message``), ``slow_load`` (loading sleeps ``load_delay_ms``, then echoes), ``crash``
+(the executor process exits with status 17 on the first batch) and ``segfault`` (the
+process running the first batch dies of SIGSEGV, as a framework's bug would kill it: under
+``inferd_testing_native`` by default the server's own). The config must declare its
 inputs and outputs; nothing is auto-completed. Parameter ``times_output`` names one more
 output, ``TYPE_INT64`` with dims ``[2]``, that echoes nothing: it holds ``time.time_ns()`` when
 the batch started and when it ended, so a test can tell whether two models ran at the same
@@ -24,6 +26,7 @@ beyond sleeping and those two files.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from collections.abc import Sequence
@@ -40,7 +43,7 @@ from inferd.protocols.tensors import config_type_to_datatype
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-MODES = ("echo", "fail", "slow", "fail_load", "slow_load", "crash")
+MODES = ("echo", "fail", "slow", "fail_load", "slow_load", "crash", "segfault")
 FAILURE_MESSAGE = "testing backend: failure requested"
 LOAD_FAILURE_MESSAGE = "testing backend: load failure requested"
 CRASH_EXIT_STATUS = 17
@@ -119,7 +122,7 @@ class TestingModel(Model):
                 f"model '{context.name}': parameter times_output names output "
                 f"'{self.times_output}', which the config does not declare"
             )
-        if mode not in ("fail", "crash") and len(inputs) != len(outputs):
+        if mode not in ("fail", "crash", "segfault") and len(inputs) != len(outputs):
             raise InvalidArgument(
                 f"model '{context.name}': the testing backend echoes input i as output i, so "
                 f"it needs as many outputs as inputs (got {len(inputs)} and {len(outputs)})"
@@ -186,6 +189,8 @@ class TestingInstance(Instance):
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         if self._model.mode == "crash":
             os._exit(CRASH_EXIT_STATUS)
+        if self._model.mode == "segfault":
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
         started_ns = time.time_ns()
         if self._model.started_file:
             started(self._model.started_file, requests)
