@@ -92,7 +92,9 @@ def test_python_models_run_in_the_environment_they_name(
         for tensor in inputs:
             tensor.set_data_from_numpy(ones)
         prefixes = {}
+        index = {entry["name"]: entry for entry in client.get_model_repository_index()}
         for name in ("in_folder", "in_tarball"):
+            assert index[name]["state"] == "READY", (index[name], server.log()[-4000:])
             result = client.infer(name, inputs)
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), ones * 2)  # BLS to simple
             value, prefix = result.as_numpy("WHERE")[0][0].decode().split("|")
