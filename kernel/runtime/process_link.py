@@ -25,7 +25,7 @@ from inferd.kernel.runtime import link_memory
 from inferd.kernel.runtime.loop_socket import LoopSocket
 from inferd.protocols import wire
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.messages import Envelope, ReleaseSegments
+from inferd.protocols.messages import Envelope, ExecutorHello, ReleaseSegments
 
 if TYPE_CHECKING:
     from inferd.kernel.runtime.router import Router
@@ -163,7 +163,11 @@ class ProcessLink:
         except InvalidArgument as error:
             log.error("malformed message from %s dropped: %s", peer, error)
             return
-        if self.is_hub:
+        if self.is_hub and (peer not in self.gone or type(envelope.body) is ExecutorHello):
+            # A message a dead process sent just before it died can be read after its death
+            # was noted: it must not make the name reachable again, or what is sent there
+            # vanishes in the ROUTER and no ask to it is ever failed. Its next process's
+            # first message, its hello, does.
             self.peers.add(peer)
             self.gone.pop(peer, None)
         if type(envelope.body) is ReleaseSegments:

@@ -3,6 +3,7 @@ typed errors, deadlines, dead peers, unknown kinds, and a receive loop that neve
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,7 +22,13 @@ from inferd.protocols.errors import (
     Unavailable,
     Unsupported,
 )
-from inferd.protocols.messages import Envelope, HealthRequest, HealthStatus, IndexRequest
+from inferd.protocols.messages import (
+    Envelope,
+    ExecutorHello,
+    HealthRequest,
+    HealthStatus,
+    IndexRequest,
+)
 from tests.kernel.runtime.linked_routers import linked_routers
 
 pytestmark = pytest.mark.anyio
@@ -172,6 +179,37 @@ async def test_a_dead_peer_fails_its_pending_asks(linked) -> None:  # type: igno
             await hub.ask("peer/one", HealthRequest("never"), timeout=5)
     with pytest.raises(ExecutorCrashed, match="peer process died; it is being restarted"):
         await hub.ask("peer/one", HealthRequest("live"), timeout=5)
+
+
+async def test_a_late_message_of_a_dead_peer_does_not_make_it_reachable_again(
+        linked) -> None:  # type: ignore[no-untyped-def]
+    """A message the peer sent just before it died may be read after its death was noted
+    (the chaos run's hang, seed 898422206): were the peer reachable again, the ROUTER would
+    drop what is sent to it with no error and the asks would wait for ever. Only its next
+    process's hello makes the name reachable again."""
+    hub, peer, hub_link, _ = linked
+    hub_link.forget("peer/one", "peer process died")
+    hub.fail_pending_to("peer/one", ExecutorCrashed("peer process died"))
+    received: list[type] = []
+    arrived = anyio.Event()
+
+    def sink(envelope: Envelope) -> None:
+        received.append(type(envelope.body))
+        arrived.set()
+
+    hub.register("late-sink", sink)
+    peer.tell("late-sink", HealthRequest("late"))  # sent before it died, read after
+    with anyio.fail_after(5):
+        await arrived.wait()
+    assert "peer/one" not in hub_link.peers
+    with pytest.raises(ExecutorCrashed, match="peer process died; it is being restarted"):
+        await hub.ask("peer/one", HealthRequest("live"), timeout=5)
+    arrived = anyio.Event()
+    peer.tell("late-sink", ExecutorHello("peer/one", os.getpid(), ()))  # the new process
+    with anyio.fail_after(5):
+        await arrived.wait()
+    assert received == [HealthRequest, ExecutorHello]
+    assert await hub.ask("peer/one", HealthRequest("live"), timeout=5) == HealthStatus(True)
 
 
 async def test_tell_expects_no_reply(linked) -> None:  # type: ignore[no-untyped-def]
