@@ -148,6 +148,25 @@ def start_server(
     """Launch the server and return once every frontend listens: the native client reports
     it live and the server has logged that all its frontends started (they bind one after
     another, so zmq answering does not mean HTTP and gRPC do yet)."""
+    for _attempt in range(PORT_ATTEMPTS):
+        server = _started(repository, *flags, log_dir=log_dir, env=env)
+        if server is not None:
+            return server
+    pytest.fail(f"inferd found a port taken at each of {PORT_ATTEMPTS} starts")
+
+
+# A port handed out by free_port is free when it is chosen, not when the server binds it: an
+# outgoing connection of another test may take it meanwhile (both come from the ephemeral
+# range). A start that fails on that alone is tried again with other ports.
+PORT_ATTEMPTS = 3
+_PORT_TAKEN = "address already in use"
+
+
+def _started(
+    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+) -> ServerHandle | None:
+    """The server, once every frontend listens; None when it could not bind a port it was
+    given."""
     server = launch(repository, *flags, log_dir=log_dir, env=env)
     deadline = time.monotonic() + START_TIMEOUT_SECS
     with Client(server.url, timeout=1.0) as client:
@@ -156,6 +175,8 @@ def start_server(
             if code is not None:
                 log = server.log()
                 server.kill()
+                if _PORT_TAKEN in log and "cannot start" in log:
+                    return None
                 pytest.fail(f"inferd exited with code {code} during start-up; its log:\n{log}")
             with contextlib.suppress(InferdError):
                 if client.is_live() and SERVING_LINE in server.log():
