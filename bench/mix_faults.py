@@ -10,11 +10,13 @@ judges no answer (``mix_traffic`` does).
 
 The reasons are inferd's messages, each with the fault's own names filled in: a SIGKILLed
 executor's requests fail with ``executor process <name> (pid <pid>) exited with code -9`` (in
-flight, or ``model '<m>' is being reloaded: ...`` until it is back, the ensemble's ``model
-'<e>' is not available: ...``); an unloaded model's with ``Request for unknown model: '<m>'
-has no available versions`` (a stream in flight with ``model '<m>' was unloaded``); a
-sequence whose model's state was dropped with ``... must specify the START flag ...``; an
-unregistered region with ``Unable to find ... shared memory region: '<region>'``. A reload
+flight; sent to one of its instances after its successor started, ``instance <n> of '<m>' was
+loaded by executor process <name> (pid <pid>), which exited; ...``; or ``model '<m>' is being
+reloaded: ...`` until it is back, the ensemble's ``model '<e>' is not available: ...``); an
+unloaded model's with ``Request for unknown model: '<m>' has no available versions`` (a
+stream in flight with ``model '<m>' was unloaded``); a sequence whose model's state was
+dropped with ``... must specify the START flag ...``; an unregistered region with ``Unable to
+find ... shared memory region: '<region>'``. A reload
 fails nothing but a stream in flight on an instance it replaced (``the model's executor was
 restarted``, the one message that names neither model nor process: only a stream of the
 reloaded decoupled model may carry it).
@@ -116,11 +118,16 @@ def executors_killed(kind: str, started: float, victims: Sequence[tuple[str, int
         models = dependents(hosted(name))
         touched |= models
         died = rf"executor process {re.escape(name)} \(pid {pid}\) exited with code -9"
+        # sent to an instance of the dead process after its successor's hello (a retired
+        # version still pinned by an ensemble's step): the successor refuses it
+        stale = (rf"instance \d+ of {_any(hosted(name))} was loaded by executor process "
+                 rf"{re.escape(name)} \(pid {pid}\), which exited; it is being restarted")
         reasons += [
             # in flight when it died (a stream's request, and an ensemble's step, too)
-            Reason(RETRY, re.compile(rf"^{died}(; it is being restarted)?$"), hosted(name)),
+            Reason(RETRY, re.compile(rf"^({died}(; it is being restarted)?|{stale})$"),
+                   hosted(name)),
             Reason(RETRY, re.compile(rf"^in ensemble {_any(models)}, step {_any(hosted(name))} "
-                                     rf"failed: {died}(; it is being restarted)?$"),
+                                     rf"failed: ({died}(; it is being restarted)?|{stale})$"),
                    models - hosted(name)),
             Reason(RETRY, re.compile(rf"^model {_any(hosted(name))} is being reloaded: {died}; "
                                      "retry the request$"), hosted(name)),

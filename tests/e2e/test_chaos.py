@@ -169,6 +169,14 @@ def test_a_failure_is_explained_only_by_the_fault_that_it_names() -> None:
     assert explained("add_then_identity", "UNAVAILABLE", "model 'add_then_identity' is not "
                      f"available: model 'identity_fp32' is being reloaded: {died}; retry the "
                      "request") == mix_faults.KILL_ONE
+    # a retired version's step sent to the dead process's instance, refused by its successor
+    stale = ("instance 528280977409 of 'simple' was loaded by executor process executor/cpu0 "
+             "(pid 123), which exited; it is being restarted")
+    assert explained("simple", "UNAVAILABLE", stale) == mix_faults.KILL_ONE
+    assert explained("add_then_identity", "UNAVAILABLE", "in ensemble 'add_then_identity', "
+                     "step 'identity_fp32' failed: "
+                     f"{stale.replace('simple', 'identity_fp32')}") == mix_faults.KILL_ONE
+    assert explained("simple", "UNAVAILABLE", stale.replace("123", "124")) is None
     assert explained("simple", "UNAVAILABLE", reloading.replace("123", "124")) is None
     assert explained("simple", "UNAVAILABLE", reloading, started=13.0) is None
     assert explained("simple", "NOT_FOUND", reloading) is None

@@ -32,6 +32,13 @@ import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
+from inferd.kernel.actors.executor.instance_ids import (
+    incarnation_of,
+    new_instance_id,
+    number_of,
+    process_incarnation,
+    stale_instance,
+)
 from inferd.kernel.actors.executor.instance_slot import (
     InstanceSlot,
     Outcome,
@@ -97,7 +104,7 @@ class _LoadedVersion:
 class ExecutorActor(Actor):
     def __init__(
         self, router: Router, address: str, backends: BackendRegistry, options: dict[str, Any],
-        device_memory: DeviceMemory | None = None,
+        device_memory: DeviceMemory | None = None, incarnation: int | None = None,
     ) -> None:
         super().__init__(router, address)
         self._specs = backends
@@ -105,7 +112,9 @@ class ExecutorActor(Actor):
         self._backends: dict[str, Backend] = {}
         self._loads: dict[int, _LoadedVersion] = {}
         self._instances: dict[int, InstanceSlot] = {}
-        self._instance_ids = itertools.count(1)
+        # Ids unique over this name's processes: a batch for an earlier one's is refused.
+        self._incarnation = process_incarnation() if incarnation is None else incarnation
+        self._instance_numbers = itertools.count(1)
         self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
         self.stopped = anyio.Event()
         # Loads yield the CPU to inference, except in the server's own process: there the
@@ -213,14 +222,16 @@ class ExecutorActor(Actor):
             raise
         except Exception as error:  # a backend exception is the load's reason, verbatim
             raise Internal(f"{type(error).__name__}: {error}") from error
-        ids = tuple(next(self._instance_ids) for _ in instances)
+        ids = tuple(new_instance_id(self._incarnation, next(self._instance_numbers))
+                    for _ in instances)
         # In the server's own process a batch run on the loop holds back the requests that
         # would join the next batch: a model whose batches can grow runs on its threads.
         batches_grow = config.HasField("dynamic_batching") or config.HasField(
             "sequence_batching")
         loop_allowed = not (self.address == INLINE_EXECUTOR and batches_grow)
         for instance_id, instance in zip(ids, instances, strict=True):
-            thread = ThreadPoolExecutor(1, thread_name_prefix=f"{message.model}-{instance_id}")
+            thread = ThreadPoolExecutor(
+                1, thread_name_prefix=f"{message.model}-{number_of(instance_id)}")
             self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id,
                                                         loop_allowed=loop_allowed,
                                                         device_memory=self.device_memory)
@@ -358,7 +369,7 @@ class ExecutorActor(Actor):
         slot = self._instances.get(batch.instance)
         if slot is None:
             self._cancelled.pop(key, None)
-            raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
+            raise self._not_here(batch.instance, batch.model)
         loop = asyncio.get_running_loop()
         finished: set[int] = set()
         returned = False
@@ -391,13 +402,20 @@ class ExecutorActor(Actor):
         slot.observe(elapsed)
         return BatchResult((), (0, elapsed, 0))
 
+    def _not_here(self, instance: int, model: str) -> InferdError:
+        """Why a batch for ``instance`` cannot run: an earlier process of this executor
+        loaded it (a retryable ``ExecutorCrashed``), or no process of it did."""
+        if incarnation_of(instance) != self._incarnation:
+            return stale_instance(instance, model, self.address)
+        return NotFound(f"instance {instance} of '{model}' is not loaded here")
+
     async def on_infer_batch(self, batch: InferBatch, envelope: Envelope) -> BatchResult:
         key = (envelope.src, envelope.msg_id)
         cancelled = self._cancellation(key)
         slot = self._instances.get(batch.instance)
         if slot is None:
             self._cancelled.pop(key, None)
-            raise NotFound(f"instance {batch.instance} of '{batch.model}' is not loaded here")
+            raise self._not_here(batch.instance, batch.model)
         try:
             outcome: Outcome | BaseException = await slot.run(
                 lambda: execute_batch(slot, batch, cancelled))

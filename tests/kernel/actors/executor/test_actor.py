@@ -11,6 +11,7 @@ server through the scheduler. The end-to-end tests run the same actor in executo
 
 from __future__ import annotations
 
+import os
 import textwrap
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -35,7 +36,7 @@ from inferd.kernel.runtime.router import Router
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.testing import TESTING_BACKEND
 from inferd.plugins.backends.testing.backends import FAILURE_MESSAGE, LOAD_FAILURE_MESSAGE
-from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
+from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable, http_status
 from inferd.protocols.messages import (
     Ack,
     ApplyLogSettings,
@@ -211,14 +212,16 @@ class Harness:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path) -> AsyncIterator[Harness]:
-    """The executor and the stand-in scheduler on one router; every exchange bounded."""
+async def running(tmp_path: Path, *, numbered: bool = True) -> AsyncIterator[Harness]:
+    """The executor and the stand-in scheduler on one router; every exchange bounded.
+    ``numbered``: its instance ids are 1, 2, ... (an incarnation of 0), else a process's."""
     registry = BackendRegistry()
     for spec in (TESTING_BACKEND, PYTHON_BACKEND, MISSING_FRAMEWORK):
         registry.add(spec)
     router = Router("main")
-    harness = Harness(router, ExecutorActor(router, EXECUTOR, registry, {}), Scheduler(router),
-                      tmp_path)
+    executor = (ExecutorActor(router, EXECUTOR, registry, {}, incarnation=0) if numbered
+                else ExecutorActor(router, EXECUTOR, registry, {}))
+    harness = Harness(router, executor, Scheduler(router), tmp_path)
     async with anyio.create_task_group() as tasks:
         await tasks.start(harness.scheduler.run)
         await tasks.start(harness.executor.run)
@@ -296,6 +299,27 @@ async def test_a_batch_for_an_instance_not_loaded_here_is_not_found(tmp_path: Pa
     async with running(tmp_path) as harness:
         with pytest.raises(NotFound, match="instance 5 of 'echo' is not loaded here"):
             await harness.batch(5, request(1))
+
+
+async def test_a_batch_for_an_instance_of_the_executor_s_previous_process_is_refused(
+        tmp_path: Path) -> None:
+    """A restarted executor answers to its old name and numbers its instances afresh: a batch
+    still addressed to an instance of its previous process must never run on one of the new
+    process's (another model's), but fail as an executor that died, retryable."""
+    async with running(tmp_path, numbered=False) as before:
+        _, echo = await before.load(ECHO)
+        assert [echoed(r) for r in (await before.batch(echo.instance_ids[0], request(1))
+                                    ).results] == [[1, 1]]
+    async with running(tmp_path, numbered=False) as restarted:
+        _, other = await restarted.load(ECHO.replace('"echo"', '"other"'))
+        assert [echoed(r) for r in (await restarted.batch(other.instance_ids[0], request(2))
+                                    ).results] == [[2, 2]]
+        stale = echo.instance_ids[0]
+        with pytest.raises(Unavailable) as refused:
+            await restarted.batch(stale, request(3))
+        assert (http_status(refused.value.code), refused.value.message) == (503, (
+            f"instance {stale} of 'echo' was loaded by executor process {EXECUTOR} "
+            f"(pid {os.getpid()}), which exited; it is being restarted"))
 
 
 async def test_one_instance_runs_one_batch_at_a_time_and_two_run_at_once(

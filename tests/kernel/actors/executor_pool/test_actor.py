@@ -26,6 +26,7 @@ import zmq
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.actors.executor.instance_ids import number_of
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.runtime.actor import Actor
@@ -196,6 +197,11 @@ async def running(tmp_path: Path, backends: BackendRegistry | None = None,
         context.term()
 
 
+def numbered(instances: tuple[tuple[str, int], ...]) -> list[tuple[str, int]]:
+    """Each instance's executor and which of its process's instances it is (from 1)."""
+    return [(executor, number_of(instance)) for executor, instance in instances]
+
+
 # ---------------------------------------------------------------------------- inline
 
 
@@ -205,13 +211,14 @@ async def test_an_inline_load_runs_in_this_process_and_its_unload_closes_it(
     async with running(tmp_path) as harness:
         load_id, loaded = await harness.load("m", count=2)
         assert loaded.executor == INLINE_EXECUTOR
-        assert loaded.instances == ((INLINE_EXECUTOR, 1), (INLINE_EXECUTOR, 2))
+        assert numbered(loaded.instances) == [(INLINE_EXECUTOR, 1), (INLINE_EXECUTOR, 2)]
         config = ModelConfig.FromString(loaded.config)
         assert (config.name, config.instance_group[0].count) == ("m", 2)
-        assert await harness.infer(INLINE_EXECUTOR, 2, 5) == [5, 5]
+        second = loaded.instances[1][1]
+        assert await harness.infer(INLINE_EXECUTOR, second, 5) == [5, 5]
         await harness.unload(load_id)
         with pytest.raises(NotFound):
-            await harness.infer(INLINE_EXECUTOR, 2, 5)
+            await harness.infer(INLINE_EXECUTOR, second, 5)
 
 
 async def test_a_failed_load_is_answered_with_its_reason(tmp_path: Path) -> None:
@@ -219,7 +226,7 @@ async def test_a_failed_load_is_answered_with_its_reason(tmp_path: Path) -> None
         with pytest.raises(InvalidArgument, match="the weights are gone"):
             await harness.load("broken", mode("fail_load", message="the weights are gone"))
         _, loaded = await harness.load("m")
-        assert loaded.instances == ((INLINE_EXECUTOR, 1),)  # the failure left no instance
+        assert numbered(loaded.instances) == [(INLINE_EXECUTOR, 1)]  # the failure made none
 
 
 async def test_an_unload_that_overtakes_its_load_unloads_it_once_loaded(tmp_path: Path) -> None:
