@@ -55,7 +55,7 @@ def _long_code_octets(size: int) -> bytes:
 
 def _steps() -> dict[str, tuple[Step, int]]:
     """Each row's step and the octets of input it decodes per call."""
-    from inferd.protocols.hpack import HeaderDecoder, _encode_int, huffman_decode
+    from inferd.protocols.hpack import HeaderDecoder, encode_int, huffman_decode
 
     request_values = [_huffman_encode(value) for value in (
         b"/inference.GRPCInferenceService/ModelInfer", b"localhost:8001",
@@ -76,7 +76,7 @@ def _steps() -> dict[str, tuple[Step, int]]:
             huffman_decode(value)
         return None
 
-    entry = b"\x40\x01x" + _encode_int(4000, 7, 0) + b"v" * 4000  # literal, indexed
+    entry = b"\x40\x01x" + encode_int(4000, 7, 0) + b"v" * 4000  # literal, indexed
     bomb = entry + b"\xbe" * (BLOCK - len(entry))
     fields = b"\x82" * BLOCK
 

@@ -253,7 +253,9 @@ class HeaderDecoder:
             self._size -= len(name) + len(value) + _FIELD_OVERHEAD
 
 
-def _encode_int(value: int, prefix: int, flags: int) -> bytes:
+def encode_int(value: int, prefix: int, flags: int) -> bytes:
+    """RFC 7541 section 5.1: ``value`` in a ``prefix``-bit prefix, the first octet's other
+    bits ``flags``."""
     limit = (1 << prefix) - 1
     if value < limit:
         return bytes([flags | value])
@@ -278,15 +280,15 @@ def encode_headers(fields: list[tuple[str, str]]) -> bytes:
     for name, value in fields:
         index = _STATIC_FIELDS.get((name, value), 0)
         if index:
-            out += _encode_int(index, 7, 0x80)
+            out += encode_int(index, 7, 0x80)
             continue
         index = _STATIC_NAMES.get(name, 0)
-        out += _encode_int(index, 4, 0x00)
+        out += encode_int(index, 4, 0x00)
         if not index:
             raw_name = name.encode("latin-1")
-            out += _encode_int(len(raw_name), 7, 0x00)
+            out += encode_int(len(raw_name), 7, 0x00)
             out += raw_name
         raw = value.encode("latin-1")
-        out += _encode_int(len(raw), 7, 0x00)
+        out += encode_int(len(raw), 7, 0x00)
         out += raw
     return bytes(out)

@@ -364,7 +364,7 @@ class Connection:
             stream.received_length += len(payload)
             if (stream.received_length > stream.expected_length
                     or end_stream and stream.received_length != stream.expected_length):
-                self._malformed(stream_id, "content-length does not match the DATA", events)
+                self._malformed(stream_id, events)
                 return
         if end_stream:
             stream.remote_closed = True
@@ -431,7 +431,7 @@ class Connection:
             self._refused(stream_id, REFUSED_STREAM)
             return
         if decoded is None:
-            self._refusal(stream_id)
+            self._refusal()
             self._open(stream_id, -1, end_stream)
             events.append(Event(EV_HEADERS_TOO_LARGE, stream_id, end_stream,
                                 code=self._too_large))
@@ -463,16 +463,16 @@ class Connection:
         """A second header block on an open stream: the request's trailers."""
         headers = self._decode(block)
         if headers is None:
-            self._malformed(stream_id, "trailers too large", events)
+            self._malformed(stream_id, events)
             return
         if stream.remote_closed:
             self._stream_error(stream_id, STREAM_CLOSED, events)
         elif not end_stream:
-            self._malformed(stream_id, "trailers without END_STREAM", events)
+            self._malformed(stream_id, events)
         elif trailers_problem(headers) is not None or (
                 stream.expected_length >= 0
                 and stream.received_length != stream.expected_length):
-            self._malformed(stream_id, "malformed trailers", events)
+            self._malformed(stream_id, events)
         else:
             stream.remote_closed = True
             events.append(Event(EV_DATA, stream_id, True))
@@ -620,18 +620,21 @@ class Connection:
         if not self._control.charge(self._clock()):
             raise ProtocolError(ENHANCE_YOUR_CALM, f"too many {what}")
 
-    def _refusal(self, stream_id: int) -> None:
+    def _refusal(self) -> None:
+        """Charge a stream this side will not serve to the reset budget."""
         if not self._resets.charge(self._clock()):
             raise ProtocolError(ENHANCE_YOUR_CALM, "too many streams refused")
 
     def _refused(self, stream_id: int, code: int) -> None:
         """A stream the peer opened and this side will not serve: reset at once."""
-        self._refusal(stream_id)
+        self._refusal()
         self.output.append(rst_stream(stream_id, code))
         self._remember_closed(stream_id, _CLOSED_HERE)
 
-    def _malformed(self, stream_id: int, why: str, events: list[Event]) -> None:
-        self._refusal(stream_id)
+    def _malformed(self, stream_id: int, events: list[Event]) -> None:
+        """A malformed request on an open stream (section 8.1.1): a stream error, never
+        served, charged as a refusal."""
+        self._refusal()
         self._stream_error(stream_id, PROTOCOL_ERROR, events)
 
     def _stream_error(self, stream_id: int, code: int, events: list[Event]) -> None:
@@ -721,7 +724,7 @@ class Connection:
         """Refuse an open stream the server will not serve now (REFUSED_STREAM: the client
         may retry it), charged to the connection's reset budget."""
         if stream_id in self._streams:
-            self._refusal(stream_id)
+            self._refusal()
             self.reset(stream_id, REFUSED_STREAM)
 
     def reset(self, stream_id: int, code: int) -> None:

@@ -30,6 +30,7 @@ from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
 from inferd.protocols import http2
+from inferd.protocols.hpack import encode_int
 
 SERVICE = "/inference.GRPCInferenceService/"
 # A socket operation waits at most this long, so that sending and reading threads notice a
@@ -47,26 +48,12 @@ _HUFFMAN = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
 # ------------------------------------------------------------------------- header blocks
 
 
-def integer(value: int, prefix: int, flags: int) -> bytes:
-    """RFC 7541 5.1: ``value`` in a ``prefix``-bit prefix, the byte's other bits ``flags``."""
-    limit = (1 << prefix) - 1
-    if value < limit:
-        return bytes([flags | value])
-    out = bytearray([flags | limit])
-    value -= limit
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def string(raw: bytes, huffman: bool = False) -> bytes:
     """An HPACK string literal, Huffman-coded if asked."""
     if huffman:
         coded = bytes(_HUFFMAN.encode(raw))
-        return integer(len(coded), 7, 0x80) + coded
-    return integer(len(raw), 7, 0x00) + raw
+        return encode_int(len(coded), 7, 0x80) + coded
+    return encode_int(len(raw), 7, 0x00) + raw
 
 
 def literal(name: bytes, value: bytes, *, huffman: bool = False) -> bytes:

@@ -26,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
 from inferd.protocols import http2
+from inferd.protocols.hpack import encode_int
 from tests.e2e import h2_attacks as h2a
 from tests.e2e.h2_attacks import Attacker, GoodClient, Received, RssSampler
 from tests.e2e.inferd_harness import WAIT_SECS, InferdHarness, ServerHandle
@@ -444,7 +445,7 @@ def test_tiny_continuation_frames(inferd: InferdHarness, implementation: str) ->
     server = serve(inferd, implementation)
     # A literal whose value comes one octet a frame.
     start = (h2a.request_block("ServerLive") + b"\x00" + h2a.string(b"x-pad")
-             + h2a.integer(TINY_CONTINUATIONS, 7, 0x00))
+             + encode_int(TINY_CONTINUATIONS, 7, 0x00))
     opening = http2.frame(http2.HEADERS, 0, 1, start)
     octet = http2.frame(http2.CONTINUATION, 0, 1, b"a")
     outcome = under_attack(server, flood(octet, TINY_CONTINUATIONS, opening=opening,
@@ -518,6 +519,33 @@ def test_huffman_heavy_header_blocks(inferd: InferdHarness, implementation: str)
 
     outcome = under_attack(server, attack)
     assert_withstood(outcome, goaway={CALM})
+
+
+# Past the 16 KiB header list limit, short of four times it (the bound of a bomb): each call
+# is refused on its own and the connection stays.
+OVERSIZED_VALUE = b"v" * 20_000
+OVERSIZED_CALLS = 8
+
+
+@pytest.mark.parametrize("implementation", implementations())
+def test_header_lists_over_the_limit_are_refused_one_by_one(inferd: InferdHarness,
+                                                            implementation: str) -> None:
+    server = serve(inferd, implementation)
+    block = h2a.request_block("ServerLive") + h2a.literal(b"x-large", OVERSIZED_VALUE)
+
+    def attack(server: ServerHandle, until: float) -> Attacker:
+        attacker = Attacker(server.ports["grpc"], decode_headers=True)
+        attacker.start_reading()
+        for stream in range(1, 2 * OVERSIZED_CALLS, 2):
+            if not (attacker.send(h2a.call_frames(stream, block), until)
+                    and attacker.wait_closed(stream, until)):
+                break
+        return attacker
+
+    outcome = under_attack(server, attack, end_secs=0.5)  # which must not end it
+    # Each call answered RESOURCE_EXHAUSTED, never served.
+    assert outcome.received.statuses == {"8": OVERSIZED_CALLS}, outcome
+    assert_withstood(outcome, goaway={None}, ends=False)
 
 
 BOMB_INFLATED = 256 * MIB

@@ -281,7 +281,7 @@ def test_an_hpack_bomb_is_fatal_before_the_block_ends() -> None:
     # One 4 KiB entry, referenced by one octet 60,000 times: 240 MB decoded by 6.5.2's
     # measure. The block ends in an index 0, which a decoder that went on to the end would
     # refuse as malformed instead.
-    entry = b"\x40\x01x" + hpack._encode_int(4000, 7, 0) + b"v" * 4000
+    entry = b"\x40\x01x" + hpack.encode_int(4000, 7, 0) + b"v" * 4000
     bomb = entry + bytes([0x80 | 62]) * 60_000 + bytes([0x80])
     decoder = HeaderDecoder(max_list_size=16384)
     with pytest.raises(HeaderListTooLarge) as refused:
@@ -292,14 +292,14 @@ def test_an_hpack_bomb_is_fatal_before_the_block_ends() -> None:
 
 def test_a_string_longer_than_the_bomb_bound_is_fatal_before_it_is_decoded() -> None:
     value = b"v" * 70_000
-    block = b"\x00\x01x" + hpack._encode_int(len(value), 7, 0) + value
+    block = b"\x00\x01x" + hpack.encode_int(len(value), 7, 0) + value
     with pytest.raises(HeaderListTooLarge) as refused:
         HeaderDecoder(max_list_size=16384).decode(block)
     assert refused.value.fatal
     # 30 bits a symbol: at least 20,000 octets decoded. The string ends in bad padding,
     # which decoding it would find.
     coded = huffman_encode(b"\x0a" * 20_000) + b"\x00"
-    block = b"\x00\x01x" + hpack._encode_int(len(coded), 7, 0x80) + coded
+    block = b"\x00\x01x" + hpack.encode_int(len(coded), 7, 0x80) + coded
     with pytest.raises(HeaderListTooLarge) as refused:
         HeaderDecoder(max_list_size=4096).decode(block)
     assert refused.value.fatal

@@ -114,25 +114,10 @@ def ping(payload: bytes = b"01234567", flags: int = 0) -> bytes:
     return frame(PING, flags, 0, payload)
 
 
-def hpack_int(value: int, prefix: int, flags: int) -> bytes:
-    """RFC 7541 section 5.1's integer of ``prefix`` bits, the first octet's other bits
-    ``flags``."""
-    limit = (1 << prefix) - 1
-    if value < limit:
-        return bytes([flags | value])
-    out = bytearray([flags | limit])
-    value -= limit
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def indexed_literal(name: str, value: str) -> bytes:
     """A literal field with incremental indexing and a new name (RFC 7541 section 6.2.1)."""
-    return (b"\x40" + hpack_int(len(name), 7, 0) + name.encode("latin-1")
-            + hpack_int(len(value), 7, 0) + value.encode("latin-1"))
+    return (b"\x40" + hpack.encode_int(len(name), 7, 0) + name.encode("latin-1")
+            + hpack.encode_int(len(value), 7, 0) + value.encode("latin-1"))
 
 
 def list_size(fields: list[tuple[str, str]]) -> int:
@@ -948,28 +933,29 @@ def _hpack_error(block: bytes) -> ProtocolError:
 
 
 def test_rfc7541_4_2_a_table_size_update_after_a_field_is_a_compression_error() -> None:
-    block = hpack.encode_headers(REQUEST) + hpack_int(0, 5, 0x20)
+    block = hpack.encode_headers(REQUEST) + hpack.encode_int(0, 5, 0x20)
     assert _hpack_error(block).code == http2.COMPRESSION_ERROR
 
 
 def test_rfc7541_4_2_a_table_size_update_at_the_start_of_a_block_is_accepted() -> None:
     connection = connect()
-    block = hpack_int(0, 5, 0x20) + hpack_int(4096, 5, 0x20) + hpack.encode_headers(REQUEST)
+    block = (hpack.encode_int(0, 5, 0x20) + hpack.encode_int(4096, 5, 0x20)
+             + hpack.encode_headers(REQUEST))
     events = feed(connection, frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
     assert kinds(events) == [(http2.EV_HEADERS, 1, 0)]
 
 
 def test_rfc7541_6_3_a_table_size_update_above_the_settings_limit() -> None:
-    block = hpack_int(4097, 5, 0x20) + hpack.encode_headers(REQUEST)
+    block = hpack.encode_int(4097, 5, 0x20) + hpack.encode_headers(REQUEST)
     assert _hpack_error(block).code == http2.COMPRESSION_ERROR
 
 
 @pytest.mark.parametrize("field", [
-    pytest.param(hpack_int(0, 7, 0x80), id="indexed-0"),
-    pytest.param(hpack_int(62, 7, 0x80), id="indexed-62-empty-table"),
-    pytest.param(hpack_int(1000, 7, 0x80), id="indexed-1000"),
-    pytest.param(hpack_int(62, 4, 0x00) + b"\x01a", id="literal-name-62"),
-    pytest.param(hpack_int(62, 6, 0x40) + b"\x01a", id="indexed-literal-name-62"),
+    pytest.param(hpack.encode_int(0, 7, 0x80), id="indexed-0"),
+    pytest.param(hpack.encode_int(62, 7, 0x80), id="indexed-62-empty-table"),
+    pytest.param(hpack.encode_int(1000, 7, 0x80), id="indexed-1000"),
+    pytest.param(hpack.encode_int(62, 4, 0x00) + b"\x01a", id="literal-name-62"),
+    pytest.param(hpack.encode_int(62, 6, 0x40) + b"\x01a", id="indexed-literal-name-62"),
 ])
 def test_rfc7541_6_1_an_index_outside_both_tables_is_a_compression_error(field: bytes) -> None:
     assert _hpack_error(hpack.encode_headers(REQUEST) + field).code == http2.COMPRESSION_ERROR
@@ -1000,7 +986,7 @@ def _bomb(references: int) -> tuple[bytes, int]:
     times: the block and the size of its header list."""
     name, value = "x-bomb", "v" * 4000
     block = (hpack.encode_headers(REQUEST) + indexed_literal(name, value)
-             + hpack_int(62, 7, 0x80) * references)
+             + hpack.encode_int(62, 7, 0x80) * references)
     return block, list_size(REQUEST) + (1 + references) * list_size([(name, value)])
 
 
