@@ -44,6 +44,18 @@ def _names_from_env(variable: str) -> set[str] | None:
     return {name.strip() for name in value.split(",") if name.strip()}
 
 
+def _warn_hookless(entry_point: importlib.metadata.EntryPoint, plugin: object) -> None:
+    """A plugin that implements no hook is almost always the wrong module: most often a
+    folder of the same name on ``sys.path`` (a project folder in the working directory)
+    imported as an empty namespace package instead of the installed package."""
+    where = getattr(plugin, "__file__", None)
+    if where is None:
+        paths = list(getattr(plugin, "__path__", []))
+        where = f"a namespace package at {paths}: a folder named like the package shadows it"
+    log.warning("plugin %s (%s, from %s) implements no %s hook; it does nothing",
+                entry_point.name, entry_point.value, where, hookspecs.PROJECT)
+
+
 class Plugins:
     """The loaded plugins, and typed calls of their hooks."""
 
@@ -65,7 +77,10 @@ class Plugins:
                 continue
             if manager.get_plugin(entry_point.name) is not None:
                 continue
-            manager.register(entry_point.load(), name=entry_point.name)
+            plugin = entry_point.load()
+            manager.register(plugin, name=entry_point.name)
+            if not manager.get_hookcallers(plugin):
+                _warn_hookless(entry_point, plugin)
             loaded.append(entry_point.name)
         manager.check_pending()
         return cls(manager, loaded)

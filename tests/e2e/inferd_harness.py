@@ -37,7 +37,9 @@ from inferd.protocols.errors import InferdError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_REPOSITORY = PROJECT_ROOT / "model_repository"
-INFERD = [sys.executable, "-m", "inferd.kernel.cli.main"]
+# -P as the ``inferd`` script runs: the working directory (the log folder) not on sys.path.
+INFERD_ARGUMENTS = ["-P", "-m", "inferd.kernel.cli.main"]
+INFERD = [sys.executable, *INFERD_ARGUMENTS]
 
 START_TIMEOUT_SECS = 60.0
 STOP_TIMEOUT_SECS = 30.0
@@ -113,12 +115,14 @@ class ServerHandle:
 
 
 def launch(
-    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> ServerHandle:
-    """Start ``inferd serve`` without waiting for it; every port is a free one (zmq given,
-    the others so that concurrent servers never collide)."""
+    """Start ``inferd serve`` (with ``python``: another venv's, say) without waiting for it;
+    every port is a free one (zmq given, the others so that concurrent servers never
+    collide)."""
     zmq_port = free_port()
-    command = [*INFERD, "serve", "--zmq-address", "127.0.0.1", "--zmq-port", str(zmq_port)]
+    command = [python, *INFERD_ARGUMENTS, "serve", "--zmq-address", "127.0.0.1", "--zmq-port", str(zmq_port)]
     ports = {"zmq": zmq_port}
     for protocol in ("http", "grpc", "metrics"):
         ports[protocol] = free_port()
@@ -143,13 +147,14 @@ def launch(
 
 
 def start_server(
-    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> ServerHandle:
     """Launch the server and return once every frontend listens: the native client reports
     it live and the server has logged that all its frontends started (they bind one after
     another, so zmq answering does not mean HTTP and gRPC do yet)."""
     for _attempt in range(PORT_ATTEMPTS):
-        server = _started(repository, *flags, log_dir=log_dir, env=env)
+        server = _started(repository, *flags, log_dir=log_dir, env=env, python=python)
         if server is not None:
             return server
     pytest.fail(f"inferd found a port taken at each of {PORT_ATTEMPTS} starts")
@@ -163,11 +168,12 @@ _PORT_TAKEN = "address already in use"
 
 
 def _started(
-    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+    repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> ServerHandle | None:
     """The server, once every frontend listens; None when it could not bind a port it was
     given."""
-    server = launch(repository, *flags, log_dir=log_dir, env=env)
+    server = launch(repository, *flags, log_dir=log_dir, env=env, python=python)
     deadline = time.monotonic() + START_TIMEOUT_SECS
     with Client(server.url, timeout=1.0) as client:
         while True:
@@ -297,9 +303,11 @@ class InferdHarness:
         return server
 
     def start(
-        self, repository: Path | None, *flags: str, env: dict[str, str] | None = None
+        self, repository: Path | None, *flags: str, env: dict[str, str] | None = None,
+        python: str = sys.executable,
     ) -> ServerHandle:
-        server = start_server(repository, *flags, log_dir=self.folder / "logs", env=env)
+        server = start_server(repository, *flags, log_dir=self.folder / "logs", env=env,
+                              python=python)
         self.servers.append(server)
         return server
 

@@ -4,6 +4,7 @@ framework that cannot be imported makes only its own models UNAVAILABLE, with th
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,47 @@ def test_a_pip_installed_backend_serves_a_model(inferd: Any, installed_plugin: P
         assert [(e.name, e.state) for e in client.index()] == [("rev", "READY")]
         result = client.infer("rev", {"INPUT0": np.array([1, 2, 3, 4], dtype=np.int32)})
         assert result.as_numpy("OUTPUT0").tolist() == [4, 3, 2, 1]
+
+
+@pytest.fixture(scope="module")
+def author_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A plugin author's setup: a venv that sees this one's packages (inferd included),
+    with the third-party backend installed from its project folder by ``pip install -e``
+    (a setuptools editable install: an import hook, not a ``sys.path`` entry). The project
+    folder is named like its package, ``inferd_reverse``. Returns (python, that folder)."""
+    root = tmp_path_factory.mktemp("author")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    ours = next(path for path in sys.path if path.endswith("site-packages"))
+    (site_packages / "inferd_parent.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    project = root / "inferd_reverse"
+    shutil.copytree(THIRD_PARTY, project, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "-e", str(project)],
+                   check=True, timeout=180, capture_output=True)
+    return python, project
+
+
+def test_a_project_folder_named_like_the_plugin_does_not_shadow_it(
+    inferd: Any, author_venv: tuple[Path, Path]
+) -> None:
+    """The author serves from the folder that holds their project folder: every process of
+    the server, executors included, imports the installed plugin, not that folder as an
+    empty namespace package (executors did: ``python -m`` put the working directory first,
+    and the model was 'not installed in this server')."""
+    python, project = author_venv
+    shutil.copytree(project, inferd.folder / "logs" / project.name)  # the working directory
+    repository = inferd.repository(configs={"rev": REVERSE_CONFIG})
+    server = inferd.start(repository, python=str(python))
+    with server.client() as client:
+        entries = {e.name: e for e in client.index()}
+        assert entries["rev"].state == "READY", entries["rev"].reason
+        result = client.infer("rev", {"INPUT0": np.array([1, 2, 3, 4], dtype=np.int32)})
+        assert result.as_numpy("OUTPUT0").tolist() == [4, 3, 2, 1]
+    assert "implements no inferd hook" not in server.log()
 
 
 def test_a_denied_plugin_leaves_its_models_unavailable(inferd: Any, installed_plugin: Path) -> None:

@@ -106,3 +106,22 @@ def test_serve_refuses_a_url_no_storage_plugin_reads(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "hdfs://cluster/models: not a remote repository URL (s3://, gs://, as://, az://)" \
         in done.stderr
+
+
+def test_a_plugin_that_implements_no_hook_is_a_warning_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Most often the wrong module was imported (a folder named like the package): the
+    plugin would otherwise register nothing, silently."""
+    (tmp_path / "hookless_plugin.py").write_text('"""Implements nothing."""\n')
+    info = tmp_path / "hookless_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hookless-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[inferd]\nhookless = hookless_plugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level("WARNING", logger="inferd.kernel.runtime.plugin_manager"):
+        plugins = Plugins.load()
+    assert "hookless" in plugins.loaded
+    (warning,) = [r.getMessage() for r in caplog.records if "implements no" in r.getMessage()]
+    assert warning.startswith("plugin hookless (hookless_plugin, from ")
+    assert str(tmp_path / "hookless_plugin.py") in warning

@@ -38,8 +38,11 @@ TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 VERSION_CHECK_TIMEOUT_SECS = 30.0
 # Run by the environment's interpreter: the server's site folders after its own, then the
 # executor. argv[1] is the folders as JSON; the executor's own arguments follow.
+# The environment's Python may predate -P, so the bootstrap drops the working directory that
+# ``-c`` puts first on sys.path itself (see ExecutorProcesses._start for why).
 BOOTSTRAP = (
     "import json, runpy, site, sys; "
+    "sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; "
     "[site.addsitedir(folder) for folder in json.loads(sys.argv.pop(1))]; "
     "runpy.run_module('inferd.kernel.actors.executor.main', run_name='__main__', alter_sys=True)"
 )

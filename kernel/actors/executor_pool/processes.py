@@ -98,8 +98,11 @@ class ExecutorProcesses:
         await executor.ready.wait()
 
     async def _start(self, executor: ExecutorProcess) -> None:
+        # -P: the server's working directory is not put on the executor's sys.path, so a
+        # folder there named like a plugin's package (a plugin author's project folder)
+        # cannot shadow the installed plugin as an empty namespace package.
         start = (execution_env.command(Path(executor.python)) if executor.python
-                 else [sys.executable, "-m", "inferd.kernel.actors.executor.main"])
+                 else [sys.executable, "-P", "-m", "inferd.kernel.actors.executor.main"])
         command = [
             *start,
             "--name", executor.name, "--hub", self._hub,

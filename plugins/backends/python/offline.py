@@ -30,7 +30,7 @@ def complete_offline(context: ModelContext) -> ModelConfig:
     if not path.is_file():
         raise InvalidArgument(f"model '{context.name}': Python model file not found in '{path}'")
     timeout = float(context.options.get(TIMEOUT_OPTION, DEFAULT_TIMEOUT_SECS))
-    command = [sys.executable, "-m", __name__, context.name, str(path),
+    command = [sys.executable, "-P", "-m", __name__, context.name, str(path),
                "1" if context.auto_complete else "0"]
     try:
         finished = subprocess.run(
