@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 ANY_ADDRESS = "0.0.0.0"
+# ``--address``: what every frontend binds unless its ``--<protocol>-address`` says otherwise.
+ALL_ADDRESSES_DEST = "address"
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -89,13 +91,19 @@ class ListenFlags:
 
     def add_to(self, parser: Any) -> None:
         """Add both flags to a parser or argument group."""
-        parser.add_argument(f"--{self.protocol}-port", type=int, default=self.port)
-        parser.add_argument(f"--{self.protocol}-address", default=ANY_ADDRESS)
+        name = self.protocol
+        parser.add_argument(f"--{name}-port", type=int, default=self.port,
+                            help=f"the port the {name} frontend listens on (default {self.port})")
+        parser.add_argument(f"--{name}-address", default=None, metavar="ADDRESS",
+                            help=f"the address the {name} frontend binds (default: --address, "
+                                 f"itself {ANY_ADDRESS} unless given)")
 
     def read(self, options: Mapping[str, Any]) -> tuple[str, int]:
-        """(address, port) as parsed; the defaults for a flag the options lack."""
-        return (str(options.get(f"{self.protocol}_address", ANY_ADDRESS)),
-                int(options.get(f"{self.protocol}_port", self.port)))
+        """(address, port) as parsed: the protocol's own address, else ``--address``, else
+        every interface; the default port for a flag the options lack."""
+        address = (options.get(f"{self.protocol}_address") or options.get(ALL_ADDRESSES_DEST)
+                   or ANY_ADDRESS)
+        return str(address), int(options.get(f"{self.protocol}_port", self.port))
 
 
 class SettingText(NamedTuple):

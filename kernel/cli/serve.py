@@ -25,7 +25,14 @@ from inferd.kernel.actors.scheduler.cache_config import (
     CacheConfigError,
     parse_cache_config,
 )
-from inferd.kernel.cli.flags import add_boolean, backend_setting, byte_count, positive_seconds
+from inferd.kernel.cli.flags import (
+    ALL_ADDRESSES_DEST,
+    ANY_ADDRESS,
+    add_boolean,
+    backend_setting,
+    byte_count,
+    positive_seconds,
+)
 from inferd.kernel.observability.logs import LogSettings, configure_logging
 from inferd.kernel.observability.memory_meter import MemoryMeter
 from inferd.kernel.observability.trace_config import TraceConfig, parse_trace_config
@@ -49,6 +56,10 @@ def kernel_parser() -> argparse.ArgumentParser:
     and tritonserver's that inferd accepts to refuse or report."""
     defaults = Settings()
     parser = argparse.ArgumentParser(prog="inferd serve", description="Run the server.")
+    parser.add_argument("--address", dest=ALL_ADDRESSES_DEST, default=ANY_ADDRESS,
+                        help="the address every frontend binds unless its own "
+                             f"--<protocol>-address says otherwise (default {ANY_ADDRESS}; "
+                             "127.0.0.1 serves this machine only)")
     models = parser.add_argument_group("models")
     models.add_argument("--model-repository", "--model-store", action="append",
                         dest="model_repositories", metavar="PATH",
@@ -267,7 +278,9 @@ def _cache(args: argparse.Namespace) -> CacheConfig | None:
 def _plugin_options(args: argparse.Namespace) -> dict[str, Any]:
     """The parsed values of the flags plugins added, by dest: all but the kernel's own."""
     kernel = vars(kernel_parser().parse_args([]))
-    return {name: value for name, value in vars(args).items() if name not in kernel}
+    options = {name: value for name, value in vars(args).items() if name not in kernel}
+    options[ALL_ADDRESSES_DEST] = getattr(args, ALL_ADDRESSES_DEST)  # read by every frontend
+    return options
 
 
 # tritonserver's deprecated trace flags (by dest) and the --trace-config setting each is.

@@ -9,27 +9,54 @@ from pathlib import Path
 
 import pytest
 
+from inferd.kernel.cli.flags import ListenFlags
 from inferd.kernel.cli.serve import kernel_parser, serve_parser, settings_from
 from inferd.kernel.observability.trace_config import TraceConfig
 from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.kernel.settings import Settings
 from inferd.kernel.supervisor import StartupFailed
 
-FRONTEND_FLAGS = {"http_port": 8000, "http_address": "0.0.0.0", "grpc_port": 8001,
-                  "grpc_address": "0.0.0.0", "metrics_port": 8002,
-                  "metrics_address": "0.0.0.0", "zmq_port": 8003, "zmq_address": "0.0.0.0"}
+FRONTEND_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "zmq": 8003}
+
+
+def listening(settings: Settings) -> dict[str, tuple[str, int]]:
+    """Where each frontend binds, read back as the frontend reads it."""
+    return {name: ListenFlags(name, port).read(settings.options)
+            for name, port in FRONTEND_PORTS.items()}
 
 
 def test_frontends_declare_their_ports_and_addresses(tmp_path: Path) -> None:
     kernel = vars(kernel_parser().parse_args([]))
-    assert not kernel.keys() & FRONTEND_FLAGS.keys()
-    args = serve_parser(Plugins.load()).parse_args(["--model-repository", str(tmp_path)])
-    settings = settings_from(args)
-    assert {name: settings.options[name] for name in FRONTEND_FLAGS} == FRONTEND_FLAGS
-    args = serve_parser(Plugins.load()).parse_args(
+    assert not kernel.keys() & {f"{name}_{flag}" for name in FRONTEND_PORTS
+                                for flag in ("port", "address")}
+    parser = serve_parser(Plugins.load())
+    args = parser.parse_args(["--model-repository", str(tmp_path)])
+    assert listening(settings_from(args)) == {
+        name: ("0.0.0.0", port) for name, port in FRONTEND_PORTS.items()}
+    args = parser.parse_args(
         ["--model-repository", str(tmp_path), "--grpc-port=9000", "--http-address", "::1"])
-    assert (settings_from(args).options["grpc_port"],
-            settings_from(args).options["http_address"]) == (9000, "::1")
+    assert listening(settings_from(args))["grpc"] == ("0.0.0.0", 9000)
+    assert listening(settings_from(args))["http"] == ("::1", 8000)
+
+
+def test_address_binds_every_frontend_unless_its_own_flag_says_otherwise(
+    tmp_path: Path
+) -> None:
+    args = serve_parser(Plugins.load()).parse_args(
+        ["--model-repository", str(tmp_path), "--address", "127.0.0.1",
+         "--metrics-address", "0.0.0.0"])
+    assert listening(settings_from(args)) == {
+        "http": ("127.0.0.1", 8000), "grpc": ("127.0.0.1", 8001),
+        "metrics": ("0.0.0.0", 8002), "zmq": ("127.0.0.1", 8003)}
+
+
+def test_help_shows_every_listening_default() -> None:
+    text = " ".join(serve_parser(Plugins.load()).format_help().split())
+    assert "--address ADDRESS the address every frontend binds" in text
+    for name, port in FRONTEND_PORTS.items():
+        assert f"the {name} frontend listens on (default {port})" in text
+        assert f"--{name}-address ADDRESS the address the {name} frontend binds (default: " \
+               "--address, itself 0.0.0.0 unless given)" in text
 
 
 def test_no_kernel_flag_lands_in_the_plugin_options(tmp_path: Path) -> None:
