@@ -21,8 +21,10 @@ listed), compiles just those, so a test can run a real build in seconds in a cop
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
+import io
 import json
 import os
 import sys
@@ -36,6 +38,8 @@ ROOT = Path(__file__).resolve().parent
 PACKAGE_DIRS = {"kernel": ROOT / "kernel", "protocols": ROOT / "protocols"}
 MANIFEST = ROOT / "protocols" / "compiled.json"
 GROUP = "inferd.protocols.compiled"
+# What to do about a build that failed, in the reason the server's start-up line shows.
+REBUILD_HINT = "make setup, or python setup.py build_ext --inplace, shows the build's output"
 # What the manifest says while a build runs, and so after one that was killed.
 UNFINISHED = "a build started and did not finish; rebuild with make setup"
 
@@ -164,29 +168,43 @@ def _extensions() -> list[object]:
         print("inferd: compiled request path up to date")
         return []
     _compiled_sources.update(_hashes())
+    # mypy prints its errors and then exits: caught here so the first becomes the reason.
+    printed = io.StringIO()
     try:
         from mypyc.build import mypycify
 
         layout = _layout()
         os.environ["MYPYPATH"] = str(layout)
-        extensions = mypycify(
-            ["--config-file", str(ROOT / "pyproject.toml"), "--explicit-package-bases",
-             *(str(layout / "inferd" / path) for path in COMPILED)],
-            group_name=GROUP,
-            opt_level=os.environ.get("INFERD_COMPILE_OPT", "3"),
-        )
+        with contextlib.redirect_stdout(printed):
+            extensions = mypycify(
+                ["--config-file", str(ROOT / "pyproject.toml"), "--explicit-package-bases",
+                 *(str(layout / "inferd" / path) for path in COMPILED)],
+                group_name=GROUP,
+                opt_level=os.environ.get("INFERD_COMPILE_OPT", "3"),
+            )
     except BaseException as error:  # mypy missing, or mypyc refusing (it exits on errors)
         if isinstance(error, KeyboardInterrupt):
             raise
-        shown = str(error).splitlines()[0][:200] if str(error) else ""
-        reason = f"mypyc build failed: {type(error).__name__}: {shown}".strip()
+        sys.stdout.write(printed.getvalue())
+        reason = f"mypyc build failed: {_first_error(printed.getvalue(), error)}; {REBUILD_HINT}"
         traceback.print_exc()
         print(f"inferd: {reason}; the request path runs as pure Python", file=sys.stderr)
         _write_manifest(MANIFEST, False, reason)
         return []
+    sys.stdout.write(printed.getvalue())
     if inplace:
         _remove_unlisted_extensions()
     return extensions
+
+
+def _first_error(printed: str, error: BaseException) -> str:
+    """What went wrong, in one line: mypy's first error (its path made relative to the
+    layout's package), else the exception."""
+    for line in printed.splitlines():
+        if ": error:" in line:
+            return line.partition(f"{os.sep}inferd{os.sep}")[2][:200] or line[:200]
+    shown = str(error).splitlines()[0][:200] if str(error) else ""
+    return f"{type(error).__name__}: {shown}".strip().rstrip(":")
 
 
 class LenientBuildExt(build_ext):
@@ -221,7 +239,7 @@ class LenientBuildExt(build_ext):
         except Exception as error:
             print(f"inferd: C build failed: {error}", file=sys.stderr)
             # Short, as the server's start-up line shows it: the command is printed above.
-            reason = f"the C build failed ({type(error).__name__}; see the install's output)"
+            reason = f"the C build failed ({type(error).__name__}); {REBUILD_HINT}"
             print("inferd: the request path runs as pure Python", file=sys.stderr)
             _write_manifest(target, False, reason)
             return

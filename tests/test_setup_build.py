@@ -26,6 +26,7 @@ BUILD = [sys.executable, "setup.py", "build_ext", "--inplace"]
 # The line distutils prints as it starts the C compiler on one file.
 COMPILER_STARTS = re.compile(r" -c \S+\.c -o \S+\.o")
 UNFINISHED = "a build started and did not finish; rebuild with make setup"
+REBUILD_HINT = "make setup, or python setup.py build_ext --inplace, shows the build's output"
 STOP_SECS = 30
 
 # Runs the copy at argv[1] as inferd (the installed one hidden): then the probe, or the CLI.
@@ -153,6 +154,9 @@ def test_a_failed_build_installs_and_the_server_warns_at_start(
     assert manifest["compiled"] is False
     assert reason.startswith(
         "mypyc build failed: " if failure == "mypyc" else "the C build failed ("), output
+    if failure == "mypyc":  # mypy's own first error, naming the file and line
+        assert f"{MODULE}:" in reason and "error: Incompatible types" in reason, reason
+    assert reason.endswith(REBUILD_HINT), reason
     assert "the request path runs as pure Python" in output
     assert _start_up_line(tree) == ("WARNING", f"request path: pure Python ({reason})")
 
