@@ -25,6 +25,7 @@ JSON_FORMAT_VERSION = 1
 
 # Completion states a report gives each model.
 COMPLETED = "completed from the model file"
+CHECKED = "checked against the model file"  # the backend's completion added nothing
 NOT_NEEDED = "not needed"
 DISABLED = "disabled"
 NEEDS_SERVER = "needs the server"

@@ -15,6 +15,7 @@ prints it. It never starts a server or an executor and never writes to the repos
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from inferd.kernel.actors.scheduler.classification import read_labels
 from inferd.kernel.backend import BackendRegistry, ModelContext
 from inferd.kernel.cli.check.ensembles import check_ensembles
 from inferd.kernel.cli.check.report import (
+    CHECKED,
     COMPLETED,
     DISABLED,
     NEEDS_SERVER,
@@ -192,7 +194,20 @@ def _complete(
                                     str(folder / str(version))))
         return None
     except Exception as error:  # a backend's exception is the load's reason, as in a server
-        model.errors.append(Finding(f"{type(error).__name__}: {error}", str(folder)))
+        model.errors.append(_raised_at(f"{type(error).__name__}: {error}", error, folder))
         return None
-    model.completion = COMPLETED if auto_complete else DISABLED
-    return client_config(completed, config)
+    checked = client_config(completed, config)
+    if not auto_complete:
+        model.completion = DISABLED
+    else:
+        model.completion = COMPLETED if checked != config else CHECKED
+    return checked
+
+
+def _raised_at(message: str, error: BaseException, folder: Path) -> Finding:
+    """``message`` placed at the line that raised ``error``: the innermost frame of the
+    traceback (a plugin's or the model's own code), the model folder when there is none."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames or frames[-1].lineno is None:
+        return Finding(message, str(folder))
+    return Finding(message, frames[-1].filename, frames[-1].lineno, (frames[-1].colno or 0) + 1)

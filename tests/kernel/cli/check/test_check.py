@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.cli.check.report import COMPLETED, NEEDS_SERVER, NOT_NEEDED, CheckReport
+from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.cli.check.report import (
+    CHECKED,
+    COMPLETED,
+    NEEDS_SERVER,
+    NOT_NEEDED,
+    CheckReport,
+)
 from inferd.kernel.cli.check.walk import check_repository
 from inferd.kernel.cli.main import main
 from inferd.kernel.runtime.plugin_manager import Plugins
@@ -313,3 +320,36 @@ def test_the_example_repository_is_clean(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["check", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[-1].endswith(", 0 error(s), 0 warning(s)"), out
+
+
+def test_a_completion_that_adds_nothing_says_it_only_checked(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--format", "json", str(EXAMPLE)]) == 0
+    models = {m["name"]: m for m in json.loads(capsys.readouterr().out)["models"]}
+    assert models["simple"]["auto_complete"] == CHECKED  # its config lists every tensor
+    assert models["mlp"]["auto_complete"] == COMPLETED  # its config lists none
+
+
+RAISING_COMPLETION = """
+def complete(context):
+    raise ValueError("the plugin cannot read this file")
+"""
+
+
+def test_a_plugins_completion_error_is_placed_at_the_line_that_raised_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "raising_completion.py").write_text(RAISING_COMPLETION, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(plugin))
+    backends = BackendRegistry()
+    backends.add(BackendSpec(name="raising", entry="raising_completion:Backend",
+                             completion="raising_completion:complete"))
+    add(tmp_path / "repository", "broken",
+        'backend: "raising"\nmax_batch_size: 0\n'
+        'input [{name: "X" data_type: TYPE_FP32 dims: [1]}]\n'
+        'output [{name: "Y" data_type: TYPE_FP32 dims: [1]}]\n')
+    report = check_repository([tmp_path / "repository"], backends)
+    (finding,) = report.models[0].errors
+    assert finding.located() == (f"{plugin / 'raising_completion.py'}:3:5: "
+                                 "ValueError: the plugin cannot read this file")
