@@ -88,6 +88,20 @@ def test_a_project_folder_named_like_the_plugin_does_not_shadow_it(
     assert "implements no inferd hook" not in server.log()
 
 
+def test_the_example_packages_own_test_passes_with_the_sdk_server(
+    author_venv: tuple[Path, Path]
+) -> None:
+    """What a plugin author runs: their package's test, which starts a real server through
+    ``inferd.kernel.sdk.testing.serve`` and calls its model (pytest of this venv)."""
+    python, project = author_venv
+    finished = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+         str(project / "tests")],
+        cwd=project.parent, capture_output=True, text=True, timeout=300, check=False)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "1 passed" in finished.stdout
+
+
 def test_a_denied_plugin_leaves_its_models_unavailable(inferd: Any, installed_plugin: Path) -> None:
     repository = inferd.repository("simple", configs={"rev": REVERSE_CONFIG})
     server = inferd.start(
