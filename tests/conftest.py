@@ -9,11 +9,23 @@ runs on (pyzmq cannot run on trio).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.services import RedisServers, S3Server
+
+# The testing backend (plugins/backends/testing) is registered only where the tests run: this
+# folder holds a distribution's metadata whose entry point names it, put on sys.path here and
+# on PYTHONPATH for every server and executor the tests start.
+TESTING_PLUGIN = str(Path(__file__).resolve().parent / "plugins" / "testing_plugin")
+if TESTING_PLUGIN not in sys.path:
+    sys.path.append(TESTING_PLUGIN)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [TESTING_PLUGIN, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # The third-party example package's own tests run in a plugin author's venv, where the package
 # is installed (tests/e2e/test_plugins.py), not in this suite.

@@ -141,9 +141,16 @@ def launch(
         stderr=subprocess.STDOUT,
         cwd=log_dir,
         start_new_session=True,
-        env={**os.environ, **(env or {})},
+        env=_environment(env or {}),
     )
     return ServerHandle(f"tcp://127.0.0.1:{zmq_port}", process, log_path, log_file, ports=ports)
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``env`` over it; a ``PYTHONPATH`` in ``env`` goes
+    before this process's (which registers the testing backend: tests/conftest.py)."""
+    paths = [env.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]
+    return {**os.environ, **env, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
 
 
 def start_server(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
+import sys
 import inspect
 
 import pluggy
@@ -58,3 +61,14 @@ def test_the_allow_and_deny_lists_filter_by_entry_point_name(monkeypatch) -> Non
     monkeypatch.setenv("INFERD_PLUGINS", "onnxruntime,zmq,testing")
     monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "testing")
     assert sorted(Plugins.load().loaded) == ["onnxruntime", "zmq"]
+
+
+def test_the_testing_backend_is_registered_only_where_the_tests_run() -> None:
+    """Installed inferd lists no test backend; tests/conftest.py registers it for the tests."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    listed = subprocess.run(
+        [sys.executable, "-P", "-c", "from inferd.kernel.runtime.plugin_manager import Plugins;"
+         " print(sorted(Plugins.load().backends().names()))"],
+        env=environment, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "'onnxruntime'" in listed and "inferd_testing" not in listed
+    assert "inferd_testing" in Plugins.load().backends().names()
