@@ -423,3 +423,23 @@ def test_in_poll_mode_a_model_unloading_for_a_second_root_shows_only_tritons_ent
     assert held["result"].as_numpy("OUT").tolist() == [[1]]
     assert index(server)["waiter"] == [("", "UNAVAILABLE", TWO_ROOTS)]
     assert client.is_server_ready()
+
+
+# ------------------------------------------------------------------ trace settings
+
+
+def test_an_unparsable_trace_setting_body_is_refused_and_changes_nothing(
+    server: ServerHandle,
+) -> None:
+    """Triton answers 500 (its JSON parser's error); a client's mistake is a 400 here."""
+    for path in ("/v2/trace/setting", "/v2/models/sequence_echo/trace/setting"):
+        before = raw(server, "GET", path)
+        for body in (b"{not json", b'{"trace_level": ["TIMESTAMPS"]', b"[1]"):
+            request = urllib.request.Request(f"http://{server.http_url}{path}", data=body,
+                                             method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=WAIT_SECS)
+            assert refused.value.code == 400, body
+            assert json.loads(refused.value.read())["error"], body
+        assert raw(server, "GET", path) == before
+        assert before[0] == 200
