@@ -8,7 +8,8 @@ Owns the mapping Triton's HTTP server applies, with the model's metadata as the 
   input becomes that input, a scalar or a flat list of its datatype, shaped to the input's
   metadata shape: its fixed dimensions take their size, the innermost open dimension the
   rest, the other open ones 1; any other key becomes a request parameter; ``id`` is the
-  request id;
+  request id; a refusal of a nested key opens with Triton's "Converting keyword:
+  'parameters': ";
 - response: ``id`` (when the request had one), ``model_name``, ``model_version``, each output
   by name (a lone value for a one-element tensor, else the flat list), and the response's
   parameters;
@@ -24,7 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from inferd.protocols.errors import InvalidArgument
+from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.json_bodies import dumps, parse_json
 from inferd.protocols.json_tensors import json_values, tensor_from_json
 from inferd.protocols.messages import InferRequest, InferResponse, ModelMetadata, Tensor, TensorSpec
@@ -41,7 +42,7 @@ def decode_generate_request(model: str, version: str, body: bytes | memoryview,
     if not isinstance(document, dict):
         raise InvalidArgument("the generate request must be a JSON object")
     inputs = {spec.name: spec for spec in metadata.inputs}
-    if PARAMETERS in inputs:
+    if PARAMETERS in inputs and PARAMETERS in document:
         raise InvalidArgument(f"Keyword '{PARAMETERS}' for nested schema also given as input "
                               "tensor name")
     request_id = document.pop("id", "")
@@ -49,20 +50,32 @@ def decode_generate_request(model: str, version: str, body: bytes | memoryview,
         raise InvalidArgument("Unable to parse 'id': expected a string")
     nested = document.pop(PARAMETERS, {})
     if not isinstance(nested, dict):
-        raise InvalidArgument(f"Expected JSON object for keyword: '{PARAMETERS}'")
+        raise InvalidArgument(f"Expected JSON object for keyword: '{PARAMETERS}': attempt to "
+                              "access JSON non-object as object")
     tensors: list[Tensor] = []
     parameters: dict[str, Any] = {}
-    consumed = 0
-    for key, value in [*document.items(), *nested.items()]:
-        spec = inputs.get(key)
-        if spec is None:
-            parameters[key] = _parameter(key, value)
-            continue
-        tensor = _input(spec, value, max_input_size - consumed)
-        consumed += tensor.data.nbytes
-        tensors.append(tensor)
+    for key, value in document.items():
+        _convert(key, value, inputs, tensors, parameters, max_input_size)
+    try:  # as Triton's, the nested object's refusals say where they come from
+        for key, value in nested.items():
+            _convert(key, value, inputs, tensors, parameters, max_input_size)
+    except InferdError as error:
+        raise InferdError.from_code(
+            error.code, f"Converting keyword: '{PARAMETERS}': {error.message}") from None
     return InferRequest(model, tuple(tensors), version=version, id=request_id,
                         parameters=parameters)
+
+
+def _convert(key: str, value: Any, inputs: dict[str, TensorSpec], tensors: list[Tensor],
+             parameters: dict[str, Any], max_input_size: int) -> None:
+    """One key of the request: a model input becomes a tensor (within what the tensors
+    already made leave of ``max_input_size``), any other key a request parameter."""
+    spec = inputs.get(key)
+    if spec is None:
+        parameters[key] = _parameter(key, value)
+        return
+    consumed = sum(tensor.data.nbytes for tensor in tensors)
+    tensors.append(_input(spec, value, max_input_size - consumed))
 
 
 def _parameter(key: str, value: Any) -> Any:

@@ -6,7 +6,10 @@ folder (``/``, ``\\``, ``.``, ``..``), that no file system accepts (NUL, over ``
 bytes), or that could forge a log line or a header (CR, LF and every other character
 ``str.isprintable`` refuses) is refused as a client error wherever a name arrives. Names
 starting with a dot are refused too: the repository never lists hidden folders as models.
-Pure: no I/O.
+
+A load request is checked by Triton's rule first (``check_load_name``, Triton 2.67's
+repository manager, which checks loads only), so a client matching on Triton's words finds
+them. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -40,6 +43,22 @@ def check_model_name(name: str) -> str:
     if problem:
         raise InvalidArgument(f"{quoted(name)} is not a valid model name: {problem}")
     return name
+
+
+# The whitespace Triton trims from a name to load before checking it (C's isspace).
+_TRITON_WHITESPACE = " \t\n\v\f\r"
+
+
+def check_load_name(name: str) -> str:
+    """``name`` itself, or ``InvalidArgument`` with Triton's words when Triton refuses to
+    load it: blank once trimmed, or trimmed ``..`` or holding a ``/``; then the rule above."""
+    trimmed = name.strip(_TRITON_WHITESPACE)
+    if not trimmed:
+        raise InvalidArgument("Model name cannot be empty. Please enter a valid name to deploy.")
+    if trimmed == ".." or "/" in trimmed:
+        raise InvalidArgument(f"invalid model name {quoted(name)}, model name must not contain "
+                              "path traversal characters")
+    return check_model_name(name)
 
 
 def quoted(name: str) -> str:

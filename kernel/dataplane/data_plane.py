@@ -76,7 +76,7 @@ from inferd.protocols.messages import (
     TraceSettingRequest,
     UnloadRequest,
 )
-from inferd.protocols.names import check_model_name
+from inferd.protocols.names import check_load_name, check_model_name
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
 
 SERVER_NAME = "inferd"
@@ -140,8 +140,8 @@ class DataPlane:
             model = getattr(request, "model", "")
             if model or isinstance(request, _NAMES_A_MODEL):
                 # Before any actor sees it: a bad name never reaches the disk, the index or
-                # a log line.
-                check_model_name(model)
+                # a log line. A load hears Triton's words for the names Triton refuses.
+                (check_load_name if isinstance(request, LoadRequest) else check_model_name)(model)
                 log_context.note(model, getattr(request, "version", ""),
                                  getattr(request, "id", ""))
                 if self._on_demand is not None and isinstance(request, _LOADS_ON_DEMAND):

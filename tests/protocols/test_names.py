@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.names import MAX_NAME_BYTES, check_model_name, model_name_problem, quoted
+from inferd.protocols.names import (
+    MAX_NAME_BYTES,
+    check_load_name,
+    check_model_name,
+    model_name_problem,
+    quoted,
+)
 
 
 @pytest.mark.parametrize(
@@ -54,3 +60,26 @@ def test_a_name_either_passes_or_is_refused_with_a_printable_message(name: str) 
     with pytest.raises(InvalidArgument) as error:
         check_model_name(name)
     assert error.value.message.isprintable()
+
+
+EMPTY = "Model name cannot be empty. Please enter a valid name to deploy."
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("", EMPTY),
+    (" \t\n\v\f\r", EMPTY),
+    ("..", "invalid model name '..', model name must not contain path traversal characters"),
+    (" ..\t", "invalid model name ' ..\\t', model name must not contain path traversal "
+              "characters"),  # shown escaped: no control character in a message
+    ("a/b", "invalid model name 'a/b', model name must not contain path traversal characters"),
+    (".hidden", "'.hidden' is not a valid model name: it starts with '.'"),  # inferd's rule
+])
+def test_a_load_hears_tritons_words_first(name: str, message: str) -> None:
+    with pytest.raises(InvalidArgument) as error:
+        check_load_name(name)
+    assert error.value.message == message
+
+
+@pytest.mark.parametrize("name", ["simple", "model..1", "a..b", " spaced "])
+def test_names_triton_loads_pass_the_load_check(name: str) -> None:
+    assert check_load_name(name) == name

@@ -43,6 +43,7 @@ from inferd.kernel.actors.control.views import (
     load_failure,
     with_state,
 )
+from inferd.kernel.actors.repository.folders import NO_VERSION_PROBLEM, TWO_ROOTS_PROBLEM
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
@@ -153,7 +154,13 @@ class ControlActor(Actor):
         elif mode == "explicit" or mode in ("none", "poll"):
             listing = await self.router.ask(REPOSITORY, ListModels())
             assert isinstance(listing, ModelList)
-            names = list(listing.names)
+            # As Triton's, a folder in two roots is loaded from neither and is no failure:
+            # the index says why (and the server is ready without it).
+            names = [name for name in listing.names
+                     if listing.problems.get(name) != TWO_ROOTS_PROBLEM]
+            for name in sorted(set(listing.names) - set(names)):
+                log.error("failed to poll model '%s': not unique across all model "
+                          "repositories", name)
         else:
             names = []
         if mode == "poll":
@@ -426,7 +433,7 @@ class ControlActor(Actor):
         except InferdError as error:
             model.error, model.error_version = error.message, None
             self._states.load_failed(name, model.serving(), error.message)
-            self._known_after_failure(name, model)
+            self._known_after_failure(name, model, error.message)
             raise
         assert isinstance(resolved, ResolvedModel)
         try:
@@ -475,11 +482,13 @@ class ControlActor(Actor):
                                                 cause="no longer selected by the version policy")
         model.error = ""
 
-    def _known_after_failure(self, name: str, model: ModelStatus) -> None:
+    def _known_after_failure(self, name: str, model: ModelStatus, why: str = "") -> None:
         """A load that failed before any version: a model that never had one stays unknown
-        to requests ("is not found", as Triton's config or duplicate failures), one that had
-        versions ends its wait for a reload."""
-        if model.versions:
+        to requests ("is not found", as Triton's config or duplicate failures) unless its
+        config was read and its policy selected no version folder (Triton's lifecycle holds
+        it then: "has no available versions"); one that had versions ends its wait for a
+        reload."""
+        if model.versions or why.startswith(NO_VERSION_PROBLEM):
             self.router.tell(SCHEDULER, ModelKnown(name))
 
     def _forget_if_unknown(self, name: str, model: ModelStatus) -> None:

@@ -37,7 +37,11 @@ def index_entries(
         error = model.error if model is not None else ""
         if error == TWO_ROOTS_PROBLEM and not problem:
             error = ""
-        if model is not None and model.versions:
+        if problem == TWO_ROOTS_PROBLEM and not _serving(model):
+            # Triton's one entry, whatever its versions are doing meanwhile (a POLL-mode
+            # unload shows no UNLOADING).
+            entries.append(IndexEntry(name, "", State.UNAVAILABLE, problem))
+        elif model is not None and model.versions:
             # A failed reload leaves the old versions READY: beside them, why the model
             # cannot load now (its folder in a second root) or what the reload failed on,
             # unless that is a version's own failure, in its own entry (as Triton's).
@@ -62,6 +66,11 @@ def index_entries(
         entries = [e for e in entries if e.state == State.READY]
     return tuple(replace(e, catalog=catalogs[e.name]) if e.name in catalogs else e
                  for e in entries)
+
+
+def _serving(model: ModelStatus | None) -> bool:
+    return model is not None and any(version.state == State.READY
+                                     for version in model.versions.values())
 
 
 def with_state(entry: CatalogEntry, model: ModelStatus | None) -> CatalogEntry:

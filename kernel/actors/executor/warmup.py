@@ -4,7 +4,8 @@ Owns Triton's rules (``backend_model_instance.cc``): a sample of ``batch_size`` 
 sample of batch size 0 is skipped), each with a batch dimension of 1 when the model batches,
 run together ``count`` times (at least once); an input is ``zero_data``, ``random_data``
 (zeros for strings) or ``input_data_file``, a file of the model's ``warmup/`` folder (raw
-bytes, length-prefixed elements for strings); every dimension must be fixed. A sample whose
+bytes, length-prefixed elements for strings); every dimension must be fixed; every input
+the model requires must be there (one it does not have is passed on). A sample whose
 requests fail (a ``batch_size`` above ``max_batch_size`` fails as Triton's backends refuse
 it) fails the load with Triton's "failed to run warmup sample '<name>': ...". Warm-up runs
 straight on the instances in the executor; each execution is handed back (an ``Execution``)
@@ -27,6 +28,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.repository.folders import read_model_data
+from inferd.kernel.actors.scheduler.request_validation import ModelSignature, check_required_inputs
 from inferd.kernel.backend import Instance
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
@@ -49,11 +51,19 @@ def warmup_samples(config: ModelConfig, version: int, model_dir: Path) -> list[W
     """The samples of ``config``'s ``model_warmup``, their data made or read."""
     samples = []
     rng = np.random.default_rng()
+    signature = ModelSignature.from_config(config)
     for setting in config.model_warmup:
         if setting.batch_size == 0:
             continue
         tensors = tuple(_tensor(name, spec, config, model_dir, rng)
                         for name, spec in sorted(setting.inputs.items()))
+        # As Triton's: an input the model does not have is passed on as an extra one (a
+        # control input), and does not count for the model's own, which must all be there.
+        try:
+            check_required_inputs("", signature,
+                                  sorted(set(setting.inputs) & set(signature.inputs)))
+        except InvalidArgument as error:
+            raise InvalidArgument(f"Invalid argument: {error.message}") from None
         request = InferRequest(config.name, tensors, version=str(version),
                                id=f"warmup '{setting.name}'")
         samples.append(WarmupSample(setting.name, (request,) * setting.batch_size,

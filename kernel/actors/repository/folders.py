@@ -62,6 +62,8 @@ def read_model_data(model_dir: Path, folder: str, filename: str, what: str) -> b
         raise InvalidArgument(f"unable to read {what} '{filename}': {error.strerror}") from None
 
 TWO_ROOTS_PROBLEM = "model appears in two or more repositories"
+# How a load whose version policy selects no version folder fails (Triton's words).
+NO_VERSION_PROBLEM = "at least one version must be available under the version policy of model"
 LISTING_REUSE_SECS = 1.0  # a remote root's model list is read again after this long
 _MAX_VERSION = 2**63 - 1  # versions are int64 in every protocol
 
@@ -331,9 +333,7 @@ class ModelRepository:
 
 
 def _no_version_available(name: str) -> NoReturn:
-    raise InvalidArgument(
-        f"at least one version must be available under the version policy of model '{name}'"
-    )
+    raise InvalidArgument(f"{NO_VERSION_PROBLEM} '{name}'")
 
 
 def _model_folder_names(root: Path) -> Iterator[str]:

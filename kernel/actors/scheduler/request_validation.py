@@ -68,6 +68,24 @@ def _listing(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"  # Triton's: no space
 
 
+def check_required_inputs(request_id: str, model: ModelSignature, given: list[str]) -> None:
+    """Raise Triton's ``InvalidArgument`` if ``given`` (input names, each one of ``model``'s)
+    lacks a required input: its core's words, with its request-id prefix; the range form
+    when some inputs are optional."""
+    missing = [n for n, t in model.inputs.items() if not t.optional and n not in given]
+    if not missing:
+        return
+    required = sum(1 for t in model.inputs.values() if not t.optional)
+    count = (f"{required} inputs" if required == len(model.inputs) else
+             f"number of inputs between {required} and {len(model.inputs)}")
+    raise InvalidArgument(
+        f"[request id: {request_id or '<id_unknown>'}] expected {count} but got "
+        f"{len(given)} inputs for model '{model.name}'. Got input(s) {_listing(given)}, "
+        f"but missing required input(s) {_listing(missing)}. Please provide all required "
+        "input(s)."
+    )
+
+
 def check_request(request: InferRequest, model: ModelSignature) -> int:
     """Raise ``InvalidArgument`` if ``request`` does not fit ``model``; return its batch size
     (1 for models that do not batch)."""
@@ -81,19 +99,7 @@ def check_request(request: InferRequest, model: ModelSignature) -> int:
     if len(set(request.outputs)) != len(request.outputs):
         twice = next(name for name in request.outputs if request.outputs.count(name) > 1)
         raise InvalidArgument(f"output '{twice}' already exists in request")
-    missing = [n for n, t in model.inputs.items() if not t.optional and n not in given]
-    if missing:
-        required = sum(1 for t in model.inputs.values() if not t.optional)
-        # Triton's core words, with its request-id prefix; the range form when some inputs
-        # are optional.
-        count = (f"{required} inputs" if required == len(model.inputs) else
-                 f"number of inputs between {required} and {len(model.inputs)}")
-        raise InvalidArgument(
-            f"[request id: {request.id or '<id_unknown>'}] expected {count} but got "
-            f"{len(given)} inputs for model '{model.name}'. Got input(s) {_listing(given)}, "
-            f"but missing required input(s) {_listing(missing)}. Please provide all required "
-            "input(s)."
-        )
+    check_required_inputs(request.id, model, given)
     batch_size = 0
     for tensor in request.inputs:
         signature = model.inputs[tensor.name]
