@@ -1,7 +1,7 @@
 """Ensemble execution against a fake scheduler: parallel branches, tensors handed on without
-copies, versions fixed at the start, step failures, pruning, nesting, statistics, the warm-up gate and
-warm-up requests, max_inflight_requests. No actors,
-no executors: composing models are Python functions run on the event loop."""
+copies, versions fixed at the start, step failures, pruning, nesting, statistics, the warm-up
+gate and warm-up requests, max_inflight_requests. No actors, no executors: composing models
+are Python functions run on the event loop."""
 
 from __future__ import annotations
 
