@@ -51,7 +51,8 @@ class EnsembleWarmUps:
         self._runner = runner
         self._served = served
         self._progress = progress
-        self._one_at_a_time = asyncio.Lock()  # re-warm-ups, so two reloads never interleave
+        # One re-warm-up of an ensemble version at a time: two reloads never interleave theirs.
+        self._rewarming: dict[tuple[str, int], asyncio.Lock] = {}
 
     async def before_serving(self, model: str, number: int, config: ModelConfig, path: str,
                              state: EnsembleState, current: Version | None) -> VersionStatistics:
@@ -86,8 +87,10 @@ class EnsembleWarmUps:
         """Run the warm-up of each ensemble ``hold_users`` returned, then open its gate (the
         gate of the state it held: a reload of the ensemble meanwhile swaps its state)."""
         try:
-            async with self._one_at_a_time:
-                for version, _ in held:
+            for version, _ in held:
+                lock = self._rewarming.setdefault((version.model, version.version),
+                                                  asyncio.Lock())
+                async with lock:
                     try:
                         await self._warm(version)
                     except InferdError as error:
