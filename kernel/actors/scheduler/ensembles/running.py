@@ -9,9 +9,11 @@ the same numpy arrays; the answer holds the requested ensemble outputs. An ensem
 step is a decoupled model is answered as a stream: the other steps run once, then every
 response of the decoupled step becomes an ensemble response. An ensemble with the response
 cache is cached at the top level, as in Triton: a hit runs no step (unless a step is a
-decoupled or sequence model: then it is not cached). It records the ensemble's statistics
-with their per-step breakdown (kept in ``inferd.kernel.actors.scheduler.ensembles.served``). It
-never talks to executors or control: the scheduler gives it the way to resolve a model to a served
+decoupled or sequence model: then it is not cached). Under ``max_inflight_requests`` each step
+waits for one of its slots (``inflight``); while the ensemble warms up again (``warming``) new
+requests wait at its gate, and ``run_warmup`` runs a warm-up request past it. It records the
+ensemble's statistics with their per-step breakdown (kept in
+``inferd.kernel.actors.scheduler.ensembles.served``). It never talks to executors or control: the scheduler gives it the way to resolve a model to a served
 version, to run a request on one and to open a stream on one; the plan comes from
 ``inferd.kernel.actors.scheduler.ensembles.planning``.
 """
