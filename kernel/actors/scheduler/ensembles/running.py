@@ -2,19 +2,20 @@
 
 Owns running an ``InferRequest`` addressed to an ensemble version (SPEC 4.1, 4.3): it is
 checked against the ensemble's inputs; the version of every step it needs is fixed when it
-starts (``inferd.kernel.actors.scheduler.ensembles.pinning``); each step becomes an ``InferRequest``
-that goes through the composing model's own queue (the scheduler's request path, so it batches with
-other traffic) as soon as the tensors it reads exist; intermediate tensors are handed on as
-the same numpy arrays; the answer holds the requested ensemble outputs. An ensemble whose last
-step is a decoupled model is answered as a stream: the other steps run once, then every
-response of the decoupled step becomes an ensemble response. An ensemble with the response
-cache is cached at the top level, as in Triton: a hit runs no step (unless a step is a
-decoupled or sequence model: then it is not cached). Under ``max_inflight_requests`` each step
-waits for one of its slots (``inflight``); while the ensemble warms up again (``warming``) new
-requests wait at its gate, and ``run_warmup`` runs a warm-up request past it. It records the
-ensemble's statistics with their per-step breakdown (kept in
-``inferd.kernel.actors.scheduler.ensembles.served``). It never talks to executors or control: the scheduler gives it the way to resolve a model to a served
-version, to run a request on one and to open a stream on one; the plan comes from
+starts (``inferd.kernel.actors.scheduler.ensembles.pinning``); each step becomes an
+``InferRequest`` that goes through the composing model's own queue (the scheduler's request
+path, so it batches with other traffic) as soon as the tensors it reads exist; intermediate
+tensors are handed on as the same numpy arrays; the answer holds the requested ensemble
+outputs. An ensemble whose last step is a decoupled model is answered as a stream: the other
+steps run once, then every response of the decoupled step becomes an ensemble response. An
+ensemble with the response cache is cached at the top level, as in Triton: a hit runs no step
+(unless a step is a decoupled or sequence model: then it is not cached). Under
+``max_inflight_requests`` each step waits for one of its slots (``inflight``); while the
+ensemble warms up again (``warming``) new requests wait at its gate, and ``run_warmup`` runs a
+warm-up request past it. It records the ensemble's statistics with their per-step breakdown
+(kept in ``inferd.kernel.actors.scheduler.ensembles.served``). It never talks to executors or
+control: the scheduler gives it the way to resolve a model to a served version, to run a
+request on one and to open a stream on one; the plan comes from
 ``inferd.kernel.actors.scheduler.ensembles.planning``.
 """
 
