@@ -149,6 +149,13 @@ METRICS: dict[str, tuple[str, str]] = {
     "inferd_model_budget_refusals_total": (
         "counter", "Number of loads refused because the device's memory budget had no room "
                    "and nothing could be unloaded"),
+    # An ensemble's max_inflight_requests (labels model, version, step).
+    "inferd_ensemble_step_inflight_requests": (
+        "gauge", "Requests of the ensemble step sent to its composing model and not yet "
+                 "answered (at most the ensemble's max_inflight_requests)"),
+    "inferd_ensemble_step_waiting_requests": (
+        "gauge", "Requests of the ensemble waiting for a free slot of the step "
+                 "(max_inflight_requests reached)"),
 }
 # Printed (with no sample) even before any model is served, as Triton prints its families.
 ALWAYS_PRINTED = (

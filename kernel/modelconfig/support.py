@@ -72,8 +72,8 @@ RULES: dict[str, Rule] = {
     "sequence_batching": (HONOURED, ""),  # inferd.kernel.modelconfig.sequence_plan refuses its own
     "ensemble_scheduling": (HONOURED, ""),
     "ensemble_scheduling.step.model_namespace": (REFUSED, f"model namespaces are {NOT_YET}"),
-    "ensemble_scheduling.max_inflight_requests": (REFUSED, f"limiting an ensemble's in-flight "
-                                                           f"requests is {NOT_YET}"),
+    # inferd.kernel.actors.scheduler.ensembles.inflight
+    "ensemble_scheduling.max_inflight_requests": (HONOURED, ""),
     "instance_group.name": (HONOURED, ""),
     "instance_group.kind": (HONOURED, ""),
     "instance_group.count": (HONOURED, ""),

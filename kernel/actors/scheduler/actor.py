@@ -39,6 +39,7 @@ from inferd.kernel.actors.scheduler.decoupled import DecoupledRequests
 from inferd.kernel.actors.scheduler.dispatch import BatchDispatch
 from inferd.kernel.actors.scheduler.ensembles.running import EnsembleRunner
 from inferd.kernel.actors.scheduler.ensembles.served import EnsembleState, statistics_dict
+from inferd.kernel.actors.scheduler.ensembles.warming import EnsembleWarmUps
 from inferd.kernel.actors.scheduler.progress import Progress
 from inferd.kernel.actors.scheduler.requests import Queued, Slot, failure_reason
 from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache, scope_for
@@ -110,6 +111,9 @@ class SchedulerActor(Actor):
         # Woken whenever a version's queue, batches or pins change: what waits for work to
         # finish (reload, retire, drain) waits on it, never in a sleep loop.
         self._progress = Progress()
+        self._warm_ups = EnsembleWarmUps(
+            self._ensembles, lambda: (v for v in self._table.versions() if not v.retired),
+            self._progress)
         batches = BatchDispatch(router, self._streams, self.spawn)
         self._pump, self._cancel = batches.pump, batches.cancel  # bound once: the hot path
         self._abandon_stream = batches.abandon_stream
@@ -126,12 +130,17 @@ class SchedulerActor(Actor):
             current.config = config  # the same instances: only its version policy changed
             return Ack()
         ensemble = EnsembleState.for_config(config, current.ensemble if current else None)
+        serving = current if current is not None and not current.retired else None
+        warmed = None if ensemble is None else await self._warm_ups.before_serving(
+            message.model, message.version, config, message.path, ensemble, serving)
         replaced: list[Slot] = []
         if current is not None and not current.retired:
             replaced = current.reconfigure(config, slots)
         else:
             versions[message.version] = current = Version.of(
                 message.model, message.version, config, slots, self._progress)
+            if warmed is not None:
+                current.statistics = warmed
             if self._metrics.summary_latencies:
                 current.statistics.summaries = LatencySummaries(self._metrics.summary_quantiles)
         current.statistics.record_warmup(message.warmup)
@@ -145,8 +154,11 @@ class SchedulerActor(Actor):
             self._streams.fail(current, Unavailable("the model's executor was restarted"),
                                {slot.executor for slot in replaced})
         self._table.ever_served.setdefault(message.model, set()).add(message.version)
+        # Served anew: the ensembles using it warm up again before their next request.
+        users = self._warm_ups.hold_users(message.model) if ensemble is None else []
         self._pump(current)
         await self._progress.wait_until(lambda: not any(slot.in_flight for slot in replaced))
+        await self._warm_ups.rewarm(users)
         return Ack()
 
     async def on_model_known(self, message: ModelKnown, envelope: Envelope) -> None:

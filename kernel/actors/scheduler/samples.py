@@ -33,4 +33,9 @@ def version_samples(version: Version, metrics: MetricsConfig, now: float) -> lis
         samples += stats.summaries.samples(labels, now, version.cache is not None)
     if version.cache is not None and metrics.counter_latencies:
         samples += cache_samples(labels, stats)  # Triton's: latency counters
+    if version.ensemble is not None:  # max_inflight_requests: its slots, step by step
+        for index, limiter in enumerate(version.ensemble.limiters):
+            step = {**labels, "step": str(index)}
+            samples += [("inferd_ensemble_step_inflight_requests", step, limiter.in_flight),
+                        ("inferd_ensemble_step_waiting_requests", step, limiter.waiting)]
     return samples

@@ -5,8 +5,9 @@ refuse it (``validate_ensemble``, and ``EnsembleDependencies`` for a cycle), and
 ``ensemble_problems`` (pure) finds what only a repository-wide view tells before any load: a
 step naming a version its model does not load, a tensor mapped to an input or output its model
 lacks, and a tensor whose datatype or shape differs between the step that writes it and those
-that read it. A composing model that would fail makes its ensembles fail too. It reads no
-folder of its own and never loads a model.
+that read it. A composing model that would fail makes its ensembles fail too; an ensemble's
+``model_warmup`` samples are made as its load makes them (reading its ``warmup/`` files). It
+never loads a model.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.kernel.actors.control.ensemble_dependencies import EnsembleDependencies, Requirement
+from inferd.kernel.actors.executor.warmup import warmup_samples
 from inferd.kernel.actors.repository.fingerprints import CONFIG_FILENAME
 from inferd.kernel.cli.check.report import (
     NEEDS_SERVER,
@@ -47,6 +49,8 @@ def check_ensembles(report: CheckReport, names: set[str]) -> None:
         try:
             validate_ensemble(config, names.__contains__)
             _check_no_cycle(model.name, ensembles)
+            for version in model.versions:
+                warmup_samples(config, version, Path(model.path))
         except InferdError as error:
             model.errors.append(Finding(error.message, where))
             continue

@@ -2,17 +2,20 @@
 
 Owns running an ``InferRequest`` addressed to an ensemble version (SPEC 4.1, 4.3): it is
 checked against the ensemble's inputs; the version of every step it needs is fixed when it
-starts (``inferd.kernel.actors.scheduler.ensembles.pinning``); each step becomes an ``InferRequest``
-that goes through the composing model's own queue (the scheduler's request path, so it batches with
-other traffic) as soon as the tensors it reads exist; intermediate tensors are handed on as
-the same numpy arrays; the answer holds the requested ensemble outputs. An ensemble whose last
-step is a decoupled model is answered as a stream: the other steps run once, then every
-response of the decoupled step becomes an ensemble response. An ensemble with the response
-cache is cached at the top level, as in Triton: a hit runs no step (unless a step is a
-decoupled or sequence model: then it is not cached). It records the ensemble's statistics
-with their per-step breakdown (kept in ``inferd.kernel.actors.scheduler.ensembles.served``). It
-never talks to executors or control: the scheduler gives it the way to resolve a model to a served
-version, to run a request on one and to open a stream on one; the plan comes from
+starts (``inferd.kernel.actors.scheduler.ensembles.pinning``); each step becomes an
+``InferRequest`` that goes through the composing model's own queue (the scheduler's request
+path, so it batches with other traffic) as soon as the tensors it reads exist; intermediate
+tensors are handed on as the same numpy arrays; the answer holds the requested ensemble
+outputs. An ensemble whose last step is a decoupled model is answered as a stream: the other
+steps run once, then every response of the decoupled step becomes an ensemble response. An
+ensemble with the response cache is cached at the top level, as in Triton: a hit runs no step
+(unless a step is a decoupled or sequence model: then it is not cached). Under
+``max_inflight_requests`` each step waits for one of its slots (``inflight``); while the
+ensemble warms up again (``warming``) new requests wait at its gate, and ``run_warmup`` runs a
+warm-up request past it. It records the ensemble's statistics with their per-step breakdown
+(kept in ``inferd.kernel.actors.scheduler.ensembles.served``). It never talks to executors or
+control: the scheduler gives it the way to resolve a model to a served version, to run a
+request on one and to open a stream on one; the plan comes from
 ``inferd.kernel.actors.scheduler.ensembles.planning``.
 """
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from inferd.kernel.actors.scheduler.ensembles import pinning
+from inferd.kernel.actors.scheduler.ensembles.inflight import StepLimiter
 from inferd.kernel.actors.scheduler.ensembles.pinning import Pin
 from inferd.kernel.actors.scheduler.ensembles.planning import Dataflow, EnsemblePlan, EnsembleStep
 from inferd.kernel.actors.scheduler.ensembles.served import (
@@ -80,6 +84,9 @@ class EnsembleRunner(Generic[V]):
 
     async def infer(self, version: V, request: InferRequest, arrived_ns: int) -> InferResponse:
         """Answer ``request`` to the ensemble ``version`` (resolved by the caller)."""
+        gate = ensemble_state(version).gate
+        if gate is not None:  # its warm-up runs again: new requests wait until it is warm
+            await gate.wait()
         trace = CURRENT.get()
         if trace is None:
             return await self._infer_ensemble(version, request, arrived_ns)
@@ -128,6 +135,8 @@ class EnsembleRunner(Generic[V]):
         """Answer ``request`` to the ensemble ``version`` as a stream: one response, or, when
         its last step is a decoupled model, one per response of that step."""
         state = ensemble_state(version)
+        if state.gate is not None:  # its warm-up runs again: new requests wait until it is warm
+            await state.gate.wait()
         batch_size = check_request(request, version.signature)
         wanted = request.outputs or state.plan.outputs
         pin = pinning.pin_for(version, wanted, self._resolve)
@@ -135,19 +144,32 @@ class EnsembleRunner(Generic[V]):
         if not decoupled or self._stream is None:
             pinning.release(pin)
             return ResponseStream(single=self.infer(version, request, arrived_ns))
+        return await self._stream_pinned(pin, request, batch_size, arrived_ns, wanted, decoupled)
+
+    async def _stream_pinned(self, pin: Pin[V], request: InferRequest, batch_size: int,
+                             arrived_ns: int, wanted: Iterable[str], decoupled: list[int]
+                             ) -> ResponseStream:
+        """The stream of a pinned ensemble request with a decoupled step (it owns ``pin``)."""
+        state = ensemble_state(pin.version)
+        limiter: StepLimiter | None = None
         try:
             deferred = _Deferred(_streamable(state.plan, decoupled))
             outcome = await self._execute(pin, request, batch_size, arrived_ns, deferred)
-            assert deferred.request is not None
+            assert deferred.request is not None and self._stream is not None
             step = state.plan.steps[deferred.index]
             target = pin.steps[deferred.index].version
+            if state.limiters:
+                limiter = state.limiters[deferred.index]
+                await limiter.acquire()  # held until the step's last response
             step_stream = await self._stream(target, deferred.request)
         except BaseException:
+            if limiter is not None:
+                limiter.release()
             pinning.release(pin)
             raise
         ensemble_stream = ResponseStream()
         relay = asyncio.get_running_loop().create_task(self._relay(
-            pin, step, step_stream, ensemble_stream, outcome, wanted, request.id))
+            pin, step, step_stream, ensemble_stream, outcome, wanted, request.id, limiter))
         self._relays.add(relay)
         relay.add_done_callback(self._relays.discard)
         # The client went away: the step's request stops, its stream ends, and so the relay.
@@ -156,7 +178,8 @@ class EnsembleRunner(Generic[V]):
 
     async def _relay(self, pin: Pin[V], step: EnsembleStep, step_stream: ResponseStream,
                      ensemble_stream: ResponseStream, outcome: _Outcome,
-                     wanted: Iterable[str], request_id: str) -> None:
+                     wanted: Iterable[str], request_id: str,
+                     limiter: StepLimiter | None = None) -> None:
         """Each response of the decoupled step, with the other steps' tensors, as an
         ensemble response."""
         version, plan = pin.version, ensemble_state(pin.version).plan
@@ -182,7 +205,41 @@ class EnsembleRunner(Generic[V]):
                     answer = None
                 ensemble_stream.put(answer, final)
         finally:
+            if limiter is not None:
+                limiter.release()
             pinning.release(pin)
+
+    async def run_warmup(self, version: V, request: InferRequest) -> None:
+        """One warm-up request through every step of the ensemble ``version``, as a client's
+        runs (the composing models' queues, the in-flight limits, a decoupled step's whole
+        stream), but past the warm-up gate and the ensemble's response cache, and with the
+        versions now served; raises what the request would get."""
+        arrived_ns = time.perf_counter_ns()
+        state = ensemble_state(version)
+        batch_size = check_request(request, version.signature)
+        pin = pinning.pin_for(version, state.plan.outputs, self._resolve)
+        decoupled = pinning.decoupled_steps(pin)
+        if decoupled and self._stream is not None:
+            stream = await self._stream_pinned(pin, request, batch_size, arrived_ns,
+                                               state.plan.outputs, decoupled)
+            async for result, _ in stream:
+                if isinstance(result, InferdError):
+                    raise result
+            return
+        try:
+            if decoupled:
+                raise DecoupledNotStreamed(version.model)
+            await self._execute(pin, request, batch_size, arrived_ns)
+        finally:
+            pinning.release(pin)
+
+    def can_run(self, version: V) -> bool:
+        """Whether every composing model of the ensemble ``version`` has a version to serve."""
+        try:
+            self.check_ready(version)
+        except InferdError:
+            return False
+        return True
 
     def check_ready(self, version: V) -> None:
         """Raise the error a request to ``version`` would get because a composing model has
@@ -200,7 +257,8 @@ class EnsembleRunner(Generic[V]):
         the ensemble's statistics. A ``deferred`` step is not sent: its request is kept
         there, and the outcome holds every tensor the other steps made."""
         version = pin.version
-        plan = ensemble_state(version).plan
+        state = ensemble_state(version)
+        plan, limiters = state.plan, state.limiters
         wanted = request.outputs or plan.outputs
         flow = Dataflow(plan, wanted, [tensor.name for tensor in request.inputs])
         tensors = {tensor.name: tensor for tensor in request.inputs}
@@ -229,15 +287,18 @@ class EnsembleRunner(Generic[V]):
                 if len(ready) == 1 and not running:
                     # A step with nothing beside it runs in this task: a chain spawns no task.
                     step = ready[0]
+                    limiter = limiters[step.index] if limiters else None
                     try:
-                        outcome = await self._run_step(pin, step, request, tensors, flow, deferred)
+                        outcome = await self._run_step(pin, step, request, tensors, flow, deferred,
+                                                       limiter)
                     except Exception as error:  # noqa: BLE001 - a failed step fails the request
                         settle(step, None, error)
                     else:
                         settle(step, outcome, None)
                 else:
                     for step in ready:
-                        coroutine = self._run_step(pin, step, request, tensors, flow, deferred)
+                        coroutine = self._run_step(pin, step, request, tensors, flow, deferred,
+                                                   limiters[step.index] if limiters else None)
                         running[asyncio.get_running_loop().create_task(coroutine)] = step
                     done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
@@ -274,9 +335,11 @@ class EnsembleRunner(Generic[V]):
         tensors: dict[str, Tensor],
         flow: Dataflow,
         deferred: _Deferred | None = None,
+        limiter: StepLimiter | None = None,
     ) -> _Outcome:
         """Send one step to its pinned version and store what it writes in ``tensors`` (the
-        ``deferred`` step's request is only kept)."""
+        ``deferred`` step's request is only kept). Under ``max_inflight_requests`` it waits
+        for one of the step's slots first and holds it until the step is answered."""
         target = pin.steps[step.index]
         step_request = InferRequest(
             model=step.model,
@@ -299,7 +362,14 @@ class EnsembleRunner(Generic[V]):
         statistics = ensemble_state(pin.version).step_statistics(step, target.version.version)
         started_ns = time.perf_counter_ns()
         try:
-            outcome = await self._send(target, step_request, started_ns)
+            if limiter is None:
+                outcome = await self._send(target, step_request, started_ns)
+            else:
+                await limiter.acquire()
+                try:
+                    outcome = await self._send(target, step_request, started_ns)
+                finally:
+                    limiter.release()
             written = {tensor.name: tensor for tensor in outcome.response.outputs}
             for model_output, tensor in step.outputs:
                 if model_output not in written:

@@ -9,11 +9,14 @@ request handling.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.actors.executor.warmup import WarmupSample
+from inferd.kernel.actors.scheduler.ensembles.inflight import StepLimiter, limiters_for
 from inferd.kernel.actors.scheduler.ensembles.planning import EnsemblePlan, EnsembleStep
 from inferd.kernel.actors.scheduler.request_validation import ModelSignature
 from inferd.kernel.actors.scheduler.response_cache import CacheScope
@@ -33,10 +36,19 @@ class EnsembleState:
     (step index, composing model, version); a reload gets a new state sharing the counters,
     while requests in flight finish with the plan they started with. A step's ``success``
     and ``fail`` hold its whole time as the ensemble saw it (queue, compute and transfers);
-    its ``queue`` and ``compute_*`` what the composing model reported for it."""
+    its ``queue`` and ``compute_*`` what the composing model reported for it. ``limiters``:
+    one per step under ``max_inflight_requests`` (``inflight``), shared by the requests to
+    this state. The rest is its warm-up (``model_warmup``, ``warming``): its samples, whether
+    they last ran through the composing models now served, and while they run again the gate
+    new requests wait at."""
 
     plan: EnsemblePlan
     steps: dict[tuple[int, str, int], RequestDurations] = field(default_factory=dict)
+    limiters: tuple[StepLimiter, ...] = ()
+    warmup: tuple[WarmupSample, ...] = ()
+    warm: bool = False
+    gate: asyncio.Event | None = None
+    rewarms: int = 0  # warm-ups under way or waiting to run, behind the gate
 
     @classmethod
     def for_config(
@@ -46,7 +58,10 @@ class EnsembleState:
         counting on from ``previous``. ``InvalidArgument`` for a graph that cannot run."""
         if config.platform != ENSEMBLE_PLATFORM:
             return None
-        return cls(EnsemblePlan.from_config(config), previous.steps if previous else {})
+        plan = EnsemblePlan.from_config(config)
+        limiters = limiters_for(config.ensemble_scheduling.max_inflight_requests, config.name,
+                                len(plan.steps))
+        return cls(plan, previous.steps if previous else {}, limiters)
 
     def step_statistics(self, step: EnsembleStep, version: int) -> RequestDurations:
         key = (step.index, step.model, version)

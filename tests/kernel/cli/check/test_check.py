@@ -107,6 +107,9 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CheckReport]
     add(root, "loop_a", ensemble([("loop_b", -1, "IN", "IN", "OUT", "OUT")]))
     add(root, "loop_b", ensemble([("loop_a", -1, "IN", "IN", "OUT", "OUT")]))
     add(root, "uses_broken", ensemble([("no_file", -1, "INPUT0", "IN", "OUTPUT0", "OUT")]))
+    add(root, "warm_ensemble", ensemble([("fp", -1, "INPUT0", "IN", "OUTPUT0", "OUT")])
+        + 'model_warmup [{ name: "open" batch_size: 1 inputs { key: "IN" value: '
+          '{ data_type: TYPE_FP32 dims: [ -1 ] zero_data: true } } }]\n')
     return root, check(root)
 
 
@@ -155,6 +158,8 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CheckReport]
                 "cycle: 'loop_b' -> 'loop_a' -> 'loop_b'"]),
     ("uses_broken", ["{root}/uses_broken/config.pbtxt: ensemble 'uses_broken': composing model "
                      "'no_file' would fail to load (see its errors)"]),
+    ("warm_ensemble", ["{root}/warm_ensemble/config.pbtxt: warmup setting expects all "
+                       "variable-size dimensions are specified for input 'IN'"]),
 ])
 def test_each_problem_has_its_message_and_place(
     broken: tuple[Path, CheckReport], model: str, expected: list[str]

@@ -1,9 +1,11 @@
 """Ensemble execution against a fake scheduler: parallel branches, tensors handed on without
-copies, versions fixed at the start, step failures, pruning, nesting, statistics. No actors,
-no executors: composing models are Python functions run on the event loop."""
+copies, versions fixed at the start, step failures, pruning, nesting, statistics, the warm-up
+gate and warm-up requests, max_inflight_requests. No actors, no executors: composing models
+are Python functions run on the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -277,3 +279,76 @@ async def test_a_nested_ensemble_runs_inside_the_outer_one(scheduler: FakeSchedu
     assert response.outputs[0].data.tolist() == [115.0] * 4
     assert statistics_dict(scheduler.versions["diamond"])["inference_count"] == 1
     assert all(v.pinned == 0 for v in scheduler.versions.values())
+
+
+async def test_a_request_waits_at_a_closed_warm_up_gate_until_it_opens(
+        scheduler: FakeScheduler) -> None:
+    state = scheduler.versions["diamond"].ensemble
+    assert state is not None
+    state.gate = asyncio.Event()
+    answered: list[InferResponse] = []
+
+    async def client() -> None:
+        answered.append(await scheduler.run("diamond"))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(client)
+        await anyio.wait_all_tasks_blocked()
+        assert (scheduler.calls, answered) == ([], [])
+        state.gate.set()
+    assert len(answered) == 1 and len(scheduler.calls) == 4
+
+
+async def test_max_inflight_requests_lets_n_requests_at_a_step_and_no_more(
+        scheduler: FakeScheduler) -> None:
+    limited = scheduler.add_ensemble(DIAMOND.replace(
+        "ensemble_scheduling {", "ensemble_scheduling { max_inflight_requests: 2"))
+    assert limited.ensemble is not None and len(limited.ensemble.limiters) == 4
+    release, inside, most = anyio.Event(), [0], [0]
+
+    async def held(request: InferRequest) -> dict[str, np.ndarray]:
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        await release.wait()
+        inside[0] -= 1
+        return {"Y": request.inputs[0].data}
+
+    scheduler.behaviour["pre"] = held
+    async with anyio.create_task_group() as tasks:
+        for _ in range(5):
+            tasks.start_soon(scheduler.run, "diamond")
+        await anyio.wait_all_tasks_blocked()
+        pre = limited.ensemble.limiters[0]
+        assert (inside[0], pre.in_flight, pre.waiting) == (2, 2, 3)
+        release.set()
+    assert most[0] == 2 and len(scheduler.calls) == 20
+    assert [(s.in_flight, s.waiting) for s in limited.ensemble.limiters] == [(0, 0)] * 4
+
+
+async def test_a_failing_step_gives_its_slot_back(scheduler: FakeScheduler) -> None:
+    limited = scheduler.add_ensemble(DIAMOND.replace(
+        "ensemble_scheduling {", "ensemble_scheduling { max_inflight_requests: 1"))
+
+    async def refuse(request: InferRequest) -> dict[str, np.ndarray]:
+        raise InvalidArgument("Exceeds maximum queue size")
+
+    scheduler.behaviour["pre"] = refuse
+    for _ in range(2):  # a slot kept by the first would hold the second forever
+        with pytest.raises(InferdError, match="step 'pre' failed: Exceeds maximum queue size"):
+            await scheduler.run("diamond")
+    assert limited.ensemble is not None and limited.ensemble.limiters[0].in_flight == 0
+
+
+async def test_a_warm_up_request_runs_every_step_past_the_gate(scheduler: FakeScheduler
+                                                               ) -> None:
+    version = scheduler.versions["diamond"]
+    assert version.ensemble is not None and scheduler.runner.can_run(version)
+    version.ensemble.gate = asyncio.Event()  # closed: the warm-up itself goes through
+    data = np.zeros(4, dtype=np.float32)
+
+    await scheduler.runner.run_warmup(version, InferRequest(
+        "diamond", (Tensor("IN", "FP32", (4,), data),)))
+
+    assert sorted(model for model, _, _ in scheduler.calls) == ["left", "post", "pre", "right"]
+    del scheduler.versions["right"]
+    assert not scheduler.runner.can_run(version)
