@@ -40,6 +40,7 @@ from inferd.kernel.actors.scheduler.dispatch import BatchDispatch
 from inferd.kernel.actors.scheduler.ensembles.running import EnsembleRunner
 from inferd.kernel.actors.scheduler.ensembles.served import EnsembleState, statistics_dict
 from inferd.kernel.actors.scheduler.progress import Progress
+from inferd.kernel.actors.scheduler.readiness import instances_ready
 from inferd.kernel.actors.scheduler.requests import Queued, Slot, failure_reason
 from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache, scope_for
 from inferd.kernel.actors.scheduler.routing import RoutingTable
@@ -63,6 +64,7 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Ack,
+    CancelRemoteStream,
     Drain,
     Envelope,
     HealthStatus,
@@ -89,7 +91,6 @@ from inferd.protocols.messages import (
 )
 
 
-
 class SchedulerActor(Actor):
     address = SCHEDULER
     # A frontend's request runs in its own task (Router.call).
@@ -113,6 +114,9 @@ class SchedulerActor(Actor):
         batches = BatchDispatch(router, self._streams, self.spawn)
         self._pump, self._cancel = batches.pump, batches.cancel  # bound once: the hot path
         self._abandon_stream = batches.abandon_stream
+        # The BLS streams of executors being relayed, by (executor, token), for cancel().
+        self._remote_streams: dict[tuple[str, int], ResponseStream | None] = {}
+        self._cancelled_remote: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ routing table
 
@@ -196,7 +200,7 @@ class SchedulerActor(Actor):
                 self._ensembles.check_ready(version)
         except InferdError:
             return HealthStatus(False)
-        return HealthStatus(True)
+        return HealthStatus(await instances_ready(self.router, version.model, version.slots))
 
     async def on_model_metadata_request(
         self, message: ModelMetadataRequest, envelope: Envelope
@@ -300,17 +304,42 @@ class SchedulerActor(Actor):
             part = to_failure(result) if isinstance(result, InferdError) else result
             self.router.tell(reply_to, StreamParts((token,), (part,), (final,)))
 
+        key = (reply_to, token)
+        self._remote_streams[key] = None  # opening: a cancel() now is kept for it
         try:
             stream = await self.on_stream_infer_request(StreamInferRequest(message.request), None)
         except InferdError as error:
+            self._remote_streams.pop(key, None)
+            self._cancelled_remote.discard(key)
             send(error, True)
             return
+        self._remote_streams[key] = stream
+        if key in self._cancelled_remote:  # cancelled while it was opening
+            self._cancelled_remote.discard(key)
+            stream.abandon()
 
         async def relay() -> None:
-            async for result, final in stream:
-                send(result, final)
+            try:
+                async for result, final in stream:
+                    send(result, final)
+            finally:
+                self._remote_streams.pop(key, None)
 
         self.spawn(relay)
+
+    async def on_cancel_remote_stream(self, message: CancelRemoteStream,
+                                      envelope: Envelope) -> None:
+        """A BLS stream's ``cancel()``: its request is cancelled as when a client goes away
+        (taken out of its queue, or named to its instance, which may stop); the stream still
+        relays what comes, up to its final part."""
+        key = (message.reply_to, message.token)
+        if key not in self._remote_streams:
+            return  # it ended already
+        stream = self._remote_streams[key]
+        if stream is None:
+            self._cancelled_remote.add(key)
+        else:
+            stream.abandon()
 
     async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
         """Responses of decoupled requests, from their executor, handed to their streams."""

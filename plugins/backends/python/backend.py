@@ -26,7 +26,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -321,6 +321,21 @@ class PythonInstance(Instance):
         self._module = module
         self._scope = instance_scope
         self._loop: asyncio.AbstractEventLoop | None = None
+        # A model's own is_ready() (python_backend#430) runs at every readiness check.
+        self.checks_readiness = callable(getattr(triton_model, "is_ready", None))
+        self._readiness = ReadinessCheck(partial(self._is_ready, triton_model))
+
+    def ready(self) -> bool:
+        return self._readiness.run()
+
+    def _is_ready(self, triton_model: Any) -> bool:
+        with scope.bound(self._scope):
+            answer = triton_model.is_ready()
+            if inspect.isawaitable(answer):  # async def is_ready: a loop of the check's own
+                answer = asyncio.run(_awaited(answer))
+        if not isinstance(answer, bool):
+            raise TypeError("is_ready() must return a boolean value")
+        return answer
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         model = self._model
@@ -413,3 +428,32 @@ class PythonInstance(Instance):
                 self._loop.close()
                 self._loop = None
             forget_module(self._module)
+
+
+class ReadinessCheck:
+    """One ``is_ready()`` call at a time per instance: as in Triton, a readiness check that
+    arrives while one runs waits for it and takes its answer (or its error)."""
+
+    def __init__(self, check: Callable[[], bool]) -> None:
+        self._check = check
+        self._lock = threading.Lock()
+        self._finished = 0
+        self._last: bool | BaseException = True
+
+    def run(self) -> bool:
+        arrived = self._finished
+        with self._lock:
+            if self._finished == arrived:
+                try:
+                    self._last = self._check()
+                except Exception as error:  # noqa: BLE001 - handed to every waiter
+                    self._last = error
+                self._finished += 1
+            last = self._last
+        if isinstance(last, BaseException):
+            raise last
+        return last
+
+
+async def _awaited(answer: Any) -> Any:
+    return await answer
