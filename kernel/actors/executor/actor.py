@@ -9,7 +9,8 @@ of its own, so an instance is never called concurrently while different instance
 an instance whose batches typically take less than a thread hand-off runs on the event loop
 instead, when its thread has nothing queued: for tiny models the hand-off is most of the round
 trip. It also carries an instance's own requests to the server (BLS ``infer`` and
-``infer_stream``), and keeps the CUDA shared memory the main process sends windows of
+``infer_stream``, whose ``cancel()`` it passes on), runs the instances' own readiness checks
+(``InstancesReadyRequest``), and keeps the CUDA shared memory the main process sends windows of
 (``inferd.kernel.actors.executor.device_memory``), closing a region when told. It knows nothing of
 queues, versions policy or routing.
 """

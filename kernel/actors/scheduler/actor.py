@@ -20,8 +20,10 @@ once, counted as a CANCELED failure; one already in a batch is named to its exec
 (``CancelRequests``: the backend may stop it) and its result dropped. A request's CUDA
 shared memory (device tensors, output windows) goes on as it is only to a model served on GPUs
 alone whose requests it does not read on the way; otherwise it is read to the host at the
-door (``inferd.kernel.actors.scheduler.cuda_windows``). It never loads models and never touches the
-repository.
+door (``inferd.kernel.actors.scheduler.cuda_windows``). A model readiness check also asks the
+version's instances that have a check of their own (``readiness``); a BLS stream's
+``cancel()`` (``CancelRemoteStream``) cancels the request it relays. It never loads models and
+never touches the repository.
 """
 
 from __future__ import annotations
