@@ -27,7 +27,6 @@ Owns the fork, the link and the proxy; what an instance does with a batch is
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -67,10 +66,11 @@ log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_SECS = 10.0
 _KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
-_PR_SET_PDEATHSIG = 1
 _COUNT = struct.Struct("!I")
 # The executor's end of every link this process holds: a new fork closes its copies of the
-# others' (a sibling holding one would keep a link open after its own end closed).
+# others', so that each link has one end in the executor and one in its fork, and a fork whose
+# executor died reads the end of its link (no PR_SET_PDEATHSIG: it fires when the thread that
+# forked ends, and that is a load thread).
 _open_links: set[Connection] = set()
 
 
@@ -117,7 +117,6 @@ def fork_instance(
                 other.close()
             _open_links.clear()
             parent_end.close()
-            _die_with_parent()
             _restore_priority()
             serve(Link(child_end))
         except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
@@ -138,13 +137,6 @@ def fork_instance(
         _reap(pid)
         raise InferdError.from_code(ready.code, ready.message)
     return pid, link
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills the fork when its executor process dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _restore_priority() -> None:
