@@ -27,6 +27,7 @@ Owns the fork, the link and the proxy; what an instance does with a batch is
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -117,6 +118,10 @@ def fork_instance(
                 other.close()
             _open_links.clear()
             parent_end.close()
+            # Its collector never walks what it inherited: a walk writes to every object's
+            # header, and would copy the pages of an object-heavy model (as gunicorn's
+            # --preload users freeze theirs).
+            gc.freeze()
             _restore_priority()
             serve(Link(child_end))
         except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
