@@ -5,8 +5,9 @@
 from it and take their names in ``after_fork``. The tests show that every instance answers
 under its own name and process, that the four processes share the weight (their proportional
 set size, PSS from /proc/<pid>/smaps_rollup, stays under a stated bound that four copies break
-by far), that a dead fork brings the model back through a restart, that the forks end with
-their model, and that what cannot fork is refused at load with a clear error.
+by far), that a fork's BLS calls reach the server (``forked_bls``), that a dead fork brings
+the model back through a restart, that the forks end with their model, and that what cannot
+fork is refused at load with a clear error.
 """
 
 from __future__ import annotations
@@ -101,6 +102,36 @@ def test_forked_instances_serve_under_their_own_names_and_share_the_weight(
 
     total = sum(pss_bytes(pid) for pid in written.values())
     assert total < PSS_BOUND_BYTES, f"PSS of the {INSTANCES} instances: {total / 1e6:.0f} MB"
+
+
+def test_a_forks_bls_calls_reach_the_server(inferd: InferdHarness) -> None:
+    """``forked_bls`` has two instances, the second a fork; two requests held at once (each
+    waits for "go" once started) run one on each, and each calls ``reporter`` through BLS."""
+    root = inferd.copy_models(inferd.repository(), PYTHON_MODELS, "forked_bls", "reporter")
+    server = inferd.start(root)
+    folder = root / "forked_bls"
+    answers: list[tuple[str, int]] = []
+
+    def ask(value: int) -> None:
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            tensor = httpclient.InferInput("IN", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([value], np.int32))
+            result = client.infer("forked_bls", [tensor])
+            answers.append((result.as_numpy("INSTANCE")[0].decode(),
+                            int(result.as_numpy("OUT")[0])))
+
+    threads = [threading.Thread(target=ask, args=(value,)) for value in (10, 20)]
+    for thread in threads:
+        thread.start()
+    started = folder / "started.txt"
+    wait_for(lambda: started.exists() and len(started.read_text().split()) == 2,
+             "both requests started", server)
+    assert sorted(started.read_text().split()) == ["forked_bls_0_0", "forked_bls_0_1"]
+    (folder / "go").touch()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(name for name, _ in answers) == ["forked_bls_0_0", "forked_bls_0_1"]
+    assert sorted(out for _, out in answers) == [20, 40]  # reporter doubled each
 
 
 def test_a_dead_fork_brings_its_model_back_through_a_restart(
