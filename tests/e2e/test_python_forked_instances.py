@@ -5,9 +5,10 @@
 from it and take their names in ``after_fork``. The tests show that every instance answers
 under its own name and process, that the four processes share the weight (their proportional
 set size, PSS from /proc/<pid>/smaps_rollup, stays under a stated bound that four copies break
-by far), that a fork's BLS calls reach the server (``forked_bls``), that a dead fork brings
-the model back through a restart, that the forks end with their model, and that what cannot
-fork is refused at load with a clear error.
+by far), that a fork's BLS calls reach the server (``forked_bls``) and a fork sees its
+requests cancelled (``waiter``), that a dead fork brings the model back through a restart,
+that the forks end with their model, and that what cannot fork is refused at load with a
+clear error.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 from tests.e2e.inferd_harness import InferdHarness, ServerHandle, wait_for
@@ -132,6 +134,32 @@ def test_a_forks_bls_calls_reach_the_server(inferd: InferdHarness) -> None:
         thread.join(60)
     assert sorted(name for name, _ in answers) == ["forked_bls_0_0", "forked_bls_0_1"]
     assert sorted(out for _, out in answers) == [20, 40]  # reporter doubled each
+
+
+def test_a_fork_sees_its_request_cancelled(inferd: InferdHarness) -> None:
+    """``waiter`` (tests/plugins/python_models) holds odd tags until ``is_cancelled()``; with
+    two forked instances, two held requests run one on each, and both see their cancel."""
+    root = inferd.copy_models(inferd.repository(), PYTHON_MODELS, "waiter")
+    config = root / "waiter" / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1", "count: 2") + (
+        'parameters { key: "INFERD_FORK_AFTER_INITIALIZE" value { string_value: "true" } }\n'))
+    server = inferd.start(root)
+    record = root / "waiter" / "record.txt"
+
+    def lines() -> list[str]:
+        return record.read_text().splitlines() if record.exists() else []
+
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        calls = []
+        for tag in (1, 3):
+            tensor = grpcclient.InferInput("TAG", [1, 1], "INT32")
+            tensor.set_data_from_numpy(np.array([[tag]], np.int32))
+            calls.append(client.async_infer("waiter", [tensor], lambda result, error: None))
+        wait_for(lambda: {"1 started", "3 started"} <= set(lines()), "both held", server)
+        for call in calls:
+            call.cancel()
+        wait_for(lambda: {"1 cancelled", "3 cancelled"} <= set(lines()),
+                 "both cancellations seen", server)
 
 
 def test_a_dead_fork_brings_its_model_back_through_a_restart(

@@ -230,6 +230,7 @@ class PythonModel(Model):
             scope.set_process_default(fork_scope)
             instance = PythonInstance(self, source.triton_model, source.module, fork_scope,
                                       name)
+            instance.cancelled = forked.AskedCancellations(link)
 
             def after_fork() -> None:
                 hook = getattr(source.triton_model, "after_fork", None)

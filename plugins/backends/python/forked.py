@@ -17,9 +17,10 @@ model's optional ``after_fork(args)``, and its errors name it.
 What a fork does not get: threads that ``initialize`` started (only the forking thread
 crosses a fork; ``after_fork`` may start them again), a GPU context (so ``KIND_GPU`` is
 refused), a decoupled model's response senders (refused), a decoupled BLS call
-(``exec(decoupled=True)`` fails in a fork), ``request.is_cancelled()`` (always False in a
-fork) and ``is_ready()`` (a fork is ready while its process lives). A fork that dies takes
-its executor process down with it, which inferd restarts and reloads, as after any crash.
+(``exec(decoupled=True)`` fails in a fork) and ``is_ready()`` (a fork is ready while its
+process lives); ``request.is_cancelled()`` asks the executor over the link. A fork that dies
+takes its executor process down with it, which inferd restarts and reloads, as after any
+crash.
 Owns the fork, the link and the proxy; what an instance does with a batch is
 ``backend.PythonInstance``'s.
 """
@@ -41,7 +42,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.sdk import Instance
+from inferd.kernel.sdk import CancelledRequests, Instance
 from inferd.kernel.sdk.backends import FORK_PARAMETER
 from inferd.protocols import wire
 from inferd.protocols.errors import (
@@ -54,8 +55,10 @@ from inferd.protocols.errors import (
 from inferd.protocols.messages import (
     Ack,
     BatchResult,
+    CancelRequests,
     Envelope,
     Failure,
+    HealthStatus,
     InferBatch,
     InferRequest,
     InferResponse,
@@ -81,6 +84,7 @@ class Link:
     def __init__(self, end: socket.socket) -> None:
         self._connection = Connection(end.detach())
         self._lock = threading.Lock()
+        self._call_lock = threading.Lock()
 
     def send(self, body: Message) -> None:
         frames = wire.encode(Envelope(0, "", "", body))
@@ -88,6 +92,13 @@ class Link:
             self._connection.send_bytes(_COUNT.pack(len(frames)))
             for frame in frames:
                 self._connection.send_bytes(frame)
+
+    def call(self, body: Message) -> Message:
+        """Send ``body`` and return the answer (a fork's question to its executor, from
+        whichever of its threads asks)."""
+        with self._call_lock:
+            self.send(body)
+            return self.receive()
 
     def receive(self, timeout: float | None = None) -> Message:
         """The next message; ``EOFError`` when the other end closed, ``TimeoutError`` past
@@ -206,8 +217,7 @@ def server_infer(link: Link) -> Callable[[InferRequest, float | None], InferResp
     the server and hands the answer back, while the batch that made it waits."""
 
     def infer(request: InferRequest, timeout: float | None = None) -> InferResponse:
-        link.send(request)
-        answer = link.receive()
+        answer = link.call(request)
         if isinstance(answer, Failure):
             raise InferdError.from_code(answer.code, answer.message)
         if not isinstance(answer, InferResponse):
@@ -215,6 +225,23 @@ def server_infer(link: Link) -> Callable[[InferRequest, float | None], InferResp
         return answer
 
     return infer
+
+
+class AskedCancellations(CancelledRequests):
+    """A fork's ``request.is_cancelled()``: each look asks the executor, whose batch it is
+    (``CancelRequests`` naming the position, answered with a ``HealthStatus``)."""
+
+    __slots__ = ("_link",)
+
+    def __init__(self, link: Link) -> None:
+        super().__init__()
+        self._link = link
+
+    def __contains__(self, position: object) -> bool:
+        if not isinstance(position, int):
+            return False
+        answer = self._link.call(CancelRequests(0, (position,)))
+        return isinstance(answer, HealthStatus) and answer.ok
 
 
 def no_streams(request: InferRequest, timeout: float | None = None) -> Any:
@@ -263,6 +290,9 @@ class ForkedInstance(Instance):
                             if isinstance(r, Failure) else r for r in message.results]
                 if isinstance(message, InferRequest):
                     self._link.send(self._bls(message))
+                elif isinstance(message, CancelRequests):
+                    cancelled = self.cancelled
+                    self._link.send(HealthStatus(all(p in cancelled for p in message.positions)))
         except (EOFError, OSError):
             self._exited.wait(STOP_TIMEOUT_SECS)  # its watcher ends this process
             self._died()
