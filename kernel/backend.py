@@ -104,7 +104,9 @@ class ModelContext:
     infer_stream: Callable[[InferRequest, float | None],
                            Iterator[InferResponse | InferdError]] | None = None
     """``infer`` for a model that may answer any number of times (a decoupled one): its
-    responses (or errors) as they come, the timeout bounding each wait."""
+    responses (or errors) as they come, the timeout bounding each wait. The request is sent
+    at once; the iterator's ``cancel()`` cancels it (the called model may stop), and it still
+    runs to the final response."""
 
     @property
     def version_dir(self) -> Path:
@@ -181,6 +183,17 @@ class Instance(abc.ABC):
         after this returns, the last with ``final`` true. Backends whose models can be
         decoupled override it."""
         raise Unsupported(f"the {type(self).__name__} backend has no decoupled models")
+
+    checks_readiness: bool = False
+    """Whether the instance has a readiness check of its own (``ready``), which every model
+    readiness check then runs (Triton's ``TRITONBACKEND_ModelInstanceReady``); left False, a
+    loaded instance is ready and readiness checks never reach its executor."""
+
+    def ready(self) -> bool:
+        """Whether the instance can serve now, for an instance that ``checks_readiness``.
+        Called on a thread of its own, possibly while ``execute`` runs; a raised error means
+        not ready. Kept short: a readiness check waits five seconds at most."""
+        return True
 
     def close(self) -> None:
         """Release what the instance holds. Called once, after the last ``execute``."""

@@ -50,6 +50,7 @@ def validate(config: ModelConfig, *, folder_name: str, complete: bool) -> None:
     _check_sequence_batching(config, model)
     _check_instance_groups(config, model)
     _check_executor_parameter(config, model)
+    _check_fork_parameter(config, model)
     _check_version_policy(config, model)
     _check_model_file_names(config, model)
     _check_response_cache(config, model)
@@ -337,6 +338,31 @@ def _check_executor_parameter(config: ModelConfig, model: str) -> None:
     if parameter is not None and config.platform == ENSEMBLE_PLATFORM:
         _fail(model, f"parameter {EXECUTOR_PARAMETER} has no meaning for an ensemble, which"
               " runs in the server itself")
+
+
+FORK_PARAMETER = "INFERD_FORK_AFTER_INITIALIZE"
+"""The config parameter of a python model (``"true"``/``"false"``) whose instances share the
+first one's memory: it runs ``initialize``, the others are forked from it
+(``inferd.plugins.backends.python.forked``), all in one executor process tree of the model's
+own."""
+
+
+def forks_after_initialize(config: ModelConfig) -> bool:
+    """Whether ``config`` (validated) asks for forked instances."""
+    parameter = config.parameters.get(FORK_PARAMETER)
+    return parameter is not None and parameter.string_value.lower() == "true"
+
+
+def _check_fork_parameter(config: ModelConfig, model: str) -> None:
+    parameter = config.parameters.get(FORK_PARAMETER)
+    if parameter is None:
+        return
+    if parameter.string_value.lower() not in ("true", "false"):
+        _fail(model, f"parameter {FORK_PARAMETER} must be \"true\" or \"false\", got "
+              f"{parameter.string_value!r}")
+    if config.backend != "python":
+        _fail(model, f"parameter {FORK_PARAMETER} is for python models; backend "
+              f"'{config.backend or config.platform}' does not fork its instances")
 
 
 def check_gpus(config: ModelConfig, gpu_ids: Sequence[int]) -> None:

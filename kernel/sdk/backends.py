@@ -30,6 +30,7 @@ from inferd.kernel.modelconfig.completion import (
     fill_tensor_entry,
 )
 from inferd.kernel.modelconfig.reading import config_to_json, parse_config_text
+from inferd.kernel.modelconfig.validation import FORK_PARAMETER, forks_after_initialize
 from inferd.kernel.runtime.devices import local_device_id
 
 __all__ = [
@@ -38,6 +39,6 @@ __all__ = [
     "complete_declared",
     "default_max_batch_size", "fill_tensor_entry",
     "local_device_id", "written_window",
-    "config_to_json", "parse_config_text",
+    "config_to_json", "parse_config_text", "FORK_PARAMETER", "forks_after_initialize",
     "Pools", "ProcessThreads", "thread_parameter",
 ]

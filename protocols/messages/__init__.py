@@ -75,6 +75,9 @@ from inferd.protocols.messages.execution import (
     CloseDeviceRegions,
     StreamParts,
     RemoteStreamRequest,
+    CancelRemoteStream,
+    InstancesReady,
+    InstancesReadyRequest,
     StreamInferRequest,
 )
 from inferd.protocols.messages.lifecycle import (
@@ -164,6 +167,9 @@ __all__ = [
     "CloseDeviceRegions",
     "StreamParts",
     "RemoteStreamRequest",
+    "CancelRemoteStream",
+    "InstancesReady",
+    "InstancesReadyRequest",
     "StreamInferRequest",
     "ServeVersion",
     "ModelKnown",

@@ -153,6 +153,36 @@ class RemoteStreamRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class CancelRemoteStream(Message):
+    """Executor -> scheduler: the model that opened the BLS stream ``token`` (a
+    ``RemoteStreamRequest`` of ``reply_to``) cancelled it (``cancel()`` on its response
+    iterator); the request is cancelled as when a client goes away, and its stream still
+    ends with a final part."""
+
+    token: int
+    reply_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class InstancesReadyRequest(Message):
+    """Scheduler -> executor: whether these instances are ready, for a model readiness
+    check (Triton's ``TRITONBACKEND_ModelInstanceReady``)."""
+
+    instance_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InstancesReady(Message):
+    """Executor -> scheduler: ``ready`` is False when an instance's own check said no (or
+    failed: ``reason`` says why); ``checked`` is False when none of them has a check of its
+    own, so the scheduler need not ask again for this version."""
+
+    ready: bool
+    checked: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class StreamInferRequest(Message):
     """Frontend -> scheduler, in the main process only: answered with a ``ResponseStream``
     (``inferd.kernel.dataplane.streams``) of the request's responses, one for a model that is not

@@ -70,6 +70,7 @@ from inferd.protocols.messages import (
     MetricsRequest,
     ModelKnown,
     ModelList,
+    ModelReadyRequest,
     PollRequest,
     ReadCatalogs,
     ResolvedModel,
@@ -247,7 +248,15 @@ class ControlActor(Actor):
             return HealthStatus(False)
         if not self._settings.strict_readiness:
             return HealthStatus(True)
-        return HealthStatus(all(self._model(name).ready() for name in self._required))
+        if not all(self._model(name).ready() for name in self._required):
+            return HealthStatus(False)
+        # As Triton since core#473: a model whose instances say they cannot serve now (a
+        # python model's is_ready()) makes the server not ready either.
+        for name in sorted(self._required):
+            reply = await self.router.ask(SCHEDULER, ModelReadyRequest(name))
+            if not (isinstance(reply, HealthStatus) and reply.ok):
+                return HealthStatus(False)
+        return HealthStatus(True)
 
     # ------------------------------------------------------------------ POLL mode
 

@@ -9,7 +9,8 @@ of its own, so an instance is never called concurrently while different instance
 an instance whose batches typically take less than a thread hand-off runs on the event loop
 instead, when its thread has nothing queued: for tiny models the hand-off is most of the round
 trip. It also carries an instance's own requests to the server (BLS ``infer`` and
-``infer_stream``), and keeps the CUDA shared memory the main process sends windows of
+``infer_stream``, whose ``cancel()`` it passes on), runs the instances' own readiness checks
+(``InstancesReadyRequest``), and keeps the CUDA shared memory the main process sends windows of
 (``inferd.kernel.actors.executor.device_memory``), closing a region when told. It knows nothing of
 queues, versions policy or routing.
 """
@@ -25,12 +26,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.kernel.actors.executor.bls_stream import BlsStream
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
 from inferd.kernel.actors.executor.instance_ids import (
     incarnation_of,
@@ -64,7 +67,6 @@ from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import INLINE_EXECUTOR, SCHEDULER
 from inferd.kernel.runtime.router import Router
 from inferd.protocols.errors import (
-    DeadlineExceeded,
     InferdError,
     Internal,
     NotFound,
@@ -74,6 +76,7 @@ from inferd.protocols.messages import (
     Ack,
     ApplyLogSettings,
     BatchResult,
+    CancelRemoteStream,
     CancelRequests,
     CloseDeviceRegions,
     Envelope,
@@ -81,6 +84,8 @@ from inferd.protocols.messages import (
     InferBatch,
     InferRequest,
     InferResponse,
+    InstancesReady,
+    InstancesReadyRequest,
     LoadVersion,
     RemoteStreamRequest,
     Shutdown,
@@ -272,31 +277,57 @@ class ExecutorActor(Actor):
         """``ModelContext.infer_stream``: the scheduler streams the responses back to this
         actor as ``StreamParts`` (``on_stream_parts``), handed to the waiting thread."""
 
-        def infer_stream(request: InferRequest, timeout: float | None = None
-                         ) -> Iterator[InferResponse | InferdError]:
+        def infer_stream(request: InferRequest, timeout: float | None = None) -> BlsStream:
             token = next(self._stream_tokens)
-            parts: queue.Queue[tuple[InferResponse | InferdError | None, bool]] = queue.Queue()
-            self._bls_streams[token] = parts
+            stream = BlsStream(
+                timeout,
+                send_cancel=partial(self._tell_from_thread, loop,
+                                    CancelRemoteStream(token, self.address)),
+                close=partial(self._bls_streams.pop, token, None))
+            self._bls_streams[token] = stream.parts
             message = RemoteStreamRequest(request, token, self.address)
             try:
                 loop.call_soon_threadsafe(self.router.tell, SCHEDULER, message)
             except RuntimeError as error:  # the loop is closed: the executor is going
                 del self._bls_streams[token]
                 raise Unavailable(f"the executor is shutting down: {error}") from None
-            try:
-                while True:
-                    try:
-                        result, final = parts.get(timeout=timeout)
-                    except queue.Empty:
-                        raise DeadlineExceeded("no response within the BLS timeout") from None
-                    if result is not None:
-                        yield result
-                    if final:
-                        return
-            finally:
-                self._bls_streams.pop(token, None)
+            return stream
 
         return infer_stream
+
+    def _tell_from_thread(self, loop: asyncio.AbstractEventLoop, message: CancelRemoteStream
+                          ) -> None:
+        try:
+            loop.call_soon_threadsafe(self.router.tell, SCHEDULER, message)
+        except RuntimeError:
+            pass  # the loop is closed: the executor, and its streams, are going
+
+    async def on_instances_ready_request(self, message: InstancesReadyRequest,
+                                         envelope: Envelope) -> InstancesReady:
+        """A model readiness check: each of these instances that has a check of its own
+        runs it, at once, each on a thread (not the instance's: a long batch must not hold
+        the check back, as Triton's stub answers while ``execute`` runs)."""
+        checked = [slot.instance for slot in map(self._instances.get, message.instance_ids)
+                   if slot is not None and slot.instance.checks_readiness]
+        missing = [i for i in message.instance_ids if i not in self._instances]
+        if missing:
+            return InstancesReady(False, True, f"instance {missing[0]} is not loaded here")
+        if not checked:
+            return InstancesReady(True, False)
+        reasons: list[str] = []
+
+        def check(instance: Instance) -> None:
+            try:
+                if not instance.ready():
+                    reasons.append("an instance's readiness check said it is not ready")
+            except Exception as error:  # noqa: BLE001 - a failing check means not ready
+                reasons.append(str(error) or type(error).__name__)
+
+        async with anyio.create_task_group() as tasks:
+            for instance in checked:
+                tasks.start_soon(partial(anyio.to_thread.run_sync, check, instance,
+                                         abandon_on_cancel=True))
+        return InstancesReady(not reasons, True, "; ".join(reasons))
 
     async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
         """Responses of this executor's BLS streams (``infer_stream``)."""

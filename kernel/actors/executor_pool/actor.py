@@ -35,7 +35,12 @@ from inferd.kernel.actors.executor.actor import ExecutorActor
 from inferd.kernel.actors.executor_pool import placement
 from inferd.kernel.actors.executor_pool.processes import ExecutorProcesses
 from inferd.kernel.backend import BackendRegistry, BackendSpec
-from inferd.kernel.modelconfig.validation import EXECUTOR_PARAMETER, executor_choice
+from inferd.kernel.modelconfig.validation import (
+    EXECUTOR_PARAMETER,
+    FORK_PARAMETER,
+    executor_choice,
+    forks_after_initialize,
+)
 from inferd.kernel.observability.logs import as_reply, configure_logging, updated
 from inferd.kernel.observability.process_metrics import process_usage
 from inferd.kernel.runtime.actor import Actor
@@ -188,9 +193,16 @@ class ExecutorPoolActor(Actor):
     # ------------------------------------------------------------------ placement
 
     def _parts(self, load: LoadVersion, config: ModelConfig) -> list[placement.Part]:
+        forks = forks_after_initialize(config)
         if self._settings.executor_inline:
+            if forks:
+                raise InvalidArgument(
+                    f"model '{load.model}': parameter {FORK_PARAMETER} needs executor "
+                    "processes; the server runs with --executor-inline")
             return [placement.whole(config)]
         spec = self._backends.get(load.backend)
+        if forks:  # its instances fork from one process of its own
+            return placement.split(config, isolated=True, per_instance=False)
         per_instance = spec is not None and spec.process_per_instance
         return placement.split(config, isolated=load.isolated, per_instance=per_instance)
 

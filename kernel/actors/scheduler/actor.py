@@ -20,8 +20,10 @@ once, counted as a CANCELED failure; one already in a batch is named to its exec
 (``CancelRequests``: the backend may stop it) and its result dropped. A request's CUDA
 shared memory (device tensors, output windows) goes on as it is only to a model served on GPUs
 alone whose requests it does not read on the way; otherwise it is read to the host at the
-door (``inferd.kernel.actors.scheduler.cuda_windows``). It never loads models and never touches the
-repository.
+door (``inferd.kernel.actors.scheduler.cuda_windows``). A model readiness check also asks the
+version's instances that have a check of their own (``readiness``); a BLS stream's
+``cancel()`` (``CancelRemoteStream``) cancels the request it relays. It never loads models and
+never touches the repository.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from inferd.kernel.actors.scheduler.ensembles.running import EnsembleRunner
 from inferd.kernel.actors.scheduler.ensembles.served import EnsembleState, statistics_dict
 from inferd.kernel.actors.scheduler.ensembles.warming import EnsembleWarmUps
 from inferd.kernel.actors.scheduler.progress import Progress
+from inferd.kernel.actors.scheduler.readiness import instances_ready
 from inferd.kernel.actors.scheduler.requests import Queued, Slot, failure_reason
 from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache, scope_for
 from inferd.kernel.actors.scheduler.routing import RoutingTable
@@ -64,6 +67,7 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Ack,
+    CancelRemoteStream,
     Drain,
     Envelope,
     HealthStatus,
@@ -88,7 +92,6 @@ from inferd.protocols.messages import (
     Usage,
     UsageRequest,
 )
-
 
 
 class SchedulerActor(Actor):
@@ -117,6 +120,9 @@ class SchedulerActor(Actor):
         batches = BatchDispatch(router, self._streams, self.spawn)
         self._pump, self._cancel = batches.pump, batches.cancel  # bound once: the hot path
         self._abandon_stream = batches.abandon_stream
+        # The BLS streams of executors being relayed, by (executor, token), for cancel().
+        self._remote_streams: dict[tuple[str, int], ResponseStream | None] = {}
+        self._cancelled_remote: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ routing table
 
@@ -208,7 +214,7 @@ class SchedulerActor(Actor):
                 self._ensembles.check_ready(version)
         except InferdError:
             return HealthStatus(False)
-        return HealthStatus(True)
+        return HealthStatus(await instances_ready(self.router, version.model, version.slots))
 
     async def on_model_metadata_request(
         self, message: ModelMetadataRequest, envelope: Envelope
@@ -312,17 +318,42 @@ class SchedulerActor(Actor):
             part = to_failure(result) if isinstance(result, InferdError) else result
             self.router.tell(reply_to, StreamParts((token,), (part,), (final,)))
 
+        key = (reply_to, token)
+        self._remote_streams[key] = None  # opening: a cancel() now is kept for it
         try:
             stream = await self.on_stream_infer_request(StreamInferRequest(message.request), None)
         except InferdError as error:
+            self._remote_streams.pop(key, None)
+            self._cancelled_remote.discard(key)
             send(error, True)
             return
+        self._remote_streams[key] = stream
+        if key in self._cancelled_remote:  # cancelled while it was opening
+            self._cancelled_remote.discard(key)
+            stream.abandon()
 
         async def relay() -> None:
-            async for result, final in stream:
-                send(result, final)
+            try:
+                async for result, final in stream:
+                    send(result, final)
+            finally:
+                self._remote_streams.pop(key, None)
 
         self.spawn(relay)
+
+    async def on_cancel_remote_stream(self, message: CancelRemoteStream,
+                                      envelope: Envelope) -> None:
+        """A BLS stream's ``cancel()``: its request is cancelled as when a client goes away
+        (taken out of its queue, or named to its instance, which may stop); the stream still
+        relays what comes, up to its final part."""
+        key = (message.reply_to, message.token)
+        if key not in self._remote_streams:
+            return  # it ended already
+        stream = self._remote_streams[key]
+        if stream is None:
+            self._cancelled_remote.add(key)
+        else:
+            stream.abandon()
 
     async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
         """Responses of decoupled requests, from their executor, handed to their streams."""

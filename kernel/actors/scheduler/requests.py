@@ -21,6 +21,9 @@ class Slot:
     executor: str
     instance: int
     in_flight: int = 0  # batches sent to the instance and not answered yet
+    # Whether a readiness check asks its executor (False once it said the instance has no
+    # check of its own, as a python model without is_ready(): no round trip then).
+    checks_readiness: bool = True
 
 
 @dataclass(eq=False, slots=True)

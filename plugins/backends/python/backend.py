@@ -11,7 +11,8 @@ decoupled: true }``) sends its responses through each request's response sender 
 number, from any thread, until the final flag; its ``execute`` returns ``None``. Its
 instances never run on the executor's event loop, because a BLS call waits on that loop.
 The utility module itself is ``triton_python_backend_utils``; which instance a thread serves
-is ``scope``'s.
+is ``scope``'s. With ``INFERD_FORK_AFTER_INITIALIZE`` the instances past the first are forks
+of it (``forked``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import Backend, Emit, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import config_to_json
-from inferd.plugins.backends.python import scope
+from inferd.kernel.sdk.backends import config_to_json, forks_after_initialize
+from inferd.plugins.backends.python import forked, scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.plugins.backends.python.pb_errors import exception_text
+from inferd.plugins.backends.python.readiness import ReadinessCheck, call_is_ready
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import config_type_to_datatype
@@ -178,6 +180,8 @@ class PythonBackend(Backend):
             )
             if not config.name:
                 config.name = context.name
+            if forks_after_initialize(config):
+                forked.check_forkable(config, context.name)
         except BaseException:
             forget_module(module)
             raise
@@ -204,8 +208,46 @@ class PythonModel(Model):
         }
         # The module imported at load serves the first instance: one import fewer.
         self._spare_module: ModuleType | None = module
+        self._forks = forks_after_initialize(config)
+        self._fork_source: PythonInstance | None = None  # instance 0, when instances fork
 
     def create_instance(self, index: int) -> Instance:
+        if self._fork_source is not None:
+            return self._fork(self._fork_source, index)
+        instance = self._create_instance(index)
+        if self._forks:
+            self._fork_source = instance
+        return instance
+
+    def _fork(self, source: PythonInstance, index: int) -> Instance:
+        """Instance ``index`` as a fork of ``source``, taken now (after its initialize)."""
+        args = instance_args(self.config, self.context, index)
+        name = args["model_instance_name"]
+
+        def serve(link: forked.Link) -> None:
+            fork_scope = scope.InstanceScope(forked.server_infer(link), str(self.path.parent),
+                                             forked.no_streams)
+            scope.set_process_default(fork_scope)
+            instance = PythonInstance(self, source.triton_model, source.module, fork_scope,
+                                      name)
+            instance.cancelled = forked.AskedCancellations(link)
+
+            def after_fork() -> None:
+                hook = getattr(source.triton_model, "after_fork", None)
+                if hook is not None:
+                    with scope.bound(fork_scope):
+                        hook(args)
+
+            forked.serve_forked(link, instance.execute, lambda: instance.phase_ns,
+                                instance.close, after_fork)
+
+        pid, link = forked.fork_instance(serve, name)
+        log.info("model '%s': instance %s forked after initialize (pid %d)",
+                 self.context.name, name, pid)
+        return forked.ForkedInstance(name, self.context.name, self.context.version, pid, link,
+                                     self.context.infer)
+
+    def _create_instance(self, index: int) -> PythonInstance:
         module, self._spare_module = self._spare_module, None
         if module is None:
             module = load_module(self.context.name, self.path)
@@ -230,6 +272,7 @@ class PythonModel(Model):
                               args["model_instance_name"])
 
     def unload(self) -> None:
+        self._fork_source = None
         if self._spare_module is not None:
             forget_module(self._spare_module)
             self._spare_module = None
@@ -317,10 +360,20 @@ class PythonInstance(Instance):
     ) -> None:
         self._model = model
         self._name = name
-        self._triton_model = triton_model
-        self._module = module
+        self.triton_model = triton_model
+        self.module = module
         self._scope = instance_scope
         self._loop: asyncio.AbstractEventLoop | None = None
+        # A model's own is_ready() (python_backend#430) runs at every readiness check.
+        self.checks_readiness = callable(getattr(triton_model, "is_ready", None))
+        self._readiness = ReadinessCheck(partial(self._is_ready, triton_model))
+
+    def ready(self) -> bool:
+        return self._readiness.run()
+
+    def _is_ready(self, triton_model: Any) -> bool:
+        with scope.bound(self._scope):
+            return call_is_ready(triton_model)
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         model = self._model
@@ -335,7 +388,7 @@ class PythonInstance(Instance):
                 pb_request.watch_cancellation(partial(cancelled.__contains__, index))
             prepared = time.perf_counter_ns()
             with scope.bound(self._scope):
-                returned = self._triton_model.execute(pb_requests)
+                returned = self.triton_model.execute(pb_requests)
                 if inspect.isawaitable(returned):
                     returned = self._event_loop().run_until_complete(returned)
         except Exception as error:  # noqa: BLE001 - Triton fails the whole call
@@ -365,7 +418,7 @@ class PythonInstance(Instance):
             pb_requests.append(pb_request)
         try:
             with scope.bound(self._scope):
-                returned = self._triton_model.execute(pb_requests)
+                returned = self.triton_model.execute(pb_requests)
                 if inspect.isawaitable(returned):
                     returned = self._event_loop().run_until_complete(returned)
         except Exception as error:  # noqa: BLE001 - Triton fails the requests still open
@@ -400,7 +453,7 @@ class PythonInstance(Instance):
         return self._loop
 
     def close(self) -> None:
-        finalize = getattr(self._triton_model, "finalize", None)
+        finalize = getattr(self.triton_model, "finalize", None)
         try:
             if finalize is not None:
                 with scope.bound(self._scope):
@@ -412,4 +465,5 @@ class PythonInstance(Instance):
                 self._loop.run_until_complete(self._loop.shutdown_default_executor())
                 self._loop.close()
                 self._loop = None
-            forget_module(self._module)
+            forget_module(self.module)
+

@@ -271,21 +271,20 @@ class InferenceRequest:
         True. With ``decoupled`` an iterator over the model's responses, as they come (any
         number for a decoupled model)."""
         if decoupled:
-            return _stream(_server_infer_stream(), self)
+            return ResponseIterator(_server_infer_stream(), self)
         return _execute(_server_infer(), self)
 
     def async_exec(self, decoupled: bool = False) -> Any:
         """``exec`` as an awaitable, for ``async def execute``: several can run at once. With
-        ``decoupled`` it gives an iterator over every response once the model is done."""
+        ``decoupled`` it gives the response iterator once the request is sent; iterating it
+        waits for each response, as in Triton."""
         if not decoupled:
             infer = _server_infer()
             return asyncio.get_running_loop().run_in_executor(None, _execute, infer, self)
         infer_stream = _server_infer_stream()
 
-        async def iterate() -> Iterator[InferenceResponse]:
-            responses = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: list(_stream(infer_stream, self)))
-            return iter(responses)
+        async def iterate() -> ResponseIterator:
+            return ResponseIterator(infer_stream, self)
 
         return iterate()
 
@@ -311,18 +310,46 @@ def _server_infer_stream() -> scope.ServerInferStream:
     return infer_stream
 
 
-def _stream(infer_stream: scope.ServerInferStream, request: InferenceRequest
-            ) -> Iterator[InferenceResponse]:
-    """The responses to a decoupled BLS request; a failure is a response with an error."""
-    timeout = request.timeout() / 1e6 if request.timeout() > 0 else None
-    try:
-        for result in infer_stream(request.to_inferd(), timeout):
-            if isinstance(result, InferdError):
-                yield InferenceResponse(error=TritonError.from_inferd(result))
-            else:
-                yield InferenceResponse.from_inferd(result)
-    except InferdError as error:
-        yield InferenceResponse(error=TritonError.from_inferd(error))
+class ResponseIterator(Iterator[InferenceResponse]):
+    """What ``exec(decoupled=True)`` returns: the responses to a BLS request as they come, a
+    failure as a response with an error. ``cancel()`` cancels the request (Triton's, from
+    python_backend#398): the called model sees ``is_cancelled()`` and may stop; the iteration
+    still runs to its final response. A cancel after the last response does nothing."""
+
+    def __init__(self, infer_stream: scope.ServerInferStream, request: InferenceRequest) -> None:
+        timeout = request.timeout() / 1e6 if request.timeout() > 0 else None
+        self._results: Iterator[InferResponse | InferdError] | None = None
+        self._error: InferdError | None = None
+        try:
+            self._results = infer_stream(request.to_inferd(), timeout)  # sent now
+        except InferdError as error:
+            self._error = error
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._error is not None:
+            error, self._error = self._error, None
+            return InferenceResponse(error=TritonError.from_inferd(error))
+        if self._results is None:
+            raise StopIteration
+        try:
+            result = next(self._results)
+        except StopIteration:
+            self._results = None
+            raise
+        except InferdError as error:
+            self._results = None
+            return InferenceResponse(error=TritonError.from_inferd(error))
+        if isinstance(result, InferdError):
+            return InferenceResponse(error=TritonError.from_inferd(result))
+        return InferenceResponse.from_inferd(result)
+
+    def cancel(self) -> None:
+        cancel = getattr(self._results, "cancel", None)
+        if cancel is not None:
+            cancel()
 
 
 def _execute(infer: scope.ServerInfer, request: InferenceRequest) -> InferenceResponse:
