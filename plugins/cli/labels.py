@@ -16,8 +16,8 @@ import typer
 
 from inferd.kernel.sdk import USAGE
 from inferd.plugins.cli import render
-from inferd.plugins.cli.commands import DEFAULT_URL, ConnectTimeout, Fmt, Format, Url, guarded
-from inferd.plugins.cli.connection import open_connection
+from inferd.plugins.cli.commands import ConnectTimeout, Fmt, Format, Url, guarded
+from inferd.plugins.cli.connection import DEFAULT_URL, open_connection
 from inferd.plugins.cli.render import Column
 
 LABEL_COLUMNS = (Column("label", "LABEL"), Column("version", "VERSION", numeric=True),

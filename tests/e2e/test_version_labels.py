@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException
 
 from tests.e2e.inferd_harness import INFERD, wait_for
 

@@ -81,7 +81,7 @@ class VersionLabelBook:
         self._from_file[name] = VersionLabels(dict(resolved.labels), resolved.canary_percent) \
             if resolved.labels_file else None
         self._policy[name] = resolved.policy_versions
-        if labels != self.of(name) or name not in self._labels:
+        if labels != self.of(name):  # a model without labels tells the scheduler nothing
             self._labels[name] = labels
             await self._publish(name, labels)
 
