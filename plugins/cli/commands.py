@@ -210,7 +210,8 @@ def unload(
         connection.close()
         which = f" version {', '.join(map(str, chosen))}" if chosen else ""
         if fmt is Format.json:
-            render.show("json", (), (), {"model": model, "unloaded": True, "versions": chosen})
+            render.show("json", (), (), {"model": model, "unloaded": True,
+                                         **({"versions": chosen} if chosen else {})})
         else:
             print(f"unloaded {model}{which}")
 

@@ -96,6 +96,11 @@ def states(http: Any, name: str) -> list[tuple[str, str]]:
             for e in http.get_model_repository_index() if e["name"] == name]
 
 
+def entries(http: Any, name: str) -> list[dict[str, str]]:
+    """The model's index entries, reasons included."""
+    return [e for e in http.get_model_repository_index() if e["name"] == name]
+
+
 def post(server: Any, path: str, body: Any) -> tuple[int, Any]:
     """A raw POST (tritonclient sends no parameter it does not know): status and JSON."""
     request = urllib.request.Request(f"http://{server.http_url}/{path}",
@@ -182,12 +187,12 @@ def test_an_unload_with_versions_leaves_the_others_serving(http: Any, server: An
 def test_bad_versions_are_refused_and_change_nothing(
     http: Any, server: Any, path: str, parameters: dict[str, Any], expected: str
 ) -> None:
-    before = states(http, "echo")
+    before = entries(http, "echo")
     status, body = post(server, f"v2/repository/models/echo/{path}",
                         {"parameters": parameters})
     assert status == 400
     assert expected in body["error"]
-    assert states(http, "echo") == before
+    assert entries(http, "echo") == before
 
 
 def test_bad_versions_over_grpc_are_invalid_argument(http: Any, server: Any) -> None:
@@ -246,9 +251,11 @@ def test_a_labelled_version_is_not_unloaded_singly(http: Any, server: Any) -> No
 def test_bad_label_moves_are_refused_and_change_nothing(
     http: Any, server: Any, body: dict[str, Any], expected: str
 ) -> None:
+    before = entries(http, "rolled")
     status, answer = post(server, "v2/repository/models/rolled/labels", body)
     assert status == 400
     assert expected in answer["error"]
+    assert entries(http, "rolled") == before
     assert states(http, "rolled") == [("1", "READY"), ("3", "READY")]
     assert infer(http, "rolled") == "1"
     assert post(server, "v2/repository/models/rolled/labels", {})[1]["labels"] == \

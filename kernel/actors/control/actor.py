@@ -444,7 +444,8 @@ class ControlActor(Actor):
             self._forget_if_unknown(name, model)
             raise
         except InferdError as error:
-            model.error, model.error_version = error.message, None
+            if not only:  # a refused load of single versions changes nothing
+                model.error, model.error_version = error.message, None
             self._states.load_failed(name, model.serving(), error.message)
             self._known_after_failure(name, model)
             raise

@@ -33,7 +33,7 @@ from inferd.kernel.modelconfig.version_labels import (
 )
 from inferd.kernel.runtime.addresses import SCHEDULER
 from inferd.kernel.runtime.router import Router
-from inferd.protocols.errors import InvalidArgument
+from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import LabelsRequest, ResolvedModel, RouteLabels, VersionLabelsReply
 from inferd.protocols.names import check_model_name
 
@@ -100,18 +100,18 @@ class VersionLabelBook:
             if model is None or not model.ready():
                 raise InvalidArgument(f"model '{name}' is not loaded: load it before moving "
                                       "its version labels")
-            cause = "version labels " + ", ".join(
+            cause = "version label " + (", ".join(
                 f"{label}={version}" for label, version in sorted(wanted.labels.items())
-                if current.labels.get(label) != version)
+                if current.labels.get(label) != version) or "change")
             pinned = VersionLabels({**current.labels, STABLE: current.labels.get(
                 STABLE, max(model.serving()))}, current.canary_percent)
             await self._publish(name, pinned)
             try:
                 missing = tuple(n for n in wanted.targets() if not _ready(model, n))
                 if missing:
-                    await self._load_versions(name, missing, cause or "version labels move")
-            except BaseException:
-                await self._publish(name, current)
+                    await self._load_versions(name, missing, cause)
+            except InferdError:
+                await self._publish(name, current)  # as before: nothing changed
                 raise
             self._labels[name] = wanted
             await self._publish(name, wanted)
