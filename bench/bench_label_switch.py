@@ -12,10 +12,11 @@ up) the target, routes the requests to it, and unloads the version it left (the 
 
 The table gives, for the requests that started while a move was under way (``switching``) and
 for those that started between moves (``steady``): requests, failures, requests/s, p50 and
-p99 latency; then each move's time. A failure is any error a client saw. A script, not a
+p99 latency; then each move's time, and how many requests started after a move were answered
+by its target. A failure is any error a client saw. A script, not a
 test: on a shared machine the figures move.
 
-    .venv/bin/python bench/bench_label_switch.py [--clients 8] [--moves 6] [--width 512]
+    .venv/bin/python bench/bench_label_switch.py [--clients 8] [--moves 5] [--width 512]
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def row(name: str, samples: list[Sample], seconds: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--moves", type=int, default=6)
+    parser.add_argument("--moves", type=int, default=5, help="odd: stable ends on 2")
     parser.add_argument("--settle", type=float, default=3.0,
                         help="seconds of traffic between moves")
     parser.add_argument("--width", type=int, default=512, help="the MatMul's width")
@@ -158,8 +159,18 @@ def main() -> None:
     errors = sorted({s.error for s in samples if s.error})
     for error in errors[:5]:
         print(f"  failure: {error}")
+    targets = [2 if index % 2 == 0 else 1 for index in range(len(windows))]
+    bounds = [b for _, b in windows]
+    nexts = [a for a, _ in windows[1:]] + [ended]
+    after = [s for end, following, target in zip(bounds, nexts, targets, strict=True)
+             for s in samples if end <= s.started < following and s.version]
+    on_target = sum(1 for end, following, target in zip(bounds, nexts, targets, strict=True)
+                    for s in samples if end <= s.started < following
+                    and s.version == str(target))
+    print(f"requests started after a move answered by its target: {on_target}/{len(after)}")
     last = [each[-1].version for each in per_client if each]
-    print(f"last version answered per client: {', '.join(last)}")
+    print(f"last version answered per client (stable ends on {targets[-1]}): "
+          f"{', '.join(last)}")
 
 
 if __name__ == "__main__":
