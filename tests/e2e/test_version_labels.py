@@ -50,8 +50,15 @@ class TritonPythonModel:
 '''
 
 
+FAILING_PY = '''\
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("this version cannot start")
+'''
+
+
 def add_model(root: Path, name: str, hold: Path, versions: tuple[int, ...],
-              labels: str = "") -> Path:
+              labels: str = "", policy: str = "latest { num_versions: 1 }") -> Path:
     folder = root / name
     for version in versions:
         (folder / str(version)).mkdir(parents=True)
@@ -62,7 +69,7 @@ def add_model(root: Path, name: str, hold: Path, versions: tuple[int, ...],
         'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
         'instance_group [ { kind: KIND_CPU count: 1 } ]\n'
         f'parameters {{ key: "hold" value {{ string_value: "{hold}" }} }}\n'
-        "version_policy { latest { num_versions: 1 } }\n")
+        f"version_policy {{ {policy} }}\n")
     if labels:
         (folder / "version_labels.toml").write_text(labels)
     return folder
@@ -81,6 +88,8 @@ def server(module_inferd: Any, hold: Path) -> Any:
     add_model(root, "rolled", hold, (1, 2, 3), "[labels]\nstable = 1\n")
     add_model(root, "split", hold, (1, 2),
               "canary_percent = 10\n\n[labels]\nstable = 1\ncanary = 2\n")
+    failing = add_model(root, "failing", hold, (1, 2), policy="specific { versions: [ 1 ] }")
+    (failing / "2" / "model.py").write_text(FAILING_PY)
     return module_inferd.start(root, "--model-control-mode", "explicit")
 
 
@@ -345,6 +354,19 @@ def test_the_canary_gets_its_share_per_request(http: Any, server: Any) -> None:
     assert (status, body["labels"]) == (200, {"stable": 1})
     assert {infer(http, "split") for _ in range(10)} == {"1"}
     assert states(http, "split") == [("1", "READY"), ("2", "READY")]
+
+
+def test_a_label_whose_target_fails_to_load_moves_nothing(http: Any, server: Any) -> None:
+    http.load_model("failing")
+    assert infer(http, "failing") == "1"
+    status, body = post(server, "v2/repository/models/failing/labels",
+                        {"labels": {"stable": 2}})
+    assert status == 400
+    assert "version 2 is at UNAVAILABLE state" in body["error"]
+    assert "this version cannot start" in body["error"]
+    assert post(server, "v2/repository/models/failing/labels", {})[1]["labels"] == {}
+    assert {infer(http, "failing") for _ in range(3)} == {"1"}
+    assert states(http, "failing") == [("1", "READY"), ("2", "UNAVAILABLE")]
 
 
 def test_a_reload_keeps_the_labels_moved_at_run_time(http: Any) -> None:
