@@ -10,9 +10,11 @@ again, so what served stays READY. Loads of one model are serialized; loads of d
 models run side by side, none on the inference path. The parts it owns and calls, each given
 what it needs: ``EnsembleLifecycle`` (``inferd.kernel.actors.control.ensembles``), ``DesiredState``
 (``--model-control-state``), ``RepositoryPoller`` (POLL mode), ``ExecutorRecovery`` (a
-lost executor) and ``VersionUnloader`` (``unload``: an unload request is answered
-once the model takes no new request); ``views`` words its state for the index, the
-catalog and metrics.
+lost executor), ``VersionUnloader`` (``unload``: an unload request is answered
+once the model takes no new request) and ``VersionLabelBook`` (``labels``: inferd's version
+labels and their managed switch); ``views`` words its state for the index, the
+catalog and metrics. A load or unload naming ``versions`` (inferd's) touches only those
+(``single_versions``).
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ class ControlActor(Actor):
                 self._on_demand.forget_failure(request.model)
             self._ensembles.mark_requested(request.model)
             self._required.add(request.model)
-            if not request.versions:  # single versions are not recorded (docs/model_management)
+            if not request.versions:  # single versions are not recorded (docs/versions.md)
                 await self._desired.record_load(request.model, request.config, request.files)
         return Ack()
 
@@ -493,7 +495,8 @@ class ControlActor(Actor):
             raise InvalidArgument(model.error)
         if labels is not None:
             await self._labels.loaded(resolved, labels)  # before what they left unloads
-        for number in [n for n in model.versions if n not in resolved.versions and not only]:
+        dropped = [] if only else [n for n in model.versions if n not in resolved.versions]
+        for number in dropped:
             await self._unloader.unload_version(name, model, number, reason="unloaded",
                                                 cause="no longer selected by the version policy")
         model.error = ""
