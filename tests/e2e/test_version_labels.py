@@ -384,3 +384,13 @@ def test_inferd_check_points_at_a_bad_labels_file(module_inferd: Any, hold: Path
     assert done.returncode != 0
     assert (f"{root / 'bad' / 'version_labels.toml'}:3:1: label 'canary' names version 5, "
             "which has no version folder (version folders: 1, 2)") in done.stdout + done.stderr
+
+
+def test_labels_of_a_model_not_loaded(server: Any) -> None:
+    assert post(server, "v2/repository/models/nothing/labels", {}) == (
+        200, {"model": "nothing", "labels": {}, "canary_percent": 0.0})
+    status, body = post(server, "v2/repository/models/nothing/labels",
+                        {"labels": {"stable": 1}})
+    assert status == 400
+    assert body["error"] == ("model 'nothing' is not loaded: load it before moving its "
+                             "version labels")

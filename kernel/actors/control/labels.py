@@ -91,6 +91,11 @@ class VersionLabelBook:
         """Move ``request.model``'s labels (a request that changes nothing reads them)."""
         name = request.model
         check_model_name(name)
+        if name not in self._models and name not in self._labels:  # no lock kept for it
+            if _changed(VersionLabels(), request) == VersionLabels():
+                return _reply(name, VersionLabels())
+            raise InvalidArgument(f"model '{name}' is not loaded: load it before moving "
+                                  "its version labels")
         async with self._switching[name]:
             current = self.of(name)
             wanted = _changed(current, request)
