@@ -39,6 +39,7 @@ from inferd.protocols.messages import (
     Message,
     ModelMetadata,
     ServerMetadata,
+    VersionLabelsReply,
 )
 
 __all__ = ["DEFAULT_URL", "AsyncClient", "Client", "InferResult"]
@@ -158,11 +159,22 @@ class AsyncClient:
         *,
         config: str | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes] | None = None,
+        versions: Sequence[int] = (),
     ) -> None:
-        await self._call(calls.load(model, config, files))
+        """``versions`` (inferd's): load exactly these, leaving the others as they are."""
+        await self._call(calls.load(model, config, files, versions))
 
-    async def unload(self, model: str, *, unload_dependents: bool = False) -> None:
-        await self._call(calls.unload(model, unload_dependents))
+    async def unload(self, model: str, *, unload_dependents: bool = False,
+                     versions: Sequence[int] = ()) -> None:
+        await self._call(calls.unload(model, unload_dependents, versions))
+
+    async def labels(self, model: str, labels: Mapping[str, int] | None = None, *,
+                     remove: Sequence[str] = (), canary_percent: float | None = None
+                     ) -> VersionLabelsReply:
+        """Read (nothing to change) or move ``model``'s version labels (inferd's): a moved
+        label's version is loaded before requests go to it; the reply comes after the
+        switch."""
+        return await self._call(calls.labels(model, labels, remove, canary_percent))
 
     # ------------------------------------------------------------------ transport
 
@@ -316,11 +328,22 @@ class Client:
         *,
         config: str | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes] | None = None,
+        versions: Sequence[int] = (),
     ) -> None:
-        self._call(calls.load(model, config, files))
+        """``versions`` (inferd's): load exactly these, leaving the others as they are."""
+        self._call(calls.load(model, config, files, versions))
 
-    def unload(self, model: str, *, unload_dependents: bool = False) -> None:
-        self._call(calls.unload(model, unload_dependents))
+    def unload(self, model: str, *, unload_dependents: bool = False,
+                     versions: Sequence[int] = ()) -> None:
+        self._call(calls.unload(model, unload_dependents, versions))
+
+    def labels(self, model: str, labels: Mapping[str, int] | None = None, *,
+                     remove: Sequence[str] = (), canary_percent: float | None = None
+                     ) -> VersionLabelsReply:
+        """Read (nothing to change) or move ``model``'s version labels (inferd's): a moved
+        label's version is loaded before requests go to it; the reply comes after the
+        switch."""
+        return self._call(calls.labels(model, labels, remove, canary_percent))
 
     # ------------------------------------------------------------------ transport
 

@@ -33,6 +33,7 @@ from inferd.protocols.messages import (
     IndexRequest,
     InferRequest,
     InferResponse,
+    LabelsRequest,
     LoadRequest,
     Message,
     ModelConfigReply,
@@ -47,6 +48,7 @@ from inferd.protocols.messages import (
     StatisticsRequest,
     Tensor,
     UnloadRequest,
+    VersionLabelsReply,
 )
 from inferd.protocols.tensors import from_numpy
 
@@ -226,7 +228,8 @@ def catalog(labels: Mapping[str, str] | None, task: str) -> Call[list[CatalogEnt
 
 
 def load(
-    model: str, config: str | Mapping[str, Any] | None, files: Mapping[str, bytes] | None
+    model: str, config: str | Mapping[str, Any] | None, files: Mapping[str, bytes] | None,
+    versions: Sequence[int] = (),
 ) -> Call[None]:
     if config is None:
         config_json = ""
@@ -234,12 +237,20 @@ def load(
         config_json = config
     else:
         config_json = json.dumps(config)
-    return Call(LoadRequest(model=model, config=config_json, files=dict(files or {})),
-                _acknowledged)
+    return Call(LoadRequest(model=model, config=config_json, files=dict(files or {}),
+                            versions=tuple(versions)), _acknowledged)
 
 
-def unload(model: str, unload_dependents: bool) -> Call[None]:
-    return Call(UnloadRequest(model, unload_dependents), _acknowledged)
+def unload(model: str, unload_dependents: bool, versions: Sequence[int] = ()) -> Call[None]:
+    return Call(UnloadRequest(model, unload_dependents, tuple(versions)), _acknowledged)
+
+
+def labels(model: str, labels: Mapping[str, int] | None, remove: Sequence[str],
+           canary_percent: float | None) -> Call[VersionLabelsReply]:
+    """Read (nothing to change) or move ``model``'s version labels (an inferd extension)."""
+    request = LabelsRequest(model, dict(labels or {}), tuple(remove),
+                            -1.0 if canary_percent is None else float(canary_percent))
+    return Call(request, lambda reply: expect(reply, VersionLabelsReply))
 
 
 # ------------------------------------------------------------------------------ the frames

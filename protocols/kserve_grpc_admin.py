@@ -9,6 +9,7 @@ malformed request is refused with an ``InvalidArgument`` naming the problem. Inf
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from google.protobuf import json_format
@@ -16,6 +17,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.kserve_grpc import expect_choice
+from inferd.protocols.kserve_http_admin import version_list
 from inferd.protocols.messages import (
     Index,
     IndexRequest,
@@ -95,30 +97,53 @@ def decode_load_request(request: Any) -> LoadRequest:
     model = request.model_name
     config = ""
     files: dict[str, bytes] = {}
+    versions: tuple[int, ...] = ()
     for key, parameter in request.parameters.items():
         if key == "config":
             config = expect_choice(key, parameter, "string_param")
+        elif key == "versions":
+            versions = _versions(parameter, "load")
         elif key.startswith(FILE_PREFIX):
             files[key[len(FILE_PREFIX) :]] = expect_choice(key, parameter, "bytes_param")
         else:
             raise InvalidArgument(
                 f"unknown parameter '{key}' in the load request of model '{model}': "
-                f"expected 'config' or '{FILE_PREFIX}<version>/<path>'"
+                f"expected 'config', 'versions' or '{FILE_PREFIX}<version>/<path>'"
             )
-    return LoadRequest(model=model, config=config, files=files)
+    return LoadRequest(model=model, config=config, files=files, versions=versions)
 
 
 def decode_unload_request(request: Any) -> UnloadRequest:
     model = request.model_name
     unload_dependents = False
+    versions: tuple[int, ...] = ()
     for key, parameter in request.parameters.items():
+        if key == "versions":
+            versions = _versions(parameter, "unload")
+            continue
         if key != "unload_dependents":
             raise InvalidArgument(
                 f"unknown parameter '{key}' in the unload request of model '{model}': "
-                "expected 'unload_dependents'"
+                "expected 'unload_dependents' or 'versions'"
             )
         unload_dependents = bool(expect_choice(key, parameter, "bool_param"))
-    return UnloadRequest(model=model, unload_dependents=unload_dependents)
+    return UnloadRequest(model=model, unload_dependents=unload_dependents, versions=versions)
+
+
+def _versions(parameter: Any, what: str) -> tuple[int, ...]:
+    """The ``versions`` parameter (inferd's): one version as an int64_param, or a JSON list
+    of them as a string_param ("[2, 3]"), checked as over HTTP."""
+    value = expect_choice("versions", parameter, "int64_param", "string_param")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise InvalidArgument(f"{what} parameter 'versions' must be a JSON list of "
+                                  f"version numbers, not {value[:40]!r}") from None
+    else:
+        value = [value]
+    listed: tuple[int, ...] = version_list(value, what)
+    return listed
 
 
 # ------------------------------------------------------------- system shared memory

@@ -32,6 +32,7 @@ from inferd.protocols.messages import (
     CatalogRequest,
     Index,
     IndexRequest,
+    LabelsRequest,
     LoadRequest,
     ModelMetadata,
     ServerMetadata,
@@ -40,6 +41,7 @@ from inferd.protocols.messages import (
     Statistics,
     TensorSpec,
     UnloadRequest,
+    VersionLabelsReply,
 )
 
 
@@ -57,9 +59,10 @@ def decode_index_request(body: bytes | memoryview) -> IndexRequest:
 
 
 def decode_load_request(model: str, body: bytes | memoryview) -> LoadRequest:
-    """``{"parameters": {"config": "<JSON>", "file:<version>/<path>": "<base64>"}}``, or an
-    empty body."""
+    """``{"parameters": {"config": "<JSON>", "file:<version>/<path>": "<base64>",
+    "versions": [3]}}``, or an empty body (``versions`` is inferd's)."""
     parameters = _repository_parameters(body, "model load request")
+    versions = version_list(parameters.pop("versions", None), "load")
     config = parameters.pop("config", "")
     if isinstance(config, dict):
         config = json.dumps(config)
@@ -73,7 +76,8 @@ def decode_load_request(model: str, body: bytes | memoryview) -> LoadRequest:
     for key, value in parameters.items():
         if not key.startswith("file:"):
             raise InvalidArgument(
-                f"unknown load parameter '{key}' (expected 'config' or 'file:<version>/<path>')"
+                f"unknown load parameter '{key}' (expected 'config', 'versions' or "
+                "'file:<version>/<path>')"
             )
         path = key[len("file:") :]
         if not path:
@@ -84,18 +88,74 @@ def decode_load_request(model: str, body: bytes | memoryview) -> LoadRequest:
             files[path] = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidArgument(f"load parameter '{key}' is not valid base64") from None
-    return LoadRequest(model, config, files)
+    return LoadRequest(model, config, files, versions)
 
 
 def decode_unload_request(model: str, body: bytes | memoryview) -> UnloadRequest:
-    """``{"parameters": {"unload_dependents": bool}}``, or an empty body."""
+    """``{"parameters": {"unload_dependents": bool, "versions": [2]}}``, or an empty body
+    (``versions`` is inferd's)."""
     parameters = _repository_parameters(body, "model unload request")
     unload_dependents = json_boolean(
         parameters.pop("unload_dependents", False), "unload parameter 'unload_dependents'"
     )
+    versions = version_list(parameters.pop("versions", None), "unload")
     if parameters:
         raise InvalidArgument(f"unknown unload parameter '{min(parameters)}'")
-    return UnloadRequest(model, unload_dependents)
+    return UnloadRequest(model, unload_dependents, versions)
+
+
+MAX_VERSIONS_PER_REQUEST = 64
+
+
+def version_list(value: Any, what: str) -> tuple[int, ...]:
+    """A ``versions`` parameter (inferd's): a non-empty list of distinct version numbers
+    (integers >= 1); ``None`` (absent) is every version, as in Triton."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or len(value) > MAX_VERSIONS_PER_REQUEST:
+        raise InvalidArgument(f"{what} parameter 'versions' must be a list of 1 to "
+                              f"{MAX_VERSIONS_PER_REQUEST} version numbers, not "
+                              f"{json_type(value)}" + (" (empty)" if value == [] else ""))
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+            raise InvalidArgument(f"{what} parameter 'versions' must hold version numbers "
+                                  f"(integers >= 1), not {json.dumps(item)}")
+    if len(set(value)) != len(value):
+        raise InvalidArgument(f"{what} parameter 'versions' names a version twice")
+    return tuple(sorted(value))
+
+
+def decode_labels_request(model: str, body: bytes | memoryview) -> LabelsRequest:
+    """``{"labels": {"stable": 4, "canary": null}, "canary_percent": 10}`` (inferd's): set
+    labels, remove those set to null, set the canary's share; an empty body reads them."""
+    document = parse_json(body, "version labels request")
+    if document is None:
+        return LabelsRequest(model)
+    document = json_object(document, "the version labels request")
+    no_unknown_fields(document, frozenset({"labels", "canary_percent"}),
+                      "the version labels request")
+    labels = json_object(document.get("labels", {}), "'labels'")
+    percent = document.get("canary_percent", -1.0)
+    if percent is None or isinstance(percent, bool) or not isinstance(percent, (int, float)) \
+            or (percent != -1.0 and not 0 <= percent <= 100):
+        raise InvalidArgument(f"'canary_percent' must be a number from 0 to 100, not "
+                              f"{json.dumps(percent)}")
+    moved: dict[str, int] = {}
+    for name, version in labels.items():
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                    or version < 1):
+            raise InvalidArgument(f"label '{name}' must name a version number (an integer "
+                                  f">= 1) or be null (removed), not {json.dumps(version)}")
+        if version is not None:
+            moved[name] = version
+    removed = tuple(sorted(name for name, version in labels.items() if version is None))
+    return LabelsRequest(model, moved, removed, float(percent))
+
+
+def encode_labels(reply: VersionLabelsReply) -> bytes:
+    encoded: bytes = dumps({"model": reply.model, "labels": dict(sorted(reply.labels.items())),
+                            "canary_percent": reply.canary_percent})
+    return encoded
 
 
 def _repository_parameters(body: bytes | memoryview, what: str) -> dict[str, Any]:

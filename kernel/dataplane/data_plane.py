@@ -51,6 +51,7 @@ from inferd.protocols.messages import (
     IndexRequest,
     InferRequest,
     InferResponse,
+    LabelsRequest,
     LoadRequest,
     LogSettingsRequest,
     Message,
@@ -93,6 +94,7 @@ _OWNER: dict[type[Message], str] = {
     CatalogRequest: CONTROL,
     LoadRequest: CONTROL,
     UnloadRequest: CONTROL,
+    LabelsRequest: CONTROL,
     PollRequest: CONTROL,
     LogSettingsRequest: EXECUTORS,  # it owns the settings every process logs by
 }
@@ -103,7 +105,7 @@ _LOADS_ON_DEMAND = (InferRequest, ModelMetadataRequest, ModelReadyRequest, Model
 # Requests whose model name may not be empty (statistics without a name mean every model).
 _NAMES_A_MODEL = (
     InferRequest, ModelMetadataRequest, ModelReadyRequest, ModelConfigRequest, LoadRequest,
-    UnloadRequest,
+    UnloadRequest, LabelsRequest,
 )
 
 

@@ -1,5 +1,5 @@
 """Hook module of the ``inferd`` command's client commands (models, catalog, load, unload,
-infer, stats): registers each by import path, with its examples, and imports nothing else
+label, infer, stats): registers each by import path, with its examples, and imports nothing else
 (typer, rich and the clients load only when ``inferd`` runs one of them)."""
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ def inferd_register_commands(registry: CommandRegistry) -> None:
         ("catalog", ("inferd catalog", "inferd catalog --task ocr",
                      "inferd catalog --label stage=prod --format json")),
         ("load", ("inferd load simple", "inferd load simple --config simple.json --timeout 120",
-                  "inferd load mlp --config config.pbtxt --file 1/model.onnx=./mlp.onnx")),
-        ("unload", ("inferd unload simple", "inferd unload ensemble --dependents")),
+                  "inferd load mlp --config config.pbtxt --file 1/model.onnx=./mlp.onnx",
+                  "inferd load simple --version 3")),
+        ("unload", ("inferd unload simple", "inferd unload ensemble --dependents",
+                    "inferd unload simple --version 2")),
         ("infer", ("inferd infer simple --input INPUT0='[[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,"
                    "16]]' --input INPUT1=@ones.npy",
                    "inferd infer simple --input INPUT0=@a.npy --input INPUT1=@b.npy --output "
@@ -28,3 +30,7 @@ def inferd_register_commands(registry: CommandRegistry) -> None:
         ("stats", ("inferd stats", "inferd stats simple --format json")),
     ):
         registry.add(CommandSpec(name, f"{_COMMANDS}:{name}", examples(*lines)))
+    registry.add(CommandSpec("label", "inferd.plugins.cli.labels:label", examples(
+        "inferd label simple", "inferd label simple stable=4",
+        "inferd label simple canary=5 --canary-percent 10 --url http://models:8000",
+        "inferd label simple canary=none")))

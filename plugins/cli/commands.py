@@ -164,15 +164,20 @@ def load(
              "--config)")] = None,
     timeout: Annotated[float, typer.Option(
         "--timeout", min=0.1, help="seconds to wait for the load to end")] = 600.0,
+    versions: Annotated[list[int] | None, typer.Option(
+        "--version", min=1, metavar="N",
+        help="load only this version, leaving the others as they are (repeatable; an "
+             "inferd extension)")] = None,
     url: Url = DEFAULT_URL, fmt: Fmt = Format.table, connect_timeout: ConnectTimeout = 5.0,
 ) -> None:
-    """Load or reload a model, showing its state until it is READY or failed."""
+    """Load or reload a model (or only some of its versions), showing its state until it is
+    READY or failed."""
     with guarded(url):
         config_json = config_override(str(config)) if config is not None else None
         overrides = override_files(files or ())
         watcher = open_connection(url, 60.0, connect_timeout)
         outcome = watch_load(watcher, url, model, config_json, overrides, timeout,
-                             connect_timeout)
+                             connect_timeout, sorted(set(versions or ())))
         watcher.close()
         document = {"model": model, "loaded": outcome.error is None,
                     "elapsed_s": round(outcome.elapsed, 3), "error": outcome.error,
@@ -191,17 +196,24 @@ def unload(
     dependents: Annotated[bool, typer.Option(
         "--dependents", help="also unload the models it depends on (an ensemble's steps)")
     ] = False,
+    versions: Annotated[list[int] | None, typer.Option(
+        "--version", min=1, metavar="N",
+        help="unload only this version, the others serving on (repeatable; an inferd "
+             "extension)")] = None,
     url: Url = DEFAULT_URL, fmt: Fmt = Format.table, connect_timeout: ConnectTimeout = 5.0,
 ) -> None:
-    """Unload a model (every version of it)."""
+    """Unload a model (every version of it, or those given with --version)."""
+    chosen = sorted(set(versions or ()))
     with guarded(url):
         connection = open_connection(url, 600.0, connect_timeout)
-        connection.unload(model, dependents)
+        connection.unload(model, dependents, chosen)
         connection.close()
+        which = f" version {', '.join(map(str, chosen))}" if chosen else ""
         if fmt is Format.json:
-            render.show("json", (), (), {"model": model, "unloaded": True})
+            render.show("json", (), (), {"model": model, "unloaded": True,
+                                         **({"versions": chosen} if chosen else {})})
         else:
-            print(f"unloaded {model}")
+            print(f"unloaded {model}{which}")
 
 
 OUTPUT_COLUMNS = (Column("name", "OUTPUT"), Column("datatype", "DATATYPE"),

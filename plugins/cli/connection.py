@@ -11,12 +11,13 @@ command presents its result.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 
@@ -86,10 +87,17 @@ class Connection(Protocol):
 
     def index(self, ready_only: bool = False) -> list[IndexRow]: ...
 
-    def load(self, model: str, config: str | None, files: Mapping[str, bytes]) -> None:
-        """``files`` maps ``<version>/<path>`` to the content (no ``file:`` prefix)."""
+    def load(self, model: str, config: str | None, files: Mapping[str, bytes],
+             versions: Sequence[int] = ()) -> None:
+        """``files`` maps ``<version>/<path>`` to the content (no ``file:`` prefix);
+        ``versions`` (inferd's): load exactly these, leaving the others."""
 
-    def unload(self, model: str, dependents: bool) -> None: ...
+    def unload(self, model: str, dependents: bool, versions: Sequence[int] = ()) -> None: ...
+
+    def labels(self, model: str, moved: Mapping[str, int | None],
+               canary_percent: float | None) -> dict[str, Any]:
+        """Read (nothing moved) or move a model's version labels (inferd's): the labels
+        document (``model``, ``labels``, ``canary_percent``) after the switch."""
 
     def inputs(self, model: str, version: str) -> list[InputSpec]: ...
 
@@ -136,11 +144,20 @@ class ZmqConnection:
         return [IndexRow(e.name, e.version, e.state, e.reason, e.memory_bytes, e.last_used_ms)
                 for e in self._client.index(ready_only)]
 
-    def load(self, model: str, config: str | None, files: Mapping[str, bytes]) -> None:
-        self._client.load(model, config=config, files=dict(files))
+    def load(self, model: str, config: str | None, files: Mapping[str, bytes],
+             versions: Sequence[int] = ()) -> None:
+        self._client.load(model, config=config, files=dict(files), versions=versions)
 
-    def unload(self, model: str, dependents: bool) -> None:
-        self._client.unload(model, unload_dependents=dependents)
+    def unload(self, model: str, dependents: bool, versions: Sequence[int] = ()) -> None:
+        self._client.unload(model, unload_dependents=dependents, versions=versions)
+
+    def labels(self, model: str, moved: Mapping[str, int | None],
+               canary_percent: float | None) -> dict[str, Any]:
+        reply = self._client.labels(
+            model, {k: v for k, v in moved.items() if v is not None},
+            remove=[k for k, v in moved.items() if v is None], canary_percent=canary_percent)
+        return {"model": reply.model, "labels": dict(sorted(reply.labels.items())),
+                "canary_percent": reply.canary_percent}
 
     def inputs(self, model: str, version: str) -> list[InputSpec]:
         metadata = self._client.model_metadata(model, version)
@@ -195,11 +212,43 @@ class HttpConnection:
                          int(row.get("last_used_ms", 0))) for row in index]
         return [row for row in rows if row.state == "READY"] if ready_only else rows
 
-    def load(self, model: str, config: str | None, files: Mapping[str, bytes]) -> None:
-        self._client.load_model(model, config=config, files=_prefixed(files))
+    def load(self, model: str, config: str | None, files: Mapping[str, bytes],
+             versions: Sequence[int] = ()) -> None:
+        if not versions:
+            self._client.load_model(model, config=config, files=_prefixed(files))
+            return
+        # tritonclient sends no parameter it does not know: the same body, with 'versions'.
+        parameters: dict[str, Any] = {"versions": list(versions)}
+        if config is not None:
+            parameters["config"] = config
+        for path, content in files.items():
+            parameters[f"file:{path}"] = base64.b64encode(content).decode("ascii")
+        self._post(f"v2/repository/models/{quote(model)}/load", {"parameters": parameters})
 
-    def unload(self, model: str, dependents: bool) -> None:
-        self._client.unload_model(model, unload_dependents=dependents)
+    def unload(self, model: str, dependents: bool, versions: Sequence[int] = ()) -> None:
+        if not versions:
+            self._client.unload_model(model, unload_dependents=dependents)
+            return
+        self._post(f"v2/repository/models/{quote(model)}/unload",
+                   {"parameters": {"unload_dependents": dependents,
+                                   "versions": list(versions)}})
+
+    def labels(self, model: str, moved: Mapping[str, int | None],
+               canary_percent: float | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"labels": dict(moved)}
+        if canary_percent is not None:
+            body["canary_percent"] = canary_percent
+        return self._post(f"v2/repository/models/{quote(model)}/labels", body)
+
+    def _post(self, uri: str, body: dict[str, Any]) -> dict[str, Any]:
+        """An inferd extension's POST, with tritonclient's error handling."""
+        from tritonclient.http._utils import _raise_if_error
+
+        response = self._client._post(uri, json.dumps(body), None, None)
+        _raise_if_error(response)
+        text = response.read()
+        answer: dict[str, Any] = json.loads(text) if text else {}
+        return answer
 
     def inputs(self, model: str, version: str) -> list[InputSpec]:
         metadata = self._client.get_model_metadata(model, version)
@@ -265,13 +314,48 @@ class GrpcConnection:
                          row.get("reason", "")) for row in reply.get("models", [])]
         return [row for row in rows if row.state == "READY"] if ready_only else rows
 
-    def load(self, model: str, config: str | None, files: Mapping[str, bytes]) -> None:
-        self._client.load_model(model, config=config, files=_prefixed(files),
-                                client_timeout=self._timeout)
+    def load(self, model: str, config: str | None, files: Mapping[str, bytes],
+             versions: Sequence[int] = ()) -> None:
+        if not versions:
+            self._client.load_model(model, config=config, files=_prefixed(files),
+                                    client_timeout=self._timeout)
+            return
+        from tritonclient.grpc import service_pb2
 
-    def unload(self, model: str, dependents: bool) -> None:
-        self._client.unload_model(model, unload_dependents=dependents,
-                                  client_timeout=self._timeout)
+        request = service_pb2.RepositoryModelLoadRequest(model_name=model)
+        request.parameters["versions"].string_param = json.dumps(list(versions))
+        if config is not None:
+            request.parameters["config"].string_param = config
+        for path, content in files.items():
+            request.parameters[f"file:{path}"].bytes_param = content
+        self._call(self._client._client_stub.RepositoryModelLoad, request)
+
+    def unload(self, model: str, dependents: bool, versions: Sequence[int] = ()) -> None:
+        if not versions:
+            self._client.unload_model(model, unload_dependents=dependents,
+                                      client_timeout=self._timeout)
+            return
+        from tritonclient.grpc import service_pb2
+
+        request = service_pb2.RepositoryModelUnloadRequest(model_name=model)
+        request.parameters["versions"].string_param = json.dumps(list(versions))
+        request.parameters["unload_dependents"].bool_param = dependents
+        self._call(self._client._client_stub.RepositoryModelUnload, request)
+
+    def labels(self, model: str, moved: Mapping[str, int | None],
+               canary_percent: float | None) -> dict[str, Any]:
+        raise Refused("version labels are an HTTP extension: use an http:// or tcp:// --url")
+
+    def _call(self, method: Any, request: Any) -> None:
+        """A raw stub call (tritonclient sends no parameter it does not know), with
+        tritonclient's error translation."""
+        import grpc
+        from tritonclient.grpc._utils import raise_error_grpc
+
+        try:
+            method(request=request, timeout=self._timeout)
+        except grpc.RpcError as error:
+            raise_error_grpc(error)
 
     def inputs(self, model: str, version: str) -> list[InputSpec]:
         metadata = _integers(self._client.get_model_metadata(

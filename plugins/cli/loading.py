@@ -32,9 +32,10 @@ class LoadOutcome:
 
 
 def watch_load(watcher: Connection, url: str, model: str, config: str | None,
-               files: Mapping[str, bytes], timeout: float, connect_timeout: float
-               ) -> LoadOutcome:
-    """Load ``model`` at ``url`` while ``watcher`` polls the index for its state."""
+               files: Mapping[str, bytes], timeout: float, connect_timeout: float,
+               versions: Sequence[int] = ()) -> LoadOutcome:
+    """Load ``model`` (``versions``: only those) at ``url`` while ``watcher`` polls the index
+    for its state."""
     failure: list[BaseException] = []
 
     def load_it() -> None:
@@ -44,7 +45,7 @@ def watch_load(watcher: Connection, url: str, model: str, config: str | None,
                 # shared across threads.
                 connection = open_connection(url, timeout + 5.0, connect_timeout)
                 try:
-                    connection.load(model, config, files)
+                    connection.load(model, config, files, versions)
                 finally:
                     connection.close()
         except BaseException as error:  # noqa: BLE001 - handed to the waiting thread

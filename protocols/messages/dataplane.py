@@ -183,12 +183,35 @@ class LoadRequest(Message):
     model: str
     config: str = ""
     files: dict[str, bytes] = field(default_factory=dict)
+    # inferd's: load exactly these versions (any with a folder), leaving the others as they
+    # are; empty: Triton's load, the versions the policy (and the version labels) select.
+    versions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class UnloadRequest(Message):
     model: str
     unload_dependents: bool = False
+    versions: tuple[int, ...] = ()  # inferd's: unload only these, the others serve on
+
+
+@dataclass(frozen=True, slots=True)
+class LabelsRequest(Message):
+    """Read (nothing to change) or move a model's version labels (an inferd extension):
+    ``labels`` set (label -> version), ``remove`` dropped, ``canary_percent`` set unless
+    negative. Answered with the model's ``VersionLabelsReply`` once the switch is done."""
+
+    model: str
+    labels: dict[str, int] = field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+    canary_percent: float = -1.0
+
+
+@dataclass(frozen=True, slots=True)
+class VersionLabelsReply(Message):
+    model: str
+    labels: dict[str, int] = field(default_factory=dict)
+    canary_percent: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

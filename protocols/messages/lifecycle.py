@@ -41,6 +41,18 @@ class ModelKnown(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class RouteLabels(Message):
+    """Control -> scheduler: where a request for ``model`` that names no version goes (its
+    version labels, an inferd extension): to ``stable`` (0: the highest live version) and
+    ``canary_percent`` of them to ``canary`` (0: none). All zero: as in Triton."""
+
+    model: str
+    stable: int = 0
+    canary: int = 0
+    canary_percent: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class RetireVersion(Message):
     """Control -> scheduler: accept no new requests for this version; reply once the ones in
     flight have finished. With a ``reloading`` reason (its executor died and it is being

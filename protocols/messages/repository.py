@@ -22,6 +22,10 @@ class ResolveModel(Message):
     config_override: str = ""
     path_override: str = ""
     cached_ok: bool = False
+    # Versions to select besides the policy's (version labels), or with ``exact`` instead
+    # of them (a load of single versions); each must have a folder.
+    versions: tuple[int, ...] = ()
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,11 @@ class ResolvedModel(Message):
     # config and the version folders): a READY version whose hash is unchanged may be kept
     version_fingerprints: tuple[tuple[int, str], ...] = ()
     warnings: tuple[str, ...] = ()  # the config's fields inferd ignores (harmless ones)
+    policy_versions: tuple[int, ...] = ()  # what the version policy alone selects
+    # version_labels.toml (an inferd extension), when the folder has one
+    labels_file: bool = False
+    labels: dict[str, int] = field(default_factory=dict)
+    canary_percent: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -761,7 +761,8 @@ def test_load_errors(client: httpclient.InferenceServerClient, server: ServerHan
     assert raw_error(server, "POST", path, b'{"parameters": {"file:1/model.onnx": "%%%"}}') == (
         400, "load parameter 'file:1/model.onnx' is not valid base64")
     assert raw_error(server, "POST", path, b'{"parameters": {"colour": "red"}}') == (
-        400, "unknown load parameter 'colour' (expected 'config' or 'file:<version>/<path>')")
+        400, "unknown load parameter 'colour' (expected 'config', 'versions' or "
+             "'file:<version>/<path>')")
     status, error = raw_error(server, "POST", path, b"{oops")
     assert status == 400 and error.startswith("malformed model load request:")
     assert raw_error(server, "POST", path, b'{"parameters": {"file:1/model.onnx": "AAAA"}}') == (

@@ -10,9 +10,11 @@ again, so what served stays READY. Loads of one model are serialized; loads of d
 models run side by side, none on the inference path. The parts it owns and calls, each given
 what it needs: ``EnsembleLifecycle`` (``inferd.kernel.actors.control.ensembles``), ``DesiredState``
 (``--model-control-state``), ``RepositoryPoller`` (POLL mode), ``ExecutorRecovery`` (a
-lost executor) and ``VersionUnloader`` (``unload``: an unload request is answered
-once the model takes no new request); ``views`` words its state for the index, the
-catalog and metrics.
+lost executor), ``VersionUnloader`` (``unload``: an unload request is answered
+once the model takes no new request) and ``VersionLabelBook`` (``labels``: inferd's version
+labels and their managed switch); ``views`` words its state for the index, the
+catalog and metrics. A load or unload naming ``versions`` (inferd's) touches only those
+(``single_versions``).
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from inferd.kernel.actors.control.desired_state import DesiredState
 from inferd.kernel.actors.control.desired_state_record import Record, Store
 from inferd.kernel.actors.control.ensembles import EnsembleLifecycle
 from inferd.kernel.actors.control.file_overrides import remove_override_folder, write_override_files
+from inferd.kernel.actors.control.labels import VersionLabelBook
 from inferd.kernel.actors.control.lifecycle_log import ModelStateLog
 from inferd.kernel.actors.control.model_status import ModelStatus, VersionStatus
 from inferd.kernel.actors.control.on_demand import OnDemandLoads
 from inferd.kernel.actors.control.poll import RepositoryPoller
 from inferd.kernel.actors.control.recovery import ExecutorRecovery
+from inferd.kernel.actors.control.single_versions import check_unload_versions
 from inferd.kernel.actors.control.unload import VersionUnloader, answer_when_retired
 from inferd.kernel.actors.control.versions import VersionLoader
 from inferd.kernel.actors.control.views import (
@@ -44,6 +48,7 @@ from inferd.kernel.actors.control.views import (
     with_state,
 )
 from inferd.kernel.actors.repository.folders import NO_VERSION_PROBLEM, TWO_ROOTS_PROBLEM
+from inferd.kernel.modelconfig.version_labels import VersionLabels
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
@@ -62,6 +67,7 @@ from inferd.protocols.messages import (
     HealthStatus,
     Index,
     IndexRequest,
+    LabelsRequest,
     ListModels,
     LoadOnDemand,
     LoadRequest,
@@ -79,6 +85,7 @@ from inferd.protocols.messages import (
     StartupReport,
     UnloadRequest,
     UsageRequest,
+    VersionLabelsReply,
 )
 from inferd.protocols.messages import Usage as SchedulerUsage
 from inferd.protocols.names import check_model_name
@@ -114,6 +121,9 @@ class ControlActor(Actor):
                                          version_unloaded=self._ensembles.version_unloaded)
         self._versions = VersionLoader(router, settings, self._states,
                                        refresh_dependents=self._ensembles.refresh_dependents)
+        # Version labels (inferd's): which version a request naming none goes to.
+        self._labels = VersionLabelBook(router, self._models, load_versions=self._load_versions,
+                                        unload_version=self._unload_one_version)
         self._poller = RepositoryPoller(router, settings.repository_poll_secs,
                                         load=self._poll_load, unload=self._poll_unload)
         self._recovery = ExecutorRecovery(
@@ -194,14 +204,16 @@ class ControlActor(Actor):
             raise Unavailable(NOT_EXPLICIT)
         async with self._desired.recording(request.model):  # --model-control-state's write follows
             try:
-                await self._budgeted_load(request.model, request.config, request.files)
+                await self._budgeted_load(request.model, request.config, request.files,
+                                          only=request.versions)
             except InferdError as error:
                 raise load_failure(request.model, error) from None
             if self._on_demand is not None:
                 self._on_demand.forget_failure(request.model)
             self._ensembles.mark_requested(request.model)
             self._required.add(request.model)
-            await self._desired.record_load(request.model, request.config, request.files)
+            if not request.versions:  # single versions are not recorded (docs/versions.md)
+                await self._desired.record_load(request.model, request.config, request.files)
         return Ack()
 
     async def on_unload_request(self, request: UnloadRequest, envelope: Envelope) -> Ack:
@@ -210,6 +222,9 @@ class ControlActor(Actor):
         waiting for those requests in the background."""
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
+        if request.versions:
+            await self._unload_versions(request.model, request.versions)
+            return Ack()
         self._required.discard(request.model)
 
         async def unload() -> None:
@@ -220,6 +235,11 @@ class ControlActor(Actor):
 
         await answer_when_retired(unload, self._models.get(request.model), self.spawn)
         return Ack()
+
+    async def on_labels_request(self, request: LabelsRequest, envelope: Envelope
+                                ) -> VersionLabelsReply:
+        """Read or move a model's version labels (inferd's; ``labels``), in every mode."""
+        return await self._labels.change(request)
 
     async def on_index_request(self, request: IndexRequest, envelope: Envelope) -> Index:
         listing = await self.router.ask(REPOSITORY, ListModels())
@@ -317,11 +337,12 @@ class ControlActor(Actor):
 
     async def _budgeted_load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
-        *, cause: str = "load requested",
+        *, cause: str = "load requested", only: tuple[int, ...] = (),
     ) -> None:
         """``_load``, within ``--model-memory-budget`` when there is one: what must go to
         make room for it goes first (``budget``), and its footprint is kept."""
-        load = functools.partial(self._load, name, config_override, files, cause=cause)
+        load = functools.partial(self._load, name, config_override, files, cause=cause,
+                                 only=only)
         if self._budget is None:
             return await load()
         try:
@@ -396,7 +417,7 @@ class ControlActor(Actor):
 
     async def _load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
-        *, cause: str = "load requested", cached_ok: bool = False,
+        *, cause: str = "load requested", cached_ok: bool = False, only: tuple[int, ...] = (),
     ) -> None:
         # The name is checked before anything else, and the override files are written
         # (every path checked first) before the model has an entry in the index: a refused
@@ -411,7 +432,8 @@ class ControlActor(Actor):
             model = self._model(name)
             async with model.lock:
                 model.cause = cause
-                await self._load_locked(name, model, config_override, override_dir, cached_ok)
+                await self._load_locked(name, model, config_override, override_dir, cached_ok,
+                                        only)
                 if model.override_dir != override_dir:
                     remove_override_folder(model.override_dir)
                 model.override_dir = override_dir
@@ -424,23 +446,24 @@ class ControlActor(Actor):
 
     async def _load_locked(
         self, name: str, model: ModelStatus, config_override: str, override_dir: str,
-        cached_ok: bool = False,
+        cached_ok: bool = False, only: tuple[int, ...] = (),
     ) -> None:
-        """Resolve and load every version of ``name``; the caller owns ``override_dir``.
+        """Resolve and load every version of ``name`` (``only``: exactly those, the others
+        left as they are); the caller owns ``override_dir``.
 
         As Triton, a load is whole or nothing: every version the policy selects is brought
         up (loaded beside the one serving, or kept when unchanged) before any serves; if one
         fails, the copies brought up go again and what served before keeps serving. Only once
         all serve do the versions the policy no longer selects unload."""
         try:
-            resolved = await self.router.ask(
-                REPOSITORY, ResolveModel(name, config_override, override_dir, cached_ok)
-            )
+            resolved, labels = await self._resolve(name, config_override, override_dir,
+                                                   cached_ok, only)
         except NotFound:
             self._forget_if_unknown(name, model)
             raise
         except InferdError as error:
-            model.error, model.error_version = error.message, None
+            if not only:  # a refused load of single versions changes nothing
+                model.error, model.error_version = error.message, None
             self._states.load_failed(name, model.serving(), error.message)
             self._known_after_failure(name, model, error.message)
             raise
@@ -486,10 +509,35 @@ class ControlActor(Actor):
             await self._versions.abandon(name, model, brought_up, model.error)
             self.router.tell(SCHEDULER, ModelKnown(name))
             raise InvalidArgument(model.error)
-        for number in [n for n in model.versions if n not in resolved.versions]:
+        if labels is not None:
+            await self._labels.loaded(resolved, labels)  # before what they left unloads
+        dropped = [] if only else [n for n in model.versions if n not in resolved.versions]
+        for number in dropped:
             await self._unloader.unload_version(name, model, number, reason="unloaded",
                                                 cause="no longer selected by the version policy")
         model.error = ""
+
+    async def _resolve(
+        self, name: str, config_override: str, override_dir: str, cached_ok: bool,
+        only: tuple[int, ...],
+    ) -> tuple[ResolvedModel, VersionLabels | None]:
+        """The model to load: exactly the versions ``only``, else the policy's and those its
+        version labels name (the labels it has, or its file's when that changed: then a
+        second look brings their versions in); with the labels it will have once loaded."""
+        def resolve(versions: tuple[int, ...]) -> ResolveModel:
+            return ResolveModel(name, config_override, override_dir, cached_ok, versions,
+                                exact=bool(only))
+
+        wanted = only or self._labels.of(name).targets()
+        resolved = await self.router.ask(REPOSITORY, resolve(wanted))
+        assert isinstance(resolved, ResolvedModel)
+        if only:
+            return resolved, None
+        labels = self._labels.for_load(resolved)
+        if not set(labels.targets()) <= set(resolved.versions):
+            resolved = await self.router.ask(REPOSITORY, resolve(labels.targets()))
+            assert isinstance(resolved, ResolvedModel)
+        return resolved, labels
 
     def _known_after_failure(self, name: str, model: ModelStatus, why: str = "") -> None:
         """A load that failed before any version: a model that never had one stays unknown
@@ -519,6 +567,32 @@ class ControlActor(Actor):
             model.override_dir = ""
             if self._budget is not None and not model.ready():
                 self._budget.unloaded(name)
+
+    async def _load_versions(self, name: str, versions: tuple[int, ...], cause: str) -> None:
+        await self._budgeted_load(name, cause=cause, only=versions)
+
+    async def _unload_versions(self, name: str, versions: tuple[int, ...]) -> None:
+        """An unload request for single versions: each checked before any unloads."""
+        check_model_name(name)
+        model = self._models.get(name)
+        check_unload_versions(name, model, versions, self._labels.holder)
+        assert model is not None
+        async with model.lock:
+            check_unload_versions(name, model, versions, self._labels.holder)
+            for number in versions:
+                await self._unloader.unload_version(name, model, number, reason="unloaded",
+                                                    cause=f"unload of version {number} "
+                                                          "requested")
+            if not model.ready():
+                self._required.discard(name)
+                if self._budget is not None:
+                    self._budget.unloaded(name)
+
+    async def _unload_one_version(self, name: str, number: int, cause: str) -> None:
+        model = self._models.get(name)
+        if model is not None:
+            async with model.lock:
+                await self._unloader.unload_version(name, model, number, "unloaded", cause)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""

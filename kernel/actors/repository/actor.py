@@ -74,6 +74,8 @@ class RepositoryActor(Actor):
                 config_override=message.config_override,
                 path_override=message.path_override,
                 cached_ok=message.cached_ok,
+                versions=message.versions,
+                exact=message.exact,
             )
 
         return await anyio.to_thread.run_sync(resolve)

@@ -38,6 +38,11 @@ from inferd.kernel.modelconfig.reading import (
     validate,
 )
 from inferd.kernel.modelconfig.support import check_supported
+from inferd.kernel.modelconfig.version_labels import (
+    LABELS_FILENAME,
+    read_labels_file,
+    selected_versions,
+)
 from inferd.kernel.modelconfig.validation import check_gpus
 from inferd.kernel.runtime.devices import can_use_gpu, visible_gpus
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound
@@ -173,12 +178,14 @@ class ModelRepository:
     def resolve(
         self, name: str, *, config_override: str = "", path_override: str = "",
         log_warnings: bool = True, cached_ok: bool = False,
+        versions: Sequence[int] = (), exact: bool = False,
     ) -> ResolvedModel:
         """Everything needed to load ``name``. ``config_override`` (JSON ModelConfig) replaces
         ``config.pbtxt``; ``path_override`` replaces the model folder (a load with files).
         ``log_warnings`` False leaves the config's warnings to the caller (the checker, the
         catalog), which reports them its own way. ``cached_ok``: a remote model's cached copy
         stands in while its storage cannot be read (``RepositoryMirror.fetching``).
+        ``versions`` are selected besides the policy's (or, ``exact``, instead of them).
         Raises ``NotFound`` for an unknown model and ``InvalidArgument`` for anything wrong
         with its folder or config."""
         check_model_name(name)
@@ -186,13 +193,15 @@ class ModelRepository:
         if mirror is not None:
             with mirror.fetching(name, cached_ok=cached_ok) as fetch:
                 return self._resolve_folder(name, fetch.folder, config_override, log_warnings,
-                                            fetch)
+                                            fetch, (tuple(versions), exact))
         model_dir = Path(path_override) if path_override else self._only_folder(name)
-        return self._resolve_folder(name, model_dir, config_override, log_warnings, None)
+        return self._resolve_folder(name, model_dir, config_override, log_warnings, None,
+                                    (tuple(versions), exact))
 
     def _resolve_folder(
         self, name: str, model_dir: Path, config_override: str, log_warnings: bool,
         fetch: ModelFetch | CachedCopy | None,
+        wanted: tuple[tuple[int, ...], bool] = ((), False),
     ) -> ResolvedModel:
         if not model_dir.is_dir():
             raise InvalidArgument(f"model '{name}': folder {model_dir} does not exist")
@@ -224,7 +233,9 @@ class ModelRepository:
                 f"model '{name}' needs backend '{config.backend}', which is not installed "
                 f"(installed backends: {installed})"
             )
-        selected = self.select_versions(config.version_policy, available)
+        by_policy = self.select_versions(config.version_policy, available)
+        labels = read_labels_file(model_dir, f"{name}/{LABELS_FILENAME}", available)
+        selected = selected_versions(name, by_policy, available, *wanted)
         if not selected:
             _no_version_available(name)
         if fetch is not None:
@@ -239,6 +250,10 @@ class ModelRepository:
             versions=tuple(selected),
             version_fingerprints=tuple(version_fingerprints(model_dir, selected).items()),
             warnings=tuple(warnings),
+            policy_versions=tuple(by_policy),
+            labels_file=labels is not None,
+            labels=labels.labels if labels is not None else {},
+            canary_percent=labels.canary_percent if labels is not None else 0.0,
         )
 
     def fingerprint(self, name: str) -> str:

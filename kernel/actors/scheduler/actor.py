@@ -42,6 +42,7 @@ from inferd.kernel.actors.scheduler.dispatch import BatchDispatch
 from inferd.kernel.actors.scheduler.ensembles.running import EnsembleRunner
 from inferd.kernel.actors.scheduler.ensembles.served import EnsembleState, statistics_dict
 from inferd.kernel.actors.scheduler.ensembles.warming import EnsembleWarmUps
+from inferd.kernel.actors.scheduler.label_routing import LabelRoute
 from inferd.kernel.actors.scheduler.progress import Progress
 from inferd.kernel.actors.scheduler.readiness import instances_ready
 from inferd.kernel.actors.scheduler.requests import Queued, Slot, failure_reason
@@ -83,6 +84,7 @@ from inferd.protocols.messages import (
     ModelReadyRequest,
     RemoteStreamRequest,
     RetireVersion,
+    RouteLabels,
     Retired,
     ServeVersion,
     Statistics,
@@ -171,6 +173,16 @@ class SchedulerActor(Actor):
         self._table.known.setdefault(message.model, set()).update(message.loading)
         if not message.loading:
             self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
+
+    async def on_route_labels(self, message: RouteLabels, envelope: Envelope) -> Ack:
+        """A model's version labels moved: requests naming no version go their way from
+        the next one on (answered once they do)."""
+        if message.stable or message.canary:
+            self._table.labelled[message.model] = LabelRoute(
+                message.stable, message.canary, message.canary_percent)
+        else:
+            self._table.labelled.pop(message.model, None)
+        return Ack()
 
     async def on_retire_version(self, message: RetireVersion, envelope: Envelope
                                 ) -> Ack | Retired:
@@ -262,7 +274,7 @@ class SchedulerActor(Actor):
         arrived_ns = time.perf_counter_ns()
         if self._closed:
             raise Unavailable(SHUTTING_DOWN)
-        version = self._table.resolve(request.model, request.version)
+        version = self._table.route(request.model, request.version)
         if on_device(request) and not _reads_device_memory(version, request):
             request = on_host(request)  # CUDA shared memory through the host, once
         if version.ensemble is not None:
@@ -280,7 +292,7 @@ class SchedulerActor(Actor):
         request = message.request
         if self._closed:
             raise Unavailable(SHUTTING_DOWN)
-        version = self._table.resolve(request.model, request.version)
+        version = self._table.route(request.model, request.version)
         if version.ensemble is not None:
             stream = await self._ensembles.stream(version, request, time.perf_counter_ns())
         elif not version.decoupled:

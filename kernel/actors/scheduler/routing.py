@@ -1,13 +1,15 @@
 """The scheduler's routing table: which versions of which models it serves, and which one a
 request names (the highest live one when it names none), with Triton's refusals for the
 rest: an unknown model, a version never served, a version not ready (loading, or its load
-failed), a version being loaded again after its executor died. Pure bookkeeping over
-``Version`` records."""
+failed), a version being loaded again after its executor died. A model with version labels
+(an inferd extension) sends a request that names no version where its ``LabelRoute`` says.
+Pure bookkeeping over ``Version`` records."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from inferd.kernel.actors.scheduler.label_routing import LabelRoute
 from inferd.kernel.actors.scheduler.version import Version
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
 
@@ -21,6 +23,8 @@ class RoutingTable:
         self.known: dict[str, set[int]] = {}
         # Versions retired because their executor died, until they serve again: the reason.
         self.reloading: dict[str, dict[int, str]] = {}
+        # Where a request naming no version goes, for models with version labels.
+        self.labelled: dict[str, LabelRoute] = {}
 
     def versions(self) -> Iterator[Version]:
         """Every version held, retired ones still finishing included."""
@@ -31,8 +35,14 @@ class RoutingTable:
         """The version numbers of ``model`` that take requests, in order."""
         return sorted(n for n, v in self.served.get(model, {}).items() if not v.retired)
 
-    def resolve(self, model: str, version: str) -> Version:
-        """The version a request for ``model`` and ``version`` ("" for the latest) goes to."""
+    def route(self, model: str, version: str) -> Version:
+        """``resolve`` for an inference: one that names no version takes its part of a
+        labelled model's canary share."""
+        return self.resolve(model, version, count=True)
+
+    def resolve(self, model: str, version: str, *, count: bool = False) -> Version:
+        """The version a request for ``model`` and ``version`` ("" for the latest, or where
+        the model's labels say) goes to."""
         number = version_number(version) if version else -1
         versions = self.served.get(model)
         if not versions and model not in self.ever_served and model not in self.known:
@@ -42,7 +52,9 @@ class RoutingTable:
             if not live:
                 self._raise_if_reloading(model, None)
                 raise NotFound(f"Request for unknown model: '{model}' has no available versions")
-            return live[max(live)]
+            route = self.labelled.get(model)
+            chosen = route.pick(live, count=count) if route is not None else None
+            return live[max(live) if chosen is None else chosen]
         if number in live:
             return live[number]
         self._raise_if_reloading(model, number)

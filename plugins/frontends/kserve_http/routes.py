@@ -67,6 +67,7 @@ from inferd.protocols.messages import (
     Tensor,
     TraceSettingReply,
     TraceSettingRequest,
+    VersionLabelsReply,
 )
 from inferd.protocols.names import model_name_problem
 
@@ -193,6 +194,16 @@ async def unload(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
     model = unquote(request.path_arguments[0])
     await app.ask(admin.decode_unload_request(model, request.body))
     return HttpResponse(200)
+
+
+async def labels(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
+    """``GET``/``POST v2/repository/models/<m>/labels`` (inferd extension): read or move
+    the model's version labels; a move answers once the switch is done."""
+    model = unquote(request.path_arguments[0])
+    body = request.body if request.method == "POST" else b""
+    reply = _expect(await app.ask(admin.decode_labels_request(model, body)),
+                    VersionLabelsReply)
+    return json_response(admin.encode_labels(reply))
 
 
 async def poll(app: KserveHttpApp, request: HttpRequest) -> HttpResponse:
@@ -344,6 +355,8 @@ ROUTE_TABLE: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     (_REPOSITORY + "/models/([^/]+)/load", "model-repository", {"POST": load}),
     (_REPOSITORY + "/models/([^/]+)/unload", "model-repository",
      {"POST": unload}),
+    (_REPOSITORY + "/models/([^/]+)/labels", "model-repository",
+     {"GET": labels, "POST": labels}),
     (r"/v2/logging", "logging",
      {"GET": log_settings, "POST": log_settings}),
     (r"/v2(?:/models/([^/]+))?/trace/setting", "trace",

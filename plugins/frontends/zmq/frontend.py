@@ -47,6 +47,7 @@ from inferd.protocols.messages import (
     IndexRequest,
     CatalogRequest,
     InferRequest,
+    LabelsRequest,
     LoadRequest,
     Message,
     ModelConfigRequest,
@@ -82,6 +83,7 @@ ACCEPTED_REQUESTS: frozenset[type[Message]] = frozenset(
         CatalogRequest,
         LoadRequest,
         UnloadRequest,
+        LabelsRequest,
         StatisticsRequest,
         PollRequest,
     }
