@@ -306,19 +306,22 @@ class TritonPythonModel:
 
 def test_python_auto_complete_runs_in_a_child_with_a_time_limit(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    completing = add(tmp_path, "completing", 'backend: "python"\n')
+    # Two repositories: the completing model under the default limit (a busy machine cannot
+    # make it miss it), the one that never finishes under a short one.
+    completing = add(tmp_path / "completes", "completing", 'backend: "python"\n')
     (completing / "1" / "model.py").write_text(PYTHON_COMPLETING, encoding="utf-8")
-    hanging = add(tmp_path, "hanging", 'backend: "python"\n')
+    hanging = add(tmp_path / "hangs", "hanging", 'backend: "python"\n')
     (hanging / "1" / "model.py").write_text(PYTHON_HANGING, encoding="utf-8")
-    assert main(["check", "--format", "json", "--show-config", "--completion-timeout-secs", "3",
-                 str(tmp_path)]) == 1
-    models = {m["name"]: m for m in json.loads(capsys.readouterr().out)["models"]}
-    assert models["completing"]["state"] == "ok"
-    assert models["completing"]["auto_complete"] == COMPLETED
-    assert 'name: "TEXT"' in models["completing"]["config"]
-    assert 'name: "LENGTH"' in models["completing"]["config"]
-    assert [e["message"] for e in models["hanging"]["errors"]] == [
-        "model 'hanging': auto_complete_config did not finish within 3 s"]
+    assert main(["check", "--format", "json", "--show-config", str(tmp_path / "completes")]) == 0
+    (model,) = json.loads(capsys.readouterr().out)["models"]
+    assert (model["state"], model["auto_complete"]) == ("ok", COMPLETED)
+    assert 'name: "TEXT"' in model["config"]
+    assert 'name: "LENGTH"' in model["config"]
+    assert main(["check", "--format", "json", "--completion-timeout-secs", "1",
+                 str(tmp_path / "hangs")]) == 1
+    (model,) = json.loads(capsys.readouterr().out)["models"]
+    assert [e["message"] for e in model["errors"]] == [
+        "model 'hanging': auto_complete_config did not finish within 1 s"]
 
 
 def test_the_example_repository_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
