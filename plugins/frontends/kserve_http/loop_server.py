@@ -36,7 +36,7 @@ class LoopHttpServer:
         self._server = await loop.create_server(
             lambda: LoopHttpConnection(self.app, self.limits, self.connections),
             sock=listener, ssl=tls, backlog=backlog)
-        self._sweeper = ConnectionSweeper(self.connections, self.limits)  # type: ignore[arg-type]
+        self._sweeper = ConnectionSweeper(self.connections, self.limits)
 
     async def stop(self, grace_secs: float) -> None:
         """Stop listening, close idle connections, give the others ``grace_secs`` to finish
