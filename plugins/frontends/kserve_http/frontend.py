@@ -1,10 +1,11 @@
-"""The KServe v2 HTTP/REST frontend: the server glue around the ASGI app (``app``).
+"""The KServe v2 HTTP/REST frontend: the server glue around the app (``app``).
 
 Owns the listening socket (bound here, so a busy port is an ``OSError`` rather than uvicorn
 exiting), TLS from ``--http-ssl-*``, the connection limits (head and body timeouts, dropping
-clients that do not read, the connection cap; see ``connection``), uvicorn's configuration
-and its start and graceful stop inside the kernel's task group, and refusing new requests
-once the server begins to stop. Routes are ``routes``; bodies become messages in
+clients that do not read, the connection cap; see ``connection``), which server
+``--http-implementation`` runs (``loop_server``, the default, calls the app's ``respond``
+directly; uvicorn calls it through ASGI), its start and graceful stop inside the kernel's
+task group, and refusing new requests once the server begins to stop. Routes are ``routes``; bodies become messages in
 ``inferd.protocols.kserve_http`` and ``kserve_http_admin``.
 """
 
