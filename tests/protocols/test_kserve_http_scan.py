@@ -1,8 +1,10 @@
 """The plain infer-header scan (protocols/kserve_http_scan.py) changes nothing a client sees:
-``decode_infer_request`` (scan first) and ``parse_infer_request`` (the full parser alone)
-give the same request or the same error for every body, the headers tritonclient sends,
-their variants, hostile ones and random mutations of them; and the scan does read the plain
-headers (else these comparisons would only compare the full parser with itself).
+for every body the scan reads, ``decode_plain_infer_request`` gives what the full parser
+(``parse_infer_request``) gives, and it declines (None) every body the full parser refuses,
+so the full parser words every error; checked on the headers tritonclient sends, their
+variants, hostile ones and random mutations of them. The scan does read the plain headers
+(else these comparisons would compare nothing), and ``decode_infer_request`` (which uses
+the scan only compiled) gives the full parser's answer either way.
 """
 
 from __future__ import annotations
@@ -56,10 +58,23 @@ def outcome(decode: Any, body: bytes, length: int | None) -> Any:
             encoding.binary, encoding.default_binary)
 
 
+def plain_outcome(body: bytes, length: int | None) -> Any:
+    """The plain decode's outcome, or None where it declines the body."""
+    if codec.decode_plain_infer_request("m", "2", body, length, LIMIT) is None:
+        return None
+    return outcome(codec.decode_plain_infer_request, body, length)
+
+
 def assert_same(body: bytes, length: int | None) -> Any:
-    scanned = outcome(codec.decode_infer_request, body, length)
-    assert scanned == outcome(codec.parse_infer_request, body, length)
-    return scanned
+    """The plain decode's outcome (None where it declines), after checking it and
+    ``decode_infer_request``'s against the full parser's."""
+    full = outcome(codec.parse_infer_request, body, length)
+    assert outcome(codec.decode_infer_request, body, length) == full
+    plain = plain_outcome(body, length)
+    assert plain is None or plain == full
+    assert plain is not None or full[0] != "InferRequest" or scan_plain_infer_request(
+        body[:length] if length is not None else body) is None  # declined only unread ones
+    return plain
 
 
 def with_header(body: bytes, length: int, header: bytes) -> tuple[bytes, int]:
@@ -81,7 +96,8 @@ PLAIN = [
 def test_the_scan_reads_what_tritonclient_sends_and_decodes_it_as_the_full_parser(
         body: bytes, length: int) -> None:
     assert scan_plain_infer_request(body[:length]) is not None
-    assert assert_same(body, length)[0] == "InferRequest"
+    plain = assert_same(body, length)
+    assert plain is not None and plain[0] == "InferRequest"
 
 
 def _header(document: Any) -> bytes:

@@ -5,8 +5,9 @@ exiting), TLS from ``--http-ssl-*``, the connection limits (head and body timeou
 clients that do not read, the connection cap; see ``connection``), which server
 ``--http-implementation`` runs (``loop_server``, the default, calls the app's ``respond``
 directly; uvicorn calls it through ASGI), its start and graceful stop inside the kernel's
-task group, and refusing new requests once the server begins to stop. Routes are ``routes``; bodies become messages in
-``inferd.protocols.kserve_http`` and ``kserve_http_admin``.
+task group, and refusing new requests once the server begins to stop. Routes are
+``routes``; bodies become messages in ``inferd.protocols.kserve_http`` and
+``kserve_http_admin``.
 """
 
 from __future__ import annotations
