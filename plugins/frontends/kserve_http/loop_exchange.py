@@ -95,11 +95,11 @@ class Exchange:
 
 async def answer(connection: LoopHttpConnection, exchange: Exchange) -> None:
     """Answer ``exchange``; a client that goes meanwhile cancels this (its work stops)."""
-    task = asyncio.current_task()
     try:
         with log_context.request_context("HTTP", exchange.method):
             await _answer(connection, exchange)
     except asyncio.CancelledError:
+        task = asyncio.current_task()
         if connection.transport is None or not connection.gone or task is None:
             raise
         task.uncancel()  # the client's request was cancelled, not the server
