@@ -16,7 +16,7 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test lint docs bench bench-compiled models clean gpu-wheels
+.PHONY: setup serve test test-http-uvicorn lint docs bench bench-compiled models clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,17 @@ serve: setup
 # pytest's exit code is kept in .pytest-rc so .ci/run can tell "no tests" (5) from failures.
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-rc; exit $$rc
+
+# The suites that speak HTTP, again on the uvicorn server (--http-implementation uvicorn; the
+# default is the loop server, which `make test` runs). .ci/run runs both.
+HTTP_SUITES := tests/e2e/test_kserve_http.py tests/e2e/test_http_hostile.py \
+	tests/e2e/test_connection_limits.py tests/e2e/test_tls.py tests/e2e/test_restricted_apis.py \
+	tests/e2e/test_openapi.py tests/e2e/test_shared_memory.py \
+	tests/e2e/test_shared_memory_access.py tests/e2e/test_logging_extension.py \
+	tests/e2e/test_trace.py tests/e2e/test_decoupled.py tests/e2e/test_cancellation.py \
+	tests/e2e/test_hostile_repository_api.py tests/e2e/test_unknown_model_answers.py
+test-http-uvicorn: setup
+	INFERD_TEST_HTTP_IMPLEMENTATION=uvicorn $(PY) -m pytest $(HTTP_SUITES)
 
 # ruff, and mypy --strict over kernel/ and protocols/ (also run by the tests: tests/test_typecheck.py).
 lint: setup

@@ -56,6 +56,7 @@ COMPILED = [
     "protocols/wire_flat.py",
     "protocols/tensors.py",
     "protocols/kserve_http.py",
+    "protocols/kserve_http_scan.py",
     "protocols/json_bodies.py",
     "protocols/kserve_grpc.py",
     "protocols/kserve_grpc_inputs.py",

@@ -17,8 +17,9 @@ metadata, statistics, catalog, shared-memory registration) is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from inferd.protocols import build
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.json_bodies import (
     check_sequence_parameters,
@@ -30,6 +31,7 @@ from inferd.protocols.json_bodies import (
     non_negative_int,
     parse_json,
 )
+from inferd.protocols.kserve_http_scan import PlainInferHeader, scan_plain_infer_request
 from inferd.protocols.json_tensors import json_values, tensor_from_json
 from inferd.protocols.messages import (
     InferRequest,
@@ -50,6 +52,9 @@ from inferd.protocols.tensors import (
 )
 
 HEADER_LENGTH_HEADER = "Inference-Header-Content-Length"
+# The plain header's scan pays only compiled: interpreted, it is slower than json.loads (C)
+# and the walk over its dicts together.
+SCAN_PLAIN: Final = "inferd.protocols.kserve_http_scan" in build.install().compiled
 RESERVED_PREFIX = "triton_"
 
 _REQUEST_FIELDS = frozenset({"id", "parameters", "inputs", "outputs"})
@@ -119,7 +124,45 @@ def decode_infer_request(
     ``header_length`` (from ``parse_header_length``) splits the JSON header from the binary
     inputs; ``None`` means the whole body is JSON. Binary inputs stay views of ``body``. A
     request with an input or output in shared memory is a ``SharedMemoryInferRequest``.
+    Compiled, the header every binary-tensor client sends is read by ``kserve_http_scan``;
+    any other, and any the full parser would refuse, by the full parser
+    (``parse_infer_request``), which reads every header when the scan runs interpreted.
     """
+    if SCAN_PLAIN:
+        decoded = decode_plain_infer_request(model, version, body, header_length, max_input_size)
+        if decoded is not None:
+            return decoded
+    return parse_infer_request(model, version, body, header_length, max_input_size)
+
+
+def decode_plain_infer_request(
+    model: str,
+    version: str,
+    body: bytes | memoryview,
+    header_length: int | None = None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+) -> tuple[InferRequest, OutputEncoding] | None:
+    """``decode_infer_request``'s answer for a plain header (``kserve_http_scan``), exactly
+    as the full parser gives it; None for any other body, and for any the full parser would
+    refuse."""
+    view = memoryview(body).cast("B")
+    if header_length is None:
+        header_length = view.nbytes
+    header = body if header_length == view.nbytes else view[:header_length]
+    plain = scan_plain_infer_request(header if isinstance(header, bytes) else bytes(header))
+    if plain is None:
+        return None
+    return _plain_request(model, version, plain, view[header_length:], max_input_size)
+
+
+def parse_infer_request(
+    model: str,
+    version: str,
+    body: bytes | memoryview,
+    header_length: int | None = None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+) -> tuple[InferRequest | SharedMemoryInferRequest, OutputEncoding]:
+    """``decode_infer_request`` by the full parser alone: every shape, every error."""
     view = memoryview(body).cast("B")
     if header_length is None:
         header_length = view.nbytes
@@ -151,6 +194,43 @@ def decode_infer_request(
     if in_shared_memory or outputs.regions:
         return SharedMemoryInferRequest(request, inputs, outputs.regions), encoding
     return request, encoding
+
+
+def _plain_request(
+    model: str, version: str, plain: PlainInferHeader, binary: memoryview, max_input_size: int
+) -> tuple[InferRequest, OutputEncoding] | None:
+    """The request of a plain header (``kserve_http_scan``), exactly as the full parser
+    makes it; None for anything the full parser would refuse, which then says why."""
+    tensors: list[Tensor] = []
+    offset = 0
+    try:
+        for item in plain.inputs:
+            name = item.name
+            size = element_size(item.datatype)
+            if not name:
+                return None
+            dims, count = checked_shape(name, item.shape)
+            if size is not None and count * size > max_input_size:
+                return None
+            end = offset + item.binary_data_size
+            if end > binary.nbytes:
+                return None
+            tensors.append(tensor_from_buffer(name, item.datatype, dims, binary[offset:end]))
+            offset = end
+    except InvalidArgument:
+        return None
+    if offset != binary.nbytes:
+        return None
+    names: list[str] = []
+    binary_outputs: dict[str, bool] = {}
+    for name, wanted in plain.outputs:
+        if not name or name in binary_outputs:
+            return None
+        names.append(name)
+        binary_outputs[name] = wanted
+    request = InferRequest(model=model, inputs=tuple(tensors), version=version, id=plain.id,
+                           outputs=tuple(names))
+    return request, OutputEncoding(binary_outputs, plain.binary_data_output)
 
 
 def _request_parameters(value: Any) -> tuple[dict[str, Any], int, int, bool]:

@@ -114,6 +114,11 @@ class ServerHandle:
         self._log_file.close()
 
 
+# The HTTP server of every server started, where a test names none: the suite runs under
+# each of ``--http-implementation`` loop (the default) and uvicorn through this variable.
+HTTP_IMPLEMENTATION = os.environ.get("INFERD_TEST_HTTP_IMPLEMENTATION", "")
+
+
 def launch(
     repository: Path | None, *flags: str, log_dir: Path, env: dict[str, str] | None = None,
     python: str = sys.executable,
@@ -131,6 +136,8 @@ def launch(
     if repository is not None:
         command += ["--model-repository", str(repository)]
     command += list(flags)
+    if HTTP_IMPLEMENTATION and not any(f.startswith("--http-implementation") for f in flags):
+        command.append(f"--http-implementation={HTTP_IMPLEMENTATION}")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"inferd-{zmq_port}.log"
     log_file = log_path.open("wb")

@@ -31,6 +31,10 @@ DEFAULT_BODY_TIMEOUT_SECS = 30.0
 # clients reconnect cheaply (tritonclient keeps its pool warm while it sends).
 DEFAULT_KEEP_ALIVE_TIMEOUT_SECS = 5.0
 LISTEN = ListenFlags("http", 8000)
+# The HTTP server: our own httptools connection calling the app directly, or uvicorn's
+# (guarded the same way) through ASGI.
+IMPLEMENTATIONS = ("loop", "uvicorn")
+DEFAULT_IMPLEMENTATION = "loop"
 
 
 @hookimpl
@@ -87,6 +91,12 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         help="most open HTTP connections; at the cap a new one replaces the one waiting "
         "longest without a request in flight, or, if every one has one, is answered 503 and "
         "closed (default half the open-file limit, at most 16384)",
+    )
+    group.add_argument(
+        "--http-implementation", choices=IMPLEMENTATIONS, default=DEFAULT_IMPLEMENTATION,
+        help="the HTTP server: 'loop' parses HTTP/1.1 with httptools and calls the routes "
+        "directly; 'uvicorn' serves the same app through uvicorn's ASGI cycle (default "
+        f"{DEFAULT_IMPLEMENTATION})",
     )
     group.add_argument(
         "--http-ssl-certfile", default="", metavar="PATH",

@@ -60,7 +60,11 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class _ClientGone(Exception):
+# The body's next piece and whether more follow; raises ``ClientGone`` once the client went.
+NextChunk = Callable[[], Awaitable[tuple[bytes | memoryview, bool]]]
+
+
+class ClientGone(Exception):
     """The client disconnected before its request body arrived."""
 
 
@@ -98,7 +102,7 @@ class KserveHttpApp:
                       watch: ClientWatch | None) -> None:
         try:
             response = await self._respond(scope, receive)
-        except _ClientGone:
+        except ClientGone:
             return
         except Exception as error:
             response = failed(500, f"{type(error).__name__}: {error}", error)
@@ -121,14 +125,30 @@ class KserveHttpApp:
 
     async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
         path = bytes(scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
+        }
+        query = bytes(scope.get("query_string") or b"").decode("latin-1")
+
+        async def next_chunk() -> tuple[bytes | memoryview, bool]:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            return message.get("body", b""), message.get("more_body", False)
+
+        return await self.respond(scope["method"], path, headers, query, next_chunk)
+
+    async def respond(self, method: str, path: str, headers: dict[str, str], query: str,
+                      next_chunk: NextChunk) -> HttpResponse:
+        """One request's response, whichever server parsed it: ``path`` undecoded, header
+        names in lower case, ``next_chunk`` the body's next piece and whether more follow
+        (raising ``ClientGone`` once the client went)."""
         if logger.isEnabledFor(logging.DEBUG):  # log_verbose_level 1 and up: Triton's line
-            method = scope["method"]
             logger.debug("HTTP request: %s %s", _EVHTP_METHODS.get(method, method), path)
         route = match(path)
         if route is None:
             return failed(404, "Not Found")
         handlers, arguments, group = route
-        method = scope["method"]
         handler = handlers.get(method)
         if handler is None:
             return failed(405, "Method Not Allowed")
@@ -138,15 +158,11 @@ class KserveHttpApp:
         if not self.accepting:
             return failed(503, SHUTTING_DOWN)
         received_ns = time.perf_counter_ns() if self.dataplane.tracer.active else 0
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
-        }
         restriction = self.restricted.get(group)
         if restriction is not None and not restriction.allows(headers.get(restriction.key)):
             return failed(403, http_refusal(restriction))
         try:
-            body = await self._read_body(headers, receive) if method == "POST" else b""
-            query = bytes(scope.get("query_string") or b"").decode("latin-1")
+            body = await self.read_body(headers, next_chunk) if method == "POST" else b""
             response = await handler(self, HttpRequest(method, arguments, headers, body,
                                                        received_ns, query))
         except InferdError as error:
@@ -155,7 +171,10 @@ class KserveHttpApp:
             response = await self._compressed(response, headers.get("accept-encoding"))
         return response
 
-    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes | memoryview:
+    async def read_body(self, headers: dict[str, str],
+                        next_chunk: NextChunk) -> bytes | memoryview:
+        """The whole body, decompressed, refused past ``--http-max-input-size`` before it is
+        read (its declared length), as it is read, and as it is decompressed."""
         limit = self.max_input_size
         declared = headers.get("content-length", "").strip()
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
@@ -167,10 +186,7 @@ class KserveHttpApp:
         chunks: list[bytes | memoryview] = []
         received = 0
         while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
+            chunk, more = await next_chunk()
             received += len(chunk)
             if received > limit:
                 raise InvalidArgument(
@@ -181,7 +197,7 @@ class KserveHttpApp:
                 decoded = decoder.feed(chunk)
                 if len(decoded):
                     chunks.append(decoded)
-            if not message.get("more_body", False):
+            if not more:
                 break
         rest = decoder.finish()
         if rest:

@@ -406,8 +406,9 @@ class ConnectionSweeper:
     def run(self) -> None:
         now = self.loop.time()
         for connection in list(self.connections):
-            if isinstance(connection, GuardedHttpProtocol):
-                connection.check_deadlines(now)
+            check = getattr(connection, "check_deadlines", None)  # either server's connection
+            if check is not None:
+                check(now)
         self.handle = self.loop.call_later(self.limits.sweep_interval_secs, self.run)
 
     def stop(self) -> None:

@@ -1,16 +1,19 @@
-"""The KServe v2 HTTP/REST frontend: the server glue around the ASGI app (``app``).
+"""The KServe v2 HTTP/REST frontend: the server glue around the app (``app``).
 
 Owns the listening socket (bound here, so a busy port is an ``OSError`` rather than uvicorn
 exiting), TLS from ``--http-ssl-*``, the connection limits (head and body timeouts, dropping
-clients that do not read, the connection cap; see ``connection``), uvicorn's configuration
-and its start and graceful stop inside the kernel's task group, and refusing new requests
-once the server begins to stop. Routes are ``routes``; bodies become messages in
-``inferd.protocols.kserve_http`` and ``kserve_http_admin``.
+clients that do not read, the connection cap; see ``connection``), which server
+``--http-implementation`` runs (``loop_server``, the default, calls the app's ``respond``
+directly; uvicorn calls it through ASGI), its start and graceful stop inside the kernel's
+task group, and refusing new requests once the server begins to stop. Routes are
+``routes``; bodies become messages in ``inferd.protocols.kserve_http`` and
+``kserve_http_admin``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -21,19 +24,21 @@ import uvicorn
 
 from inferd.kernel.sdk import Frontend
 from inferd.kernel.sdk.frontends import StartupFailed, default_connection_cap, server_context
-from inferd.plugins.frontends.kserve_http import LISTEN
+from inferd.plugins.frontends.kserve_http import DEFAULT_IMPLEMENTATION, LISTEN
 from inferd.plugins.frontends.kserve_http.app import KserveHttpApp
 from inferd.plugins.frontends.kserve_http.connection import (
     ConnectionSweeper,
     GuardedHttpProtocol,
     HttpLimits,
 )
+from inferd.plugins.frontends.kserve_http.loop_server import LoopHttpServer
 from inferd.protocols.restrictions import restrictions
 from inferd.protocols.tensors import DEFAULT_MAX_INPUT_SIZE
 
 if TYPE_CHECKING:
     from inferd.kernel.sdk.frontends import DataPlane, Settings
 
+logger = logging.getLogger(__name__)
 BACKLOG = 2048
 KEEP_ALIVE_BY_SWEEP = 24 * 3600
 
@@ -52,6 +57,7 @@ class KserveHttpFrontend(Frontend):
             raise StartupFailed(str(error)) from None
         self.app = KserveHttpApp(dataplane, max_input_size, restricted)
         self.tls = _tls_context(options)
+        self.implementation = str(options.get("http_implementation") or DEFAULT_IMPLEMENTATION)
         defaults = HttpLimits()
         self.limits = HttpLimits(
             header_timeout_secs=float(
@@ -73,6 +79,9 @@ class KserveHttpFrontend(Frontend):
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         listener = _bind(*LISTEN.read(self.settings.options))
+        if self.implementation == "loop":
+            await self._serve_on_loop(listener, task_status)
+            return
         # Out of descriptors, uvloop's accept (libuv's reserved-descriptor trick) accepts and
         # closes the waiting connections and keeps listening; asyncio's pauses accepting for a
         # second. The connection cap keeps this frontend well below the limit either way.
@@ -95,7 +104,9 @@ class KserveHttpFrontend(Frontend):
             server.lifespan = config.lifespan_class(config)
             await server.startup(sockets=[listener])
             sweeper = ConnectionSweeper(server.server_state.connections, self.limits)
-            task_status.started(_address(listener, self.tls is not None))
+            address = _address(listener, self.tls is not None)
+            logger.info("HTTP frontend listening on %s (uvicorn)", address)
+            task_status.started(address)
             await server.main_loop()
         finally:
             with anyio.CancelScope(shield=True):
@@ -105,6 +116,20 @@ class KserveHttpFrontend(Frontend):
                         await server.shutdown(sockets=[listener])
                 if sweeper is not None:
                     sweeper.stop()
+                listener.close()
+
+    async def _serve_on_loop(self, listener: socket.socket,
+                             task_status: anyio.abc.TaskStatus[Any]) -> None:
+        server = LoopHttpServer(self.app, self.limits)
+        try:
+            await server.start(listener, self.tls, BACKLOG)
+            address = _address(listener, self.tls is not None)
+            logger.info("HTTP frontend listening on %s (HTTP/1.1 on the event loop)", address)
+            task_status.started(address)
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await server.stop(max(1.0, self.settings.exit_timeout_secs))
                 listener.close()
 
     async def stop_accepting(self) -> None:
