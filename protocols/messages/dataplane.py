@@ -131,6 +131,9 @@ class IndexEntry(Message):
     # inference (ms since the epoch), 0 when not known.
     memory_bytes: int = 0
     last_used_ms: int = 0
+    # An unloaded version's: bytes its load took and its unload gave back (inferd's;
+    # ``inferd.kernel.actors.control.unload_report``).
+    memory: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
