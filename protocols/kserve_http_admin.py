@@ -205,7 +205,8 @@ def encode_index(index: Index) -> bytes:
     known), state and reason (when there is one); plus, an inferd extension, ``warnings``: the
     config fields a READY version's config sets that inferd ignores (when there are any), and
     ``catalog``: the model's catalog metadata (when it has a ``catalog.toml``); with a memory
-    budget, ``memory_bytes`` and ``last_used_ms`` of a READY version (when known)."""
+    budget, ``memory_bytes`` and ``last_used_ms`` of a READY version (when known); and
+    ``memory``: what an unloaded version's load took and its unload gave back."""
     rows = []
     for entry in index.entries:
         row: dict[str, Any] = {"name": entry.name}
@@ -223,6 +224,8 @@ def encode_index(index: Index) -> bytes:
             row["memory_bytes"] = entry.memory_bytes
         if entry.last_used_ms:
             row["last_used_ms"] = entry.last_used_ms
+        if entry.memory:
+            row["memory"] = entry.memory
         rows.append(row)
     encoded: bytes = dumps(rows)
     return encoded

@@ -144,6 +144,16 @@ METRICS: dict[str, tuple[str, str]] = {
     "inferd_model_memory_bytes": (
         "gauge", "Bytes the loaded model holds on the device: measured after its load, or "
                  "declared by INFERD_MEMORY_BYTES (label measured)"),
+    # What each version's last unload gave back (labels model, version, memory: resident
+    # or device), and what its load took.
+    "inferd_model_unload_returned_bytes": (
+        "gauge", "Bytes the version's last unload gave back to the system: the fall of its "
+                 "executor process's resident memory (memory=resident) or GPU memory "
+                 "(memory=device), all it held when the process ended with it"),
+    "inferd_model_unload_footprint_bytes": (
+        "gauge", "Bytes the load of the version last unloaded took: the growth of its "
+                 "executor process's resident memory (memory=resident) or GPU memory "
+                 "(memory=device)"),
     "inferd_model_evictions_total": (
         "counter", "Number of models unloaded to make room in the device's memory budget"),
     "inferd_model_budget_refusals_total": (

@@ -131,6 +131,10 @@ class IndexEntry(Message):
     # inference (ms since the epoch), 0 when not known.
     memory_bytes: int = 0
     last_used_ms: int = 0
+    # An unloaded version's: bytes its load took and its unload gave back (inferd's;
+    # ``inferd.kernel.actors.control.unload_report``). Measurements, not the row's identity:
+    # two rows that differ only there are equal.
+    memory: dict[str, int] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

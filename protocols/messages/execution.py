@@ -75,6 +75,19 @@ class UnloadVersion(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class VersionUnloaded(Message):
+    """Executor -> control, the reply to ``UnloadVersion``: what the load took (its growth of
+    the executor process's resident memory, and of its device memory) and what the unload
+    gave back (their fall; a process that ended gives back all it held), in bytes. A device
+    figure is None where no GPU could be read."""
+
+    loaded_resident: int = 0
+    returned_resident: int = 0
+    loaded_device: int | None = None
+    returned_device: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class InferBatch(Message):
     """Scheduler -> executor: run these requests together on one instance."""
 

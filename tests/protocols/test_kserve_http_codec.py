@@ -330,6 +330,11 @@ def test_reply_documents() -> None:
         {"name": "broken", "state": "UNAVAILABLE", "reason": "bad config"},
         {"name": "warned", "version": "1", "state": "READY", "warnings": ["x is ignored"]},
     ]
+    unloaded = Index((IndexEntry("gone", "2", "UNAVAILABLE", "unloaded",
+                                 memory={"loaded_resident_bytes": 7}),))
+    assert json.loads(admin.encode_index(unloaded)) == [
+        {"name": "gone", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded",
+         "memory": {"loaded_resident_bytes": 7}}]
     stats = Statistics(({"name": "m", "version": "1", "inference_count": 3},))
     assert json.loads(admin.encode_statistics(stats)) == {"model_stats": [
         {"name": "m", "version": "1", "inference_count": 3}]}

@@ -312,6 +312,7 @@ class ControlActor(Actor):
             samples += self._on_demand.metrics()
         if self._budget is not None:
             samples += self._budget.metrics()
+        samples += self._unloader.reports.metrics()
         return Metrics(tuple(samples))
 
     # ------------------------------------------------------------------ on demand, budget

@@ -38,6 +38,7 @@ class VersionStatus:
     instances: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()  # its config's fields inferd ignores (for the index)
     warmup: tuple[tuple[int, int, int, int, int], ...] = ()  # VersionLoaded's, to serve with
+    memory: dict[str, int] = field(default_factory=dict)  # what its unload gave back (index)
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ import anyio
 
 from inferd.kernel.actors.control.lifecycle_log import UNLOADED, ModelStateLog
 from inferd.kernel.actors.control.model_status import ModelStatus, State, VersionStatus
+from inferd.kernel.actors.control.unload_report import UnloadReports
 from inferd.kernel.runtime.addresses import EXECUTORS, SCHEDULER
 from inferd.kernel.runtime.router import Router
 from inferd.protocols.messages import Retired, RetireVersion, UnloadVersion
@@ -29,6 +30,7 @@ class VersionUnloader:
         self._states = states
         self._is_served = is_served  # an ensemble's version the scheduler serves
         self._version_unloaded = version_unloaded
+        self.reports = UnloadReports()  # what each unload gave back
 
     async def unload_all(self, name: str, model: ModelStatus, cause: str,
                          reason: str = "unloaded") -> None:
@@ -69,9 +71,11 @@ class VersionUnloader:
             retiring(in_flight)
         if was_ready:
             await self._router.ask(SCHEDULER, RetireVersion(name, number))
+        memory: dict[str, int] = {}
         if version.load_id:
-            await self._router.ask(EXECUTORS, UnloadVersion(version.load_id))
-        model.versions[number] = VersionStatus(State.UNAVAILABLE, reason)
+            unloaded = await self._router.ask(EXECUTORS, UnloadVersion(version.load_id))
+            memory = self.reports.record(name, number, unloaded)
+        model.versions[number] = VersionStatus(State.UNAVAILABLE, reason, memory=memory)
         self._states.changed(name, number, UNLOADED)
         self._version_unloaded(name, number)
 

@@ -50,7 +50,8 @@ def index_entries(
             if owner is not None and owner.state != State.READY:
                 error = ""
             entries.extend(
-                IndexEntry(name, str(number), version.state, version.reason)
+                IndexEntry(name, str(number), version.state, version.reason,
+                           memory=version.memory)
                 if version.state != State.READY
                 else IndexEntry(name, str(number), version.state,
                                 version.reason or problem or error, version.warnings)

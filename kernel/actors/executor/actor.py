@@ -51,6 +51,12 @@ from inferd.kernel.actors.executor.instance_slot import (
     execute_stream_batch,
 )
 from inferd.kernel.actors.executor.load_priority import BackgroundWorker
+from inferd.kernel.actors.executor.memory_return import (
+    Footprint,
+    ProcessMemory,
+    measured_load,
+    unloading,
+)
 from inferd.kernel.actors.executor.warmup import Execution, warm_up, warmup_samples
 from inferd.kernel.backend import (
     Backend,
@@ -93,6 +99,7 @@ from inferd.protocols.messages import (
     StreamParts,
     UnloadVersion,
     VersionLoaded,
+    VersionUnloaded,
 )
 
 log = logging.getLogger(__name__)
@@ -104,6 +111,7 @@ class _LoadedVersion:
     version: int
     model: Model
     instance_ids: tuple[int, ...]
+    footprint: Footprint
 
 
 class ExecutorActor(Actor):
@@ -134,6 +142,8 @@ class ExecutorActor(Actor):
         self._cancelled: dict[tuple[str, int], CancelledRequests] = {}
         # The client CUDA regions the main process sent windows of, opened here once each.
         self.device_memory = device_memory if device_memory is not None else DeviceMemory()
+        # What each load takes and each unload gives back (the server's process: its own).
+        self._memory = ProcessMemory(with_children=address != INLINE_EXECUTOR)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
@@ -196,9 +206,15 @@ class ExecutorActor(Actor):
             infer_stream=self._infer_stream_function(asyncio.get_running_loop()),
         )
 
+        footprint: list[Footprint] = []
+
         def load() -> tuple[Model, list[Instance], list[Execution]]:
             with log_context.bound(message.model, message.version):  # the load's lines name it
-                return load_model()
+                before = self._memory.reading()
+                loaded = load_model()
+                footprint.append(measured_load(message.model, message.version, before,
+                                               self._memory.reading()))
+                return loaded
 
         def load_model() -> tuple[Model, list[Instance], list[Execution]]:
             started = time.perf_counter()
@@ -240,7 +256,8 @@ class ExecutorActor(Actor):
             self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id,
                                                         loop_allowed=loop_allowed,
                                                         device_memory=self.device_memory)
-        self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids)
+        self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids,
+                                                      footprint[0])
         served = client_config(model.config, config)
         return VersionLoaded(served.SerializeToString(), ids, self.address,
                              warmup=tuple(executions))
@@ -345,20 +362,28 @@ class ExecutorActor(Actor):
         batches still using them are done."""
         self.device_memory.close(message.regions)
 
-    async def on_unload_version(self, message: UnloadVersion, envelope: Envelope) -> Ack:
-        await self._unload(message.load_id)
-        return Ack()
+    async def on_unload_version(self, message: UnloadVersion, envelope: Envelope
+                                ) -> VersionUnloaded:
+        return await self._unload(message.load_id)
 
-    async def _unload(self, load_id: int) -> None:
+    async def _unload(self, load_id: int) -> VersionUnloaded:
+        """Close the load's instances and model, then give what they freed back to the system
+        (``memory_return``); the reply says what the load took and what came back."""
         loaded = self._loads.pop(load_id, None)
         if loaded is None:
-            return
-        for instance_id in loaded.instance_ids:
+            return VersionUnloaded()
+        before = await anyio.to_thread.run_sync(self._memory.reading)
+        await self._close_instances(loaded.instance_ids)
+        await anyio.to_thread.run_sync(loaded.model.unload)
+        del loaded.model  # nothing here holds the model past its unload
+        return await anyio.to_thread.run_sync(unloading, loaded.name, loaded.version,
+                                              loaded.footprint, before, self._memory)
+
+    async def _close_instances(self, instance_ids: tuple[int, ...]) -> None:
+        for instance_id in instance_ids:
             slot = self._instances.pop(instance_id)
             await slot.run(slot.instance.close)  # queued behind the batches it still has
             slot.thread.shutdown(wait=False)
-        await anyio.to_thread.run_sync(loaded.model.unload)
-        log.info("unloaded %s version %d", loaded.name, loaded.version)
 
     # ------------------------------------------------------------------ inference
 

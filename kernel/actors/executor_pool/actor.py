@@ -32,7 +32,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.executor import execution_env
 from inferd.kernel.actors.executor.actor import ExecutorActor
-from inferd.kernel.actors.executor_pool import placement
+from inferd.kernel.actors.executor_pool import placement, returned_memory
 from inferd.kernel.actors.executor_pool.processes import ExecutorProcesses
 from inferd.kernel.backend import BackendRegistry, BackendSpec
 from inferd.kernel.modelconfig.validation import (
@@ -76,6 +76,7 @@ from inferd.protocols.messages import (
     Shutdown,
     UnloadVersion,
     VersionLoaded,
+    VersionUnloaded,
 )
 
 log = logging.getLogger(__name__)
@@ -313,28 +314,41 @@ class ExecutorPoolActor(Actor):
         assert isinstance(loaded, VersionLoaded)
         return name, loaded
 
-    async def on_unload_version(self, unload: UnloadVersion, envelope: Envelope) -> Ack:
+    async def on_unload_version(self, unload: UnloadVersion, envelope: Envelope
+                                ) -> VersionUnloaded:
         if unload.load_id not in self._loads:
             self._abandoned.add(unload.load_id)
-            return Ack()
-        await self._unload(unload.load_id)
-        return Ack()
+            return VersionUnloaded()
+        return await self._unload(unload.load_id)
 
-    async def _unload(self, load_id: int) -> None:
+    async def _unload(self, load_id: int) -> VersionUnloaded:
+        """Unload ``load_id`` from every executor it went to; what each gave back, added."""
+        parts: list[VersionUnloaded] = []
+
+        async def unload_from(name: str) -> None:
+            parts.append(await self._unload_from(name, load_id))
+
         async with anyio.create_task_group() as tasks:
             for name in self._loads.pop(load_id, ()):
-                tasks.start_soon(self._unload_from, name, load_id)
+                tasks.start_soon(unload_from, name)
+        return returned_memory.total(parts)
 
-    async def _unload_from(self, name: str, load_id: int) -> None:
+    async def _unload_from(self, name: str, load_id: int) -> VersionUnloaded:
         self._load_counts[name] = max(0, self._load_counts.get(name, 1) - 1)
         try:
-            await self.router.ask(name, UnloadVersion(load_id))
+            reply = await self.router.ask(name, UnloadVersion(load_id))
         except ExecutorCrashed:
-            pass  # the process took the instances with it
+            reply = None  # the process took the instances with it
+        unloaded = reply if isinstance(reply, VersionUnloaded) else VersionUnloaded()
         executor = self._processes.by_name.get(name)
         if (executor is not None and executor.isolated and not self._load_counts[name]
                 and not self._processes.stopping):
+            process = executor.process
+            held = returned_memory.held_by(process.pid if process is not None else None)
             await self._processes.retire(executor)
+            exited = process is None or process.returncode is not None
+            unloaded = returned_memory.ended(unloaded, name, held, exited)
+        return unloaded
 
 
 def _native(spec: BackendSpec | None) -> bool:

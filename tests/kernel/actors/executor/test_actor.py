@@ -54,6 +54,7 @@ from inferd.protocols.messages import (
     Tensor,
     UnloadVersion,
     VersionLoaded,
+    VersionUnloaded,
 )
 
 pytestmark = pytest.mark.anyio
@@ -355,7 +356,7 @@ async def test_an_unload_lets_the_batch_in_flight_finish_then_closes_the_instanc
     async with running(tmp_path) as harness:
         load_id, _ = await harness.load(
             HELD.replace("STARTED", str(started)).replace("RELEASE", str(release)))
-        answered: list[BatchResult | Ack] = []
+        answered: list[BatchResult | VersionUnloaded] = []
         async with anyio.create_task_group() as tasks:
 
             async def infer() -> None:
@@ -363,7 +364,7 @@ async def test_an_unload_lets_the_batch_in_flight_finish_then_closes_the_instanc
 
             async def unload() -> None:
                 reply = await harness.router.ask(EXECUTOR, UnloadVersion(load_id))
-                assert isinstance(reply, Ack)
+                assert isinstance(reply, VersionUnloaded)
                 answered.append(reply)
 
             tasks.start_soon(infer)
@@ -373,13 +374,13 @@ async def test_an_unload_lets_the_batch_in_flight_finish_then_closes_the_instanc
             assert answered == []
             release.touch()
         result, unloaded = answered  # the batch answered before the unload was
-        assert isinstance(result, BatchResult) and unloaded == Ack()
+        assert isinstance(result, BatchResult) and isinstance(unloaded, VersionUnloaded)
         assert echoed(result.results[0]) == [4, 4]
         with pytest.raises(NotFound):
             await harness.batch(1, request(5))
         # An unload of what is not loaded (any more) is no error.
-        assert await harness.router.ask(EXECUTOR, UnloadVersion(load_id)) == Ack()
-        assert await harness.router.ask(EXECUTOR, UnloadVersion(99)) == Ack()
+        assert await harness.router.ask(EXECUTOR, UnloadVersion(load_id)) == VersionUnloaded()
+        assert await harness.router.ask(EXECUTOR, UnloadVersion(99)) == VersionUnloaded()
 
 
 async def test_shutdown_unloads_every_model_and_says_the_executor_stopped(

@@ -70,6 +70,7 @@ from inferd.protocols.messages import (
     Tensor,
     UnloadVersion,
     VersionLoaded,
+    VersionUnloaded,
 )
 
 pytestmark = pytest.mark.anyio
@@ -131,7 +132,8 @@ class Harness:
         return self.load_ids, reply
 
     async def unload(self, load_id: int) -> None:
-        assert await self.router.ask(EXECUTORS, UnloadVersion(load_id)) == Ack()
+        assert isinstance(await self.router.ask(EXECUTORS, UnloadVersion(load_id)),
+                          VersionUnloaded)
 
     async def infer(self, executor: str, instance: int, value: int) -> list[int]:
         """``value`` through an echo instance: what came back."""
