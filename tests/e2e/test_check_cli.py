@@ -27,7 +27,7 @@ def test_the_example_repository_passes() -> None:
     assert report["ok"] is True and report["error_count"] == 0
     models = {model["name"]: model for model in report["models"]}
     assert models["ocr"]["catalog"]["task"] == "ocr"
-    assert models["simple"]["auto_complete"] == "completed from the model file"
+    assert models["simple"]["auto_complete"] == "checked against the model file"  # all declared
 
 
 def test_a_broken_repository_fails_with_the_place_of_each_problem(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_a_remote_repository_is_checked_as_a_load_would_fetch_it(
     assert finished.returncode == 1, finished.stdout + finished.stderr
     models = {model["name"]: model for model in json.loads(finished.stdout)["models"]}
     assert models["simple"]["state"] == "ok"
-    assert models["simple"]["auto_complete"] == "completed from the model file"
+    assert models["simple"]["auto_complete"] == "checked against the model file"  # all declared
     assert models["typo"]["path"] == f"{url}/typo"
     assert models["typo"]["errors"][0] == {
         "message": 'no field named "max_bach_size"', "file": f"{url}/typo/config.pbtxt",

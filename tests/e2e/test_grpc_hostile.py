@@ -58,11 +58,12 @@ RSS_GROWTH = 64 * MIB
 CALM = http2.ENHANCE_YOUR_CALM
 
 
-def implementations(grpcio_gap: str | None = None) -> list[object]:
-    """Both servers; grpcio as a strict xfail where ``grpcio_gap`` says what it fails."""
+def implementations(grpcio_gap: str | None = None, *, strict: bool = True) -> list[object]:
+    """Both servers; grpcio as an xfail where ``grpcio_gap`` says what it fails, strict
+    unless its outcome depends on the machine's load (``strict=False``, saying so)."""
     if grpcio_gap is None:
         return ["loop", "grpcio"]
-    return ["loop", pytest.param("grpcio", marks=pytest.mark.xfail(strict=True,
+    return ["loop", pytest.param("grpcio", marks=pytest.mark.xfail(strict=strict,
                                                                     reason=grpcio_gap))]
 
 
@@ -314,7 +315,8 @@ PING = http2.frame(http2.PING, 0, 0, b"hostile!")
 @pytest.mark.parametrize("implementation", implementations(
     "grpc.aio sends GOAWAY ENHANCE_YOUR_CALM too_many_pings but goes on reading and "
     "acknowledging the flood (50,000 acknowledgements seen) and never closes the "
-    "connection"))
+    "connection; on a loaded machine (the flood arriving slower) it has once closed it",
+    strict=False))
 def test_ping_flood(inferd: InferdHarness, implementation: str) -> None:
     server = serve(inferd, implementation)
     outcome = under_attack(server, flood(PING, reads=False), reads=False)

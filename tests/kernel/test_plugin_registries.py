@@ -32,8 +32,8 @@ def test_every_built_in_feature_is_a_plugin(plugins: Plugins) -> None:
     assert plugins.trace_sinks().names() == ("opentelemetry", "triton")
     assert plugins.storages().schemes() == ("s3", "gs", "as", "az")
     assert sorted(spec.scheme for spec in plugins.state_stores()) == ["", "s3"]
-    assert plugins.commands().names() == ("catalog", "infer", "load", "models", "stats",
-                                          "unload")
+    assert plugins.commands().names() == ("catalog", "infer", "label", "load", "models",
+                                          "stats", "unload")
     assert plugins.agents().names() == ("checksum",)
 
 

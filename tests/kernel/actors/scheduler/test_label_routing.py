@@ -3,24 +3,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.scheduler.label_routing import LabelRoute
+from inferd.kernel.actors.scheduler.queue_policy import QueuePolicy
+from inferd.kernel.actors.scheduler.request_validation import ModelSignature
 from inferd.kernel.actors.scheduler.routing import RoutingTable
+from inferd.kernel.actors.scheduler.version import Version, batcher_of
+
+CONFIG = """
+name: "m"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
+"""
 
 
-class Served:
-    """A stand-in for a served ``Version``: the table reads only ``retired``."""
-
-    def __init__(self, number: int) -> None:
-        self.version = number
-        self.retired = False
+def served(number: int) -> Version:
+    """A served version of model ``m`` with no instance (the table reads its number and
+    whether it is retired)."""
+    config = text_format.Parse(CONFIG, ModelConfig())
+    return Version("m", number, config, ModelSignature.from_config(config), batcher_of(config),
+                   QueuePolicy.of(config), [])
 
 
 def table(*numbers: int) -> RoutingTable:
     routing = RoutingTable()
-    served: dict[int, Any] = {n: Served(n) for n in numbers}
-    routing.served["m"] = served
+    routing.served["m"] = {n: served(n) for n in numbers}
     return routing
 
 
