@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from inferd.kernel.actors.repository.remote_storage import StorageRegistry
     from inferd.kernel.actors.repository.agents import AgentRegistry
     from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
+    from inferd.kernel.sdk.control import ControlPolicyRegistry
 
 PROJECT = "inferd"
 
@@ -152,4 +153,17 @@ def inferd_register_repository_agents(registry: AgentRegistry) -> None:
     of the main process on every load and reload, and when ``inferd check`` or the catalog
     reads the model (the catalog once per change of the folder): it must not change the
     repository's own files, only give another folder.
+    """
+
+
+@hookspec
+def inferd_register_control_policies(registry: ControlPolicyRegistry) -> None:
+    """Register control policies with ``registry.add(ControlPolicySpec(name, open))``: an
+    optional feature that takes part in the model lifecycle (the built-in: models on demand
+    and the memory budget). ``open(setup)`` is called once at start-up with the parsed
+    options (``PolicySetup``) and returns None when the policy's flags leave it off, else an
+    ``OpenedPolicy``: a factory of the ``ControlPolicy`` the control actor calls (around each
+    load, once a model holds nothing, when a request names a model not served, when the index
+    and the metrics are read) and, if it has one, the data plane's part (``UnservedModels``).
+    A ``ValueError`` from ``open`` fails the start with its message.
     """

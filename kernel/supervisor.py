@@ -20,6 +20,7 @@ import anyio.to_thread
 import zmq
 
 from inferd.kernel.actors.control.actor import ControlActor
+from inferd.kernel.actors.control.policies import open_policies, unserved_models
 from inferd.kernel.actors.control.desired_state_record import Record, RecordError, Store, open_store
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
 from inferd.kernel.actors.repository.actor import RepositoryActor
@@ -31,7 +32,6 @@ from inferd.kernel.actors.scheduler.response_cache import (
     open_cache,
 )
 from inferd.kernel.dataplane.data_plane import DataPlane
-from inferd.kernel.dataplane.on_demand import OnDemandRequests
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.observability.metrics_config import metrics_config_from_options
 from inferd.kernel.observability.tracing import tracer_for
@@ -96,8 +96,12 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         raise StartupFailed(str(error)) from None
     backends = plugins.backends()
     state = await _read_control_state(settings, plugins)  # a bad record starts nothing
-    cache = await _open_cache(settings, plugins)  # first: a Redis not answering leaves nothing
     router = Router("main")
+    try:  # a flag a policy refuses starts nothing
+        policies = open_policies(settings, plugins, router)
+    except ValueError as error:
+        raise StartupFailed(str(error)) from None
+    cache = await _open_cache(settings, plugins)  # first: a Redis not answering leaves nothing
     context = zmq.Context()
     run_folder = create_run_folder()
     hold_temporary_files(run_folder)  # before any framework is imported, or executor started
@@ -120,10 +124,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
-    control = ControlActor(router, settings, run_folder / OVERRIDES, state)
-    on_demand = (OnDemandRequests(router, settings.model_load_on_demand_timeout_secs)
-                 if settings.model_load_on_demand else None)
-    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=on_demand,
+    control = ControlActor(router, settings, run_folder / OVERRIDES, state, policies)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=unserved_models(policies),
                           allow_client_shm=settings.allow_client_shm)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -30,6 +30,7 @@ from inferd.kernel.cli.commands import CommandRegistry
 from inferd.kernel.frontend import FrontendRegistry
 from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
 from inferd.kernel.runtime.registry import Registry
+from inferd.kernel.sdk.control import ControlPolicyRegistry
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,11 @@ class Plugins:
     def agents(self) -> AgentRegistry:
         registry: AgentRegistry = self._filled("inferd_register_repository_agents",
                                                AgentRegistry())
+        return registry
+
+    def control_policies(self) -> ControlPolicyRegistry:
+        registry: ControlPolicyRegistry = self._filled("inferd_register_control_policies",
+                                                       ControlPolicyRegistry())
         return registry
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

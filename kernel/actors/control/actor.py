@@ -14,7 +14,10 @@ lost executor), ``VersionUnloader`` (``unload``: an unload request is answered
 once the model takes no new request) and ``VersionLabelBook`` (``labels``: inferd's version
 labels and their managed switch); ``views`` words its state for the index, the
 catalog and metrics. A load or unload naming ``versions`` (inferd's) touches only those
-(``single_versions``).
+(``single_versions``). The optional policies plugins add (models on demand and the memory
+budget, ``inferd_register_control_policies``) are called through one ``Policies``
+(``policies``): around each load, once a model holds nothing, for a request naming a model
+not served, and when the index and the metrics are read.
 """
 
 from __future__ import annotations
@@ -24,10 +27,7 @@ import logging
 from pathlib import Path
 
 import anyio
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.control.budget import MemoryBudget, NoRoom, Usage
-from inferd.kernel.actors.control.budget_rules import is_pinned
 from inferd.kernel.actors.control.desired_state import DesiredState
 from inferd.kernel.actors.control.desired_state_record import Record, Store
 from inferd.kernel.actors.control.ensembles import EnsembleLifecycle
@@ -35,7 +35,7 @@ from inferd.kernel.actors.control.file_overrides import remove_override_folder, 
 from inferd.kernel.actors.control.labels import VersionLabelBook
 from inferd.kernel.actors.control.lifecycle_log import ModelStateLog
 from inferd.kernel.actors.control.model_status import ModelStatus, VersionStatus
-from inferd.kernel.actors.control.on_demand import OnDemandLoads
+from inferd.kernel.actors.control.policies import ActorHandle, Policies
 from inferd.kernel.actors.control.poll import RepositoryPoller
 from inferd.kernel.actors.control.recovery import ExecutorRecovery
 from inferd.kernel.actors.control.single_versions import check_unload_versions
@@ -52,6 +52,7 @@ from inferd.kernel.modelconfig.version_labels import VersionLabels
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.control import OpenedPolicy
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
@@ -84,10 +85,8 @@ from inferd.protocols.messages import (
     Shutdown,
     StartupReport,
     UnloadRequest,
-    UsageRequest,
     VersionLabelsReply,
 )
-from inferd.protocols.messages import Usage as SchedulerUsage
 from inferd.protocols.names import check_model_name
 
 log = logging.getLogger(__name__)
@@ -101,6 +100,7 @@ class ControlActor(Actor):
     def __init__(
         self, router: Router, settings: Settings, override_root: str | Path,
         state: tuple[Store, tuple[Record, str | None]] | None = None,
+        policies: list[OpenedPolicy] | None = None,
     ) -> None:
         super().__init__(router)
         self._settings = settings
@@ -109,10 +109,18 @@ class ControlActor(Actor):
         self._required: set[str] = set()  # what strict readiness waits for
         self._started = False
         self._states = ModelStateLog()  # one log line per state change
+        self._pins = set(settings.load_models)  # --load-model ('*': every start-up model)
+        # The optional policies plugins add (models on demand, the memory budget, ...).
+        handle = ActorHandle(
+            router, self._models, pins=self._pins,
+            ensembles_using=lambda name: self._ensembles.users(name),
+            load=self._load_for_policy, evict=self._evict, note_failure=self._note_failure,
+            spawn=self.spawn)
+        self._policy = Policies([opened.control(handle) for opened in policies or ()])
         self._ensembles = EnsembleLifecycle(
             router, self._models, self._states,
             # On demand, an ensemble brings its composing models in POLL mode too.
-            explicit=settings.model_control_mode == "explicit" or settings.model_load_on_demand,
+            explicit=settings.model_control_mode == "explicit" or self._policy.loads_on_request,
             load=lambda name, cause: self._budgeted_load(name, cause=cause),
             unload=self._unload_no_longer_required,
         )
@@ -137,17 +145,6 @@ class ControlActor(Actor):
             load=self._follow_load, unload=self._follow_unload,
             note_failure=self._note_failure, spawn=self.spawn,
         )
-        # --model-load-on-demand and --model-memory-budget (inferd's): None when off.
-        self._on_demand = OnDemandLoads(
-            timeout_secs=settings.model_load_on_demand_timeout_secs,
-            load=self._load_on_demand, is_ready=self._is_ready,
-            spawn=self.spawn,
-        ) if settings.model_load_on_demand else None
-        self._pins = set(settings.load_models)  # --load-model ('*': every start-up model)
-        self._budget = MemoryBudget(
-            settings.model_memory_budget, self._models, usage=self._usage,
-            pinned=self._pinned, ensembles_using=self._ensembles.users, evict=self._evict,
-        ) if settings.model_memory_budget else None
 
     def _model(self, name: str) -> ModelStatus:
         return self._models.setdefault(name, ModelStatus())
@@ -160,7 +157,7 @@ class ControlActor(Actor):
         mode = self._settings.model_control_mode
         if mode == "explicit" and "*" not in self._settings.load_models:
             names = list(self._settings.load_models)
-        elif mode == "poll" and self._on_demand is not None:
+        elif mode == "poll" and self._policy.loads_on_request:
             names = []  # on demand: a model loads on its first request
         elif mode == "explicit" or mode in ("none", "poll"):
             listing = await self.router.ask(REPOSITORY, ListModels())
@@ -208,8 +205,7 @@ class ControlActor(Actor):
                                           only=request.versions)
             except InferdError as error:
                 raise load_failure(request.model, error) from None
-            if self._on_demand is not None:
-                self._on_demand.forget_failure(request.model)
+            self._policy.load_requested(request.model)
             self._ensembles.mark_requested(request.model)
             self._required.add(request.model)
             if not request.versions:  # single versions are not recorded (docs/versions.md)
@@ -248,9 +244,7 @@ class ControlActor(Actor):
         assert isinstance(catalogs, Catalogs)
         entries = index_entries(listing, self._models, catalogs.metadata,
                                 ready_only=request.ready_only)
-        if self._budget is not None:  # each READY version's footprint and last use
-            entries = self._budget.annotate(entries, await self._usage())
-        return Index(entries)
+        return Index(await self._policy.annotate(entries))
 
     async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
         """The repository's descriptions, with each model's state; a READY model's inputs and
@@ -290,7 +284,7 @@ class ControlActor(Actor):
 
     async def _poll_load(self, name: str) -> None:
         model = self._models.get(name)
-        if self._on_demand is not None and (model is None or not model.versions):
+        if self._policy.loads_on_request and (model is None or not model.versions):
             return  # on demand: it loads on its first request, from the folder as it is then
         try:
             await self._budgeted_load(name, cause="poll: a new or changed model folder")
@@ -308,70 +302,30 @@ class ControlActor(Actor):
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
         samples = [*load_durations(self._models)]
-        if self._on_demand is not None:
-            samples += self._on_demand.metrics()
-        if self._budget is not None:
-            samples += self._budget.metrics()
+        samples += self._policy.metrics()
         samples += self._unloader.reports.metrics()
         return Metrics(tuple(samples))
 
-    # ------------------------------------------------------------------ on demand, budget
+    # ------------------------------------------------------------------ policies
 
     async def on_load_on_demand(self, message: LoadOnDemand, envelope: Envelope) -> Ack:
-        """A request named ``message.model``, which is not served: load it (or wait for the
-        load under way), as ``--model-load-on-demand`` says."""
-        if self._on_demand is None:
+        """A request named ``message.model``, which is not served: a policy (models on
+        demand) loads it, or the request hears that none does."""
+        if not await self._policy.requested(message.model):
             raise Unavailable("on-demand loading is off (--model-load-on-demand)")
-        check_model_name(message.model)
-        if self._budget is not None:
-            self._budget.touch(message.model)
-        await self._on_demand.ensure(message.model)
         return Ack()
 
-    def _is_ready(self, name: str) -> bool:
-        model = self._models.get(name)
-        return model is not None and model.ready()
-
-    async def _load_on_demand(self, name: str) -> None:
-        await self._budgeted_load(name, cause="on demand: a request for it")
+    async def _load_for_policy(self, name: str, cause: str) -> None:
+        await self._budgeted_load(name, cause=cause)
         self._ensembles.mark_requested(name)
 
     async def _budgeted_load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
         *, cause: str = "load requested", only: tuple[int, ...] = (),
     ) -> None:
-        """``_load``, within ``--model-memory-budget`` when there is one: what must go to
-        make room for it goes first (``budget``), and its footprint is kept."""
-        load = functools.partial(self._load, name, config_override, files, cause=cause,
-                                 only=only)
-        if self._budget is None:
-            return await load()
-        try:
-            check_model_name(name)
-            resolved = await self.router.ask(REPOSITORY, ResolveModel(name, config_override))
-        except InferdError:
-            return await load()  # it says why, as without a budget
-        assert isinstance(resolved, ResolvedModel)
-        if not resolved.backend:
-            return await load()  # an ensemble holds nothing; its composing models load here
-        try:
-            await self._budget.load_within(name, ModelConfig.FromString(resolved.config),
-                                           resolved.path, load)
-        except NoRoom as error:
-            if not self._is_ready(name):  # the index says why it is not loaded
-                self._note_failure(name, error.message)
-            raise
-
-    async def _usage(self) -> Usage:
-        usage = await self.router.ask(SCHEDULER, UsageRequest())
-        assert isinstance(usage, SchedulerUsage)
-        return {(model, number): (last, busy) for model, number, last, busy in usage.versions}
-
-    def _pinned(self, name: str) -> bool:
-        model = self._models.get(name)
-        return name in self._pins or (model is not None and any(
-            version.config and is_pinned(ModelConfig.FromString(version.config))
-            for version in model.versions.values()))
+        """``_load``, within what the policies do around a load (the memory budget)."""
+        await self._policy.around_load(name, config_override, functools.partial(
+            self._load, name, config_override, files, cause=cause, only=only))
 
     async def _evict(self, name: str, reason: str) -> None:
         self._required.discard(name)
@@ -566,8 +520,8 @@ class ControlActor(Actor):
             await self._unloader.unload_all(name, model, cause, reason)
             remove_override_folder(model.override_dir)
             model.override_dir = ""
-            if self._budget is not None and not model.ready():
-                self._budget.unloaded(name)
+            if not model.ready():
+                self._policy.unloaded(name)
 
     async def _load_versions(self, name: str, versions: tuple[int, ...], cause: str) -> None:
         await self._budgeted_load(name, cause=cause, only=versions)
@@ -586,8 +540,7 @@ class ControlActor(Actor):
                                                           "requested")
             if not model.ready():
                 self._required.discard(name)
-                if self._budget is not None:
-                    self._budget.unloaded(name)
+                self._policy.unloaded(name)
 
     async def _unload_one_version(self, name: str, number: int, cause: str) -> None:
         model = self._models.get(name)

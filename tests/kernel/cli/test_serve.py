@@ -78,27 +78,6 @@ def test_trace_flags_are_a_typed_setting(tmp_path: Path) -> None:
     assert (trace.level, trace.file) == (("TIMESTAMPS",), "/t.json")
 
 
-def test_on_demand_and_budget_flags_are_typed_settings(tmp_path: Path) -> None:
-    def settings(*flags: str) -> Settings:
-        parser = serve_parser(Plugins.load())
-        return settings_from(parser.parse_args(["--model-repository", str(tmp_path), *flags]))
-
-    assert (Settings().model_load_on_demand, Settings().model_memory_budget) == (False, ())
-    chosen = settings("--model-control-mode", "explicit", "--model-load-on-demand",
-                      "--model-load-on-demand-timeout-secs", "5",
-                      "--model-memory-budget", "cpu=1GiB,gpu0=2GiB")
-    assert (chosen.model_load_on_demand, chosen.model_load_on_demand_timeout_secs,
-            chosen.model_memory_budget) == (True, 5.0, (("cpu", 1024**3), ("gpu0", 2 * 1024**3)))
-    for flags, problem in (
-        (("--model-load-on-demand",), "requires setting '--model-control-mode=explicit' or"),
-        (("--model-memory-budget", "cpu=1GiB"), "requires setting '--model-control-mode="),
-        (("--model-control-mode", "poll", "--model-memory-budget", "cpu=lots"),
-         "--model-memory-budget=cpu=lots: expected a size"),
-    ):
-        with pytest.raises(StartupFailed, match=re.escape(problem)):
-            settings(*flags)
-
-
 def test_allow_client_shm_is_off_unless_given(tmp_path: Path) -> None:
     def allowed(*flags: str) -> bool:
         args = kernel_parser().parse_args(["--model-repository", str(tmp_path), *flags])
