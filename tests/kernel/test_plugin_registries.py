@@ -27,7 +27,7 @@ def plugins() -> Plugins:
 def test_every_built_in_feature_is_a_plugin(plugins: Plugins) -> None:
     assert {"local_cache", "redis_cache", "triton_trace", "opentelemetry_trace",
             "fsspec_storage", "path_state", "s3_state", "client_commands",
-            "checksum_agent"} <= set(plugins.loaded)
+            "checksum_agent", "on_demand"} <= set(plugins.loaded)
     assert plugins.caches().names() == ("local", "redis")
     assert plugins.trace_sinks().names() == ("opentelemetry", "triton")
     assert plugins.storages().schemes() == ("s3", "gs", "as", "az")
@@ -35,6 +35,7 @@ def test_every_built_in_feature_is_a_plugin(plugins: Plugins) -> None:
     assert plugins.commands().names() == ("catalog", "infer", "label", "load", "models",
                                           "stats", "unload")
     assert plugins.agents().names() == ("checksum",)
+    assert plugins.control_policies().names() == ("on_demand",)
 
 
 def test_an_unknown_name_lists_the_names_there_are(plugins: Plugins) -> None:
