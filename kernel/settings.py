@@ -65,7 +65,3 @@ class Settings:
     # --trace-config (and tritonserver's deprecated --trace-file and its kin): the tracing the
     # server starts with (inferd.kernel.observability.trace_config; no --trace-config: none).
     trace: TraceConfig = field(default_factory=TraceConfig)
-    # --model-control-state: the desired-state record replicas share (path or s3:// URL, ""
-    # for none), re-read every --model-control-state-poll-secs (0: only at start-up).
-    model_control_state: str = ""
-    model_control_state_poll_secs: float = 5.0

@@ -21,7 +21,6 @@ import zmq
 
 from inferd.kernel.actors.control.actor import ControlActor
 from inferd.kernel.actors.control.policies import open_policies, unserved_models
-from inferd.kernel.actors.control.desired_state_record import Record, RecordError, Store, open_store
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
 from inferd.kernel.actors.repository.actor import RepositoryActor
 from inferd.kernel.actors.scheduler.actor import SchedulerActor
@@ -95,10 +94,9 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     except ValueError as error:
         raise StartupFailed(str(error)) from None
     backends = plugins.backends()
-    state = await _read_control_state(settings, plugins)  # a bad record starts nothing
     router = Router("main")
-    try:  # a flag a policy refuses starts nothing
-        policies = open_policies(settings, plugins, router)
+    try:  # a flag a policy refuses, or a record it cannot read, starts nothing
+        policies = await anyio.to_thread.run_sync(open_policies, settings, plugins, router)
     except ValueError as error:
         raise StartupFailed(str(error)) from None
     cache = await _open_cache(settings, plugins)  # first: a Redis not answering leaves nothing
@@ -124,7 +122,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
-    control = ControlActor(router, settings, run_folder / OVERRIDES, state, policies)
+    control = ControlActor(router, settings, run_folder / OVERRIDES, policies)
     dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=unserved_models(policies),
                           allow_client_shm=settings.allow_client_shm)
     try:
@@ -158,22 +156,6 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         context.term()
         shutil.rmtree(run_folder, ignore_errors=True)
         link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
-
-
-async def _read_control_state(settings: Settings, plugins: Plugins
-                              ) -> tuple[Store, tuple[Record, str | None]] | None:
-    """``--model-control-state``'s store and its record now; one that cannot be read (or
-    parsed, or that a newer inferd wrote) fails the start rather than starting empty."""
-    if not settings.model_control_state:
-        return None
-    try:
-        store = open_store(settings.model_control_state, plugins.state_stores())
-        record = await anyio.to_thread.run_sync(store.read)
-    except RecordError as error:
-        raise StartupFailed(f"--model-control-state {error}") from None
-    log.info("desired-state record %s: generation %d, %d model(s)", store.where,
-             record[0].generation, len(record[0].models))
-    return store, record
 
 
 async def _check_remote_roots(repository: RepositoryActor, settings: Settings) -> None:

@@ -74,15 +74,6 @@ def kernel_parser() -> argparse.ArgumentParser:
                         default=defaults.model_control_mode)
     models.add_argument("--load-model", action="append", dest="load_models", default=[],
                         metavar="NAME", help="with explicit mode: load at start-up ('*' = all)")
-    models.add_argument("--model-control-state", default="", metavar="PATH-or-URL",
-                        help="inferd: with explicit mode, the desired-state record replicas "
-                             "share (a path or s3://[host:port/]bucket/key): API loads and "
-                             "unloads are written to it, and it is applied at start-up and "
-                             "followed while running")
-    models.add_argument("--model-control-state-poll-secs", type=float,
-                        default=defaults.model_control_state_poll_secs, metavar="SECONDS",
-                        help="how often a replica re-reads --model-control-state (0: only at "
-                             "start-up)")
     models.add_argument("--repository-poll-secs", type=float, default=defaults.repository_poll_secs)
     models.add_argument("--model-load-timeout-secs", type=float,
                         default=defaults.model_load_timeout_secs)
@@ -172,11 +163,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise StartupFailed(
             "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
         )
-    if args.model_control_state and args.model_control_mode != "explicit":
-        raise StartupFailed("Use of '--model-control-state' requires setting "
-                            "'--model-control-mode=explicit' as well.")
-    if args.model_control_state_poll_secs < 0:
-        raise StartupFailed("--model-control-state-poll-secs must be 0 or more")
     if "*" in load_models and len(load_models) > 1:
         raise StartupFailed(
             "Wildcard model name '*' must be the ONLY startup model if specified at all."
@@ -234,8 +220,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
         cache=_cache(args),
         trace=_trace(args),
-        model_control_state=args.model_control_state,
-        model_control_state_poll_secs=args.model_control_state_poll_secs,
     )
 
 

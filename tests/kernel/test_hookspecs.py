@@ -24,7 +24,7 @@ def test_every_hook_has_a_docstring_and_typed_parameters() -> None:
     assert {hook.__name__ for hook in HOOKS} == {
         "inferd_register_backends", "inferd_register_frontends", "inferd_add_options",
         "inferd_register_caches", "inferd_register_trace_sinks",
-        "inferd_register_repository_storage", "inferd_register_state_stores",
+        "inferd_register_repository_storage", "inferd_register_control_state_stores",
         "inferd_register_commands", "inferd_register_repository_agents",
         "inferd_register_control_policies"}
     for hook in HOOKS:

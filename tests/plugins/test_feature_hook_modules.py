@@ -11,7 +11,7 @@ HOOK_MODULES = {
     "inferd.plugins.caches.redis": "redis",
     "inferd.plugins.tracing.opentelemetry": "opentelemetry",
     "inferd.plugins.storage.fsspec": "s3fs",
-    "inferd.plugins.state.s3": "botocore",
+    "inferd.plugins.control_state.s3": "botocore",
     "inferd.plugins.cli": "typer",
 }
 

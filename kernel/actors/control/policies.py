@@ -10,6 +10,7 @@ contract (``inferd.kernel.sdk.control``) names.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
@@ -44,7 +45,8 @@ def open_policies(settings: Settings, plugins: Plugins, router: Router
     async def ask_control(message: Message, timeout: float) -> Message:
         return await router.ask(CONTROL, message, timeout=timeout)
 
-    setup = PolicySetup(settings.options, settings.model_control_mode, ask_control)
+    setup = PolicySetup(settings.options, settings.model_control_mode, ask_control,
+                        plugins.control_state_stores())
     return [opened for spec in plugins.control_policies()
             if (opened := spec.open(setup)) is not None]
 
@@ -75,6 +77,36 @@ class Policies(ControlPolicy):
         for policy in self._policies:
             policy.load_requested(name)
 
+    async def started(self, loaded: set[str]) -> None:
+        for policy in self._policies:
+            await policy.started(loaded)
+
+    async def around_client_load(self, name: str, config: str, files: Mapping[str, bytes],
+                                 versions: tuple[int, ...],
+                                 load: Callable[[], Awaitable[None]]) -> None:
+        for policy in reversed(self._policies):
+            load = functools.partial(policy.around_client_load, name, config, files, versions,
+                                     load)
+        await load()
+
+    async def around_client_unload(self, name: str,
+                                   unload: Callable[[], Awaitable[list[str]]]) -> None:
+        # Each policy sees what the unload returned; the outermost returns nothing.
+        unloaded: list[str] = []
+
+        async def innermost() -> list[str]:
+            unloaded.extend(await unload())
+            return unloaded
+
+        run: Callable[[], Awaitable[list[str]]] = innermost
+        for policy in reversed(self._policies):
+            run = _around_unload(policy, name, run, unloaded)
+        await run()
+
+    def stopping(self) -> None:
+        for policy in self._policies:
+            policy.stopping()
+
     async def requested(self, name: str) -> bool:
         for policy in self._policies:
             if await policy.requested(name):
@@ -97,6 +129,14 @@ def _around(policy: ControlPolicy, name: str, config_override: str,
     return run
 
 
+def _around_unload(policy: ControlPolicy, name: str, unload: Callable[[], Awaitable[list[str]]],
+                   unloaded: list[str]) -> Callable[[], Awaitable[list[str]]]:
+    async def run() -> list[str]:
+        await policy.around_client_unload(name, unload)
+        return unloaded
+    return run
+
+
 class ActorHandle(ControlHandle):
     """The control actor as its policies see it: its model status read-only, its loads and
     unloads through the callables it passes."""
@@ -105,6 +145,8 @@ class ActorHandle(ControlHandle):
         self, router: Router, models: Mapping[str, ModelStatus], *, pins: set[str],
         ensembles_using: Callable[[str], list[str]], load: Callable[[str, str], Awaitable[None]],
         evict: Callable[[str, str], Awaitable[None]],
+        apply_load: Callable[[str, str, dict[str, bytes], str], Awaitable[None]],
+        apply_unload: Callable[[str], Awaitable[None]],
         note_failure: Callable[[str, str], None],
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object],
     ) -> None:
@@ -114,6 +156,8 @@ class ActorHandle(ControlHandle):
         self._pins = pins
         self._load = load
         self._evict = evict
+        self._apply_load = apply_load
+        self._apply_unload = apply_unload
         self._note_failure = note_failure
         self._spawn = spawn
 
@@ -158,3 +202,10 @@ class ActorHandle(ControlHandle):
 
     def spawn(self, work: Callable[[], Coroutine[Any, Any, None]]) -> object:
         return self._spawn(work)
+
+    async def apply_load(self, name: str, config: str, files: dict[str, bytes],
+                         cause: str) -> None:
+        await self._apply_load(name, config, files, cause)
+
+    async def apply_unload(self, name: str) -> None:
+        await self._apply_unload(name)

@@ -4,17 +4,14 @@ frontend's port and address (and every other plugin flag) land in ``Settings.opt
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
-import pytest
 
 from inferd.kernel.cli.flags import ListenFlags
 from inferd.kernel.cli.serve import kernel_parser, serve_parser, settings_from
 from inferd.kernel.observability.trace_config import TraceConfig
 from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.kernel.settings import Settings
-from inferd.kernel.supervisor import StartupFailed
 
 FRONTEND_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "zmq": 8003}
 
