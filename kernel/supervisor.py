@@ -88,7 +88,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         log.warning("request path: %s", build.describe())
     else:
         log.info("request path: %s", build.describe())
-    tracer = tracer_for(settings.trace)  # first: a sink that cannot be made starts nothing
+    # First: a sink that cannot be made starts nothing.
+    tracer = tracer_for(settings.trace, plugins.trace_sinks())
     try:
         metrics = metrics_config_from_options(settings.options)
     except ValueError as error:

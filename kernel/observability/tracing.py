@@ -26,7 +26,11 @@ from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
 
 if TYPE_CHECKING:
     from inferd.kernel.observability.trace_config import TraceConfig
-    from inferd.kernel.observability.trace_sinks import TraceSink, TraceSinkSpec
+    from inferd.kernel.observability.trace_sinks import (
+        TraceSink,
+        TraceSinkRegistry,
+        TraceSinkSpec,
+    )
     from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 
 CURRENT: ContextVar[Trace | None] = ContextVar("inferd_trace", default=None)
@@ -290,13 +294,14 @@ class Tracer:
         self.sink.close()
 
 
-def tracer_for(config: TraceConfig) -> Tracer:
+def tracer_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> Tracer:
     """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its mode's plugin is
-    missing or its sink cannot be made)."""
+    missing or its sink cannot be made); ``sinks``: the server's plugins' (default: this
+    process's installed plugins')."""
     from inferd.kernel.supervisor import StartupFailed
     from inferd.kernel.observability.trace_sinks import NullSink, installed_sinks, sink_for
 
-    sinks = installed_sinks()
+    sinks = installed_sinks() if sinks is None else sinks
     spec = sinks.get(config.mode)
     if not config.level and spec is None:
         return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
