@@ -30,7 +30,9 @@ one package per actor holding the helpers only that actor uses, and the cross-cu
 model-config reading and rules (`modelconfig/`), metrics, statistics, logs and tracing
 (`observability/`), the protocol-agnostic data plane with the shared-memory registries
 (`dataplane/`), the command line (`cli/`) and the plugin SDK (`sdk/`, the one package a
-plugin imports). Every feature that can be swapped is a plugin under `plugins/`;
+plugin imports). Every feature that can be swapped, and every optional policy of the control
+actor (models on demand and the memory budget, the control-state record), is a plugin under
+`plugins/`;
 `protocols/` holds what every process shares without the kernel (messages, codecs, errors);
 `bench/` the measurements. A one-off script made the kernel's layout from a flat one (83
 entries at the top of `kernel/`, then 14) and rewrote every reference: it was added in
