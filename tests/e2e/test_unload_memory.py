@@ -11,7 +11,7 @@ The bound: the one-layer model imports the framework and builds its one-time sta
 stays; the large model's every unload should then end where that one's ended. A leak of the
 model (its weights held past the unload) adds 100 MiB per cycle and breaks the bound at once;
 so do the 200 MiB glibc keeps in its heaps after an onnxruntime unload without
-``malloc_trim``, and the 46 MiB torch grows over 30 cycles without it (bench/unload_memory.py
+``malloc_trim``, and the 46 MiB torch grows over 30 cycles without it (bench/performance/unload_memory.py
 measured both, with the give-back step taken out). A quarter of the model leaves the
 allocator's slack three times the most measured (8 MiB over 30 cycles).
 """
