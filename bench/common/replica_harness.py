@@ -34,6 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from inferd.kernel.sdk import testing
+from inferd.kernel.sdk.testing import free_port
+
 START_TIMEOUT_SECS = 90.0  # three replicas importing onnxruntime at once on 2 cores
 NGINX_START_TIMEOUT_SECS = 15.0
 STOP_TIMEOUT_SECS = 20.0
@@ -42,24 +45,9 @@ LOG_TAIL_CHARACTERS = 4000
 REQUEST_TIMEOUT_SECS = 20.0  # one inference through nginx; past it the request failed
 HEALTH_PATH = "/nginx-health"  # answered by nginx itself: it is up, whatever the replicas do
 
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on, never one handed out before in this process (the
-    kernel may offer a just-released port again, and two replicas would then collide)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port: int = probe.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
 def launcher() -> list[str]:
     """The running interpreter's ``inferd`` (the module, so any venv works)."""
-    return [sys.executable, "-m", "inferd.kernel.cli.main"]
+    return [sys.executable, *testing.INFERD_MODULE]
 
 
 def log_tail(path: Path, characters: int = LOG_TAIL_CHARACTERS) -> str:
@@ -167,17 +155,12 @@ def launch_replica(
     ports = {protocol: free_port() for protocol in ("http", "grpc", "metrics", "zmq")}
     if isinstance(repository, Path):
         repository = repository.resolve()  # the replica runs in its own folder
-    command = [*prefix, *launcher(), "serve", "--model-repository", str(repository)]
-    for protocol, port in ports.items():
-        command += [f"--{protocol}-address=127.0.0.1", f"--{protocol}-port={port}"]
-    command += list(flags)
+    command = testing.serve_command(repository, ports, *flags,
+                                    launcher=[*prefix, *launcher()])
     folder.mkdir(parents=True, exist_ok=True)
-    log = folder / f"replica-{index}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
-                                   stderr=subprocess.STDOUT, cwd=folder,
-                                   start_new_session=True, env={**os.environ, **(env or {})})
-    return Replica(index, process, ports, log)
+    started = testing.launch(command, ports, folder / f"replica-{index}.log",
+                             env={**os.environ, **(env or {})}, cwd=folder)
+    return Replica(index, started.process, ports, started.log_path)
 
 
 def start_replicas(

@@ -1,18 +1,18 @@
 """Starting and stopping ``inferd serve`` for the bench scripts.
 
-This module owns what every bench that needs a real server repeats: free loopback ports, the
-``inferd serve`` command line with every protocol on one of them (or any other server's command,
-for the peers), the server's log file, a bounded wait until a model is ready (through the
-gRPC, HTTP or native zmq client, or any predicate), and the stop: SIGTERM, a bounded wait,
-then SIGKILL. It measures nothing and prints nothing; the scripts (run as
-``python bench/X.py``, so this folder is on ``sys.path``) import it as ``serving``.
+The ports, the ``inferd serve`` command line, the launch (its own process group, stdout and
+stderr into a log file) and the stop (SIGTERM, a bounded wait, then SIGKILL for the group)
+are ``inferd.kernel.sdk.testing``'s, the launcher the tests use too. This module adds what
+benchmarks need on top: another interpreter's inferd (an earlier checkout's, to compare),
+any other server's command (the peers), a bounded wait until a model is ready (through the
+gRPC, HTTP or native zmq client, or any predicate), and a start again on other ports when
+one was taken. It measures nothing and prints nothing; the scripts import it as
+``bench.common.serving``.
 """
 
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from inferd.kernel.sdk import testing
+from inferd.kernel.sdk.testing import free_port
 
 PROTOCOLS = ("http", "grpc", "zmq", "metrics")
 START_TIMEOUT_SECS = 120.0  # a loaded machine may take a while to import onnxruntime
@@ -53,13 +56,6 @@ class Server:
         return self.log.read_text(errors="replace")[-characters:]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def launcher(python: str = "") -> list[str]:
     """The venv's ``inferd`` script, or the module it runs when there is no script; with
     ``python``, that interpreter's inferd (another checkout's venv, say, whose tree may
@@ -78,11 +74,9 @@ def start(
     ``prefix`` goes before the command (``taskset -c 1``, say); ``python`` picks another
     interpreter's inferd (``launcher``)."""
     ports = {protocol: free_port() for protocol in PROTOCOLS}
-    command = [*launcher(python), "serve", "--model-repository", str(repository)]
-    for protocol, port in ports.items():
-        command += [f"--{protocol}-address=127.0.0.1", f"--{protocol}-port={port}"]
-    command += flags
-    return start_process([*prefix, *command], ports, log=log, cwd=cwd)
+    command = testing.serve_command(repository, ports, *flags,
+                                    launcher=[*prefix, *launcher(python)])
+    return start_process(command, ports, log=log, cwd=cwd)
 
 
 def start_process(
@@ -91,11 +85,8 @@ def start_process(
 ) -> Server:
     """Any server's ``command``, already told to listen on ``ports``, with stdout and stderr
     into ``log``. Returns at once, without waiting for readiness."""
-    with log.open("wb") as output:
-        process = subprocess.Popen(list(command), cwd=cwd, env=environment,
-                                   stdin=subprocess.DEVNULL, stdout=output,
-                                   stderr=subprocess.STDOUT)
-    return Server(process, ports, log, name)
+    started = testing.launch(command, ports, log, env=environment, cwd=cwd)
+    return Server(started.process, ports, log, name)
 
 
 def wait_ready(
@@ -160,14 +151,9 @@ def wait_model_ready(
 
 
 def stop_process(process: subprocess.Popen[bytes], *, grace: float = STOP_TIMEOUT_SECS) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
+    """SIGTERM, then SIGKILL (for its whole process group) if it has not exited within
+    ``grace`` seconds."""
+    testing.stop(process, grace)
 
 
 @contextmanager
@@ -176,11 +162,22 @@ def running(
     timeout: float = START_TIMEOUT_SECS, grace: float = STOP_TIMEOUT_SECS,
     prefix: Sequence[str] = (), python: str = "",
 ) -> Iterator[Server]:
-    """A server started as ``start`` does, once ``model`` is ready over ``via``; stopped on
-    the way out, however the block ends."""
-    server = start(repository, *flags, log=log, cwd=cwd, prefix=prefix, python=python)
+    """A server started as ``start`` does, once ``model`` is ready over ``via`` (started
+    again on other ports when one was taken); stopped on the way out, however the block
+    ends."""
+    for attempt in range(1, testing.START_ATTEMPTS + 1):
+        server = start(repository, *flags, log=log, cwd=cwd, prefix=prefix, python=python)
+        try:
+            wait_model_ready(server, model, via=via, timeout=timeout)
+            break
+        except RuntimeError:
+            stop_process(server.process, grace=grace)
+            if attempt == testing.START_ATTEMPTS or not testing.port_taken(server.log_tail()):
+                raise
+        except BaseException:
+            stop_process(server.process, grace=grace)
+            raise
     try:
-        wait_model_ready(server, model, via=via, timeout=timeout)
         yield server
     finally:
         stop_process(server.process, grace=grace)

@@ -33,7 +33,7 @@ The options:
 Each option is started as a subprocess of this script (``--serve KIND PORT``), waited for
 (bounded: its ``READY`` line, then ModelReady over gRPC) and stopped (SIGTERM, bounded, then
 SIGKILL) before the next one starts. Each point is one ``perf_analyzer`` run (the project's
-``bench_kserve`` runs and parses it): a closed loop of C synchronous requests of batch 1,
+``bench.performance.kserve`` runs and parses it): a closed loop of C synchronous requests of batch 1,
 windows of ``--window-ms`` until the last three agree within ``--stability`` percent, at most
 ``--max-trials`` windows. Every option is measured at each ``--concurrency`` (1 and 8); the
 ``--pairs`` options also with two perf_analyzer clients of ``--pair-concurrency`` (4) each,
