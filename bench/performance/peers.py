@@ -1,7 +1,7 @@
 """inferd next to real Triton and to the Python frontend floor, on the points of issues 24 and 36.
 
 The script sets up, in ``bench/.peers/`` (git-ignored): ``perf_analyzer`` (as
-``bench_kserve.py`` does), real Triton from the ``nvidia-pytriton==0.7.0`` wheel in a venv of
+``kserve.py`` does), real Triton from the ``nvidia-pytriton==0.7.0`` wheel in a venv of
 its own (``bench/.peers/triton``: tritonserver 2.51 with only the python backend), the
 models measured (``bench/.peers/inferd-models``: ``simple`` and ``identity_fp32`` as in
 ``model_repository/``, and ``mlp`` as the issue measures it, FP32 x[1024] through four Gemm
