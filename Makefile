@@ -81,28 +81,28 @@ docs: $(DOCS_INSTALLED)
 	$(PY) -m mkdocs build --strict
 
 bench: setup
-	$(PY) bench/bench_wire.py
+	$(PY) -m bench.performance.wire
 
-# Each step of a request timed pure Python against the compiled build (bench/bench_compiled.py).
+# Each step of a request timed pure Python against the compiled build (bench/performance/compiled.py).
 bench-compiled: setup
-	$(PY) bench/bench_compiled.py
+	$(PY) -m bench.performance.compiled
 
 bench-kserve: setup
-	$(PY) bench/bench_kserve.py
+	$(PY) -m bench.performance.kserve
 
 # 1, 2 and 3 replicas behind Debian's nginx (apt-get install nginx), and one direct.
 bench-replicas: setup
-	$(PY) bench/bench_replicas.py
+	$(PY) -m bench.performance.replicas
 
 # The wheels bench/gpu_check.sh installs offline on the GPU machine (Python 3.12, manylinux
-# x86_64; bench/gpu_wheels.txt lists them): into .whl/, which git ignores and a device run
+# x86_64; bench/gpu/wheels.txt lists them): into .whl/, which git ignores and a device run
 # carries. Any Python with pip downloads them; nothing is installed here.
 GPU_PLATFORMS := $(foreach n,5 17 24 26 27 28,--platform manylinux_2_$(n)_x86_64) \
 	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
 gpu-wheels:
 	rm -rf .whl && mkdir -p .whl
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-		--implementation cp $(GPU_PLATFORMS) -d .whl -r bench/gpu_wheels.txt
+		--implementation cp $(GPU_PLATFORMS) -d .whl -r bench/gpu/wheels.txt
 	@ls -l .whl | tail -n +2 | awk '{printf "%10d  %s\n", $$5, $$9}'
 	@du -cb .whl/*.whl | tail -1 | awk '{printf "%d wheels, %.1f MiB\n", n, $$1 / 1048576}' n=$$(ls .whl | wc -l)
 

@@ -43,7 +43,7 @@ REBUILD_HINT = "make setup, or python setup.py build_ext --inplace, shows the bu
 # What the manifest says while a build runs, and so after one that was killed.
 UNFINISHED = "a build started and did not finish; rebuild with make setup"
 
-# The modules one inference request crosses, each kept only where bench/bench_compiled.py
+# The modules one inference request crosses, each kept only where bench/performance/compiled.py
 # shows it faster compiled. Left interpreted: the message kinds (the wire codec checks decoded
 # values against their type hints, which compiled classes no longer carry in full);
 # kernel/actors/executor/batched_instance.py (backends subclass it, and its generic slotted

@@ -2,17 +2,17 @@
 # The GPU check, made for the GPU machine (one H200, Python 3.12 with torch 2.11 on CUDA 13,
 # cuda-bindings, nvidia-ml-py, numpy, grpcio, protobuf, ... installed; no package index):
 #
-#   make gpu-wheels                       # here, once: .whl/ (bench/gpu_wheels.txt, ~8 MiB)
+#   make gpu-wheels                       # here, once: .whl/ (bench/gpu/wheels.txt, ~8 MiB)
 #   bench/gpu_check.sh LOG_DIR            # there, in one run, with .whl carried
 #   bench/gpu_check.sh --cpu-only LOG_DIR # here or anywhere: the same script without a GPU
 #
 # On the GPU machine it installs the wheels offline (pip --no-index --no-deps --target, into a
 # fresh folder under /tmp), installs inferd from this working tree as pure Python
-# (bench/install_tree.py), puts both first on PYTHONPATH and runs bench/gpu_check.py with
+# (bench/gpu/install_tree.py), puts both first on PYTHONPATH and runs bench/gpu/check.py with
 # python3, which serves torch models on CUDA, checks them (what each check shows: its
 # docstring) and ends with one PASS/FAIL/SKIP line per check. Everything it prints also goes
 # to LOG_DIR/gpu_check.log, with the server's log (inferd.log) and summary.txt beside it.
-# Arguments after LOG_DIR go to gpu_check.py.
+# Arguments after LOG_DIR go to bench/gpu/check.py.
 #
 #   --cpu-only    no GPU: the same checks as a server without a GPU must pass them, in this
 #                 checkout's environment as it is (.venv, made by 'make setup WITH_TF=0' if
@@ -23,7 +23,7 @@
 #   PYTHON        the interpreter (python3 on the GPU machine)
 #   GPU_WHEELS    the wheel folder, .whl by default
 #
-# Exit status: gpu_check.py's (0 when no check failed), 2 for a usage or install problem.
+# Exit status: bench/gpu/check.py's (0 when no check failed), 2 for a usage or install problem.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cpu_only=()
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
 done
 if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
     echo "usage: bench/gpu_check.sh [--cpu-only] [--install|--no-install] LOG_DIR" \
-         "[gpu_check.py args]" >&2
+         "[bench/gpu/check.py args]" >&2
     exit 2
 fi
 log_dir="$1"
@@ -77,7 +77,7 @@ if [ "$install" = 1 ]; then
     echo "== installing ${#wheels[@]} wheels and inferd (pure Python) into $site"
     "$python" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
         --target "$site" "${wheels[@]}" || exit 2
-    "$python" bench/install_tree.py "$site" || exit 2
+    "$python" -m bench.gpu.install_tree "$site" || exit 2
     # tritonclient's cuda_shared_memory imports pkg_resources without using it; setuptools
     # >= 81 has none. An empty module there is enough.
     if ! "$python" -c "import pkg_resources" 2>/dev/null; then
@@ -98,7 +98,7 @@ for name in names:
 print("== versions:", ", ".join(found))
 import inferd.kernel.cli.main, tritonclient.grpc, tritonclient.http, zmq  # noqa: E401,F401
 EOF
-PYTHONUNBUFFERED=1 "$python" bench/gpu_check.py --log-dir "$log_dir" "${cpu_only[@]}" "$@"
+PYTHONUNBUFFERED=1 "$python" -m bench.gpu.check --log-dir "$log_dir" "${cpu_only[@]}" "$@"
 status=$?
 [ -n "${site:-}" ] && rm -rf "$site"
 echo "== gpu_check took $(( $(date +%s) - started )) s, exit status $status"

@@ -275,8 +275,8 @@ def refinenet_model() -> onnx.ModelProto:
 
 def wide_mlp_model(features: int = 1024, layers: int = 4) -> onnx.ModelProto:
     """The benchmarks' ``mlp``: x [batch, 1024] -> 4 Gemm 1024x1024, a Relu between each ->
-    y [batch, 1024]. Its 16 MiB of weights are too big to keep here: ``bench/bench_peers.py``
-    writes it into its own repository (``BENCH_MODELS``), under the name and config of ``mlp``."""
+    y [batch, 1024]. Its 16 MiB of weights are too big to keep here:
+    ``bench/performance/peers.py`` writes it into its own repository (``BENCH_MODELS``), under the name and config of ``mlp``."""
     rng = np.random.default_rng(1)
     nodes, initializers = [], []
     current = "x"

@@ -41,7 +41,7 @@ _MAX_VARINT_BYTES = 10
 _DOUBLE = struct.Struct("<d")
 # Below this a whole-message parse by upb (copying the raw contents) costs less than the
 # split: 5 against 13-20 µs for simple's 2 x 64 B up to 4 KiB inputs, even at 64 KiB, where
-# the copies start to cost (bench/bench_compiled.py measures both).
+# the copies start to cost (bench/performance/compiled.py measures both).
 SPLIT_FROM_BYTES = 32 << 10
 
 

@@ -23,14 +23,14 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
 
 def test_the_gpu_machines_pure_python_install_has_the_plugins_and_the_data(
         tmp_path: Path) -> None:
-    # bench/install_tree.py is how bench/gpu_check.sh installs inferd where no build backend
+    # bench/gpu/install_tree.py is how bench/gpu_check.sh installs inferd where no build backend
     # or index may be: the copy must import from where it was put, and find inferd's plugins
     # through its entry points as an installed wheel would.
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, str(ROOT / "bench" / "install_tree.py"), str(tmp_path)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "bench.gpu.install_tree", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=60)
     assert (tmp_path / "inferd" / "protocols" / "openapi.json").is_file()
     assert not list(tmp_path.rglob("__pycache__"))
     probe = (

@@ -2,7 +2,10 @@
 repositories built under a temporary folder from copies of the example one (and of other
 model folders, such as the python models in tests/plugins/python_models). A plain module, so
 tests import its types and helpers (``from tests.e2e.inferd_harness import ...``); the
-fixtures handing out an ``InferdHarness`` are in tests/e2e/conftest.py.
+fixtures handing out an ``InferdHarness`` are in tests/e2e/conftest.py. Ports, the command,
+the wait on "inferd is serving (" and the start again when a port was taken are
+``inferd.kernel.sdk.testing``'s, the launcher plugin authors and bench/ use too; this module
+adds what the suite wants on top (pytest failures with the log, teardown checks).
 
 Tests get an ``InferdHarness`` from the ``inferd`` fixture (one test) or ``module_inferd``
 (shared by a module's tests, for a server several tests can use). ``harness.start`` launches
@@ -19,7 +22,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,40 +30,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import TypeVar
 
 import pytest
 
+from inferd.kernel.sdk import testing
+from inferd.kernel.sdk.testing import free_port
 from inferd.protocols.client import Client
-from inferd.protocols.errors import InferdError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_REPOSITORY = PROJECT_ROOT / "model_repository"
-# -P as the ``inferd`` script runs: the working directory (the log folder) not on sys.path.
-INFERD_ARGUMENTS = ["-P", "-m", "inferd.kernel.cli.main"]
+INFERD_ARGUMENTS = list(testing.INFERD_MODULE)
 INFERD = [sys.executable, *INFERD_ARGUMENTS]
 
 START_TIMEOUT_SECS = 60.0
 STOP_TIMEOUT_SECS = 30.0
 POLL_SECS = 0.05
-SERVING_LINE = "inferd is serving ("  # kernel/supervisor.py logs it once every frontend listens
+SERVING_LINE = testing.SERVING_LINE
 T = TypeVar("T")
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port nothing listens on now, never one this test process handed out before: the
-    kernel may offer a just-released port again, and two frontends of one server (or two
-    servers) would then collide."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port: int = probe.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 @dataclass
@@ -71,7 +57,6 @@ class ServerHandle:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
-    _log_file: IO[bytes] = field(repr=False)
     clean_exit: bool = True  # teardown asserts exit code 0 after SIGTERM
     ports: dict[str, int] = field(default_factory=dict)  # protocol -> port it was given
 
@@ -111,7 +96,6 @@ class ServerHandle:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
-        self._log_file.close()
 
 
 # The HTTP server of every server started, where a test names none: the suite runs under
@@ -126,31 +110,16 @@ def launch(
     """Start ``inferd serve`` (with ``python``: another venv's, say) without waiting for it;
     every port is a free one (zmq given, the others so that concurrent servers never
     collide)."""
-    zmq_port = free_port()
-    command = [python, *INFERD_ARGUMENTS, "serve", "--zmq-address", "127.0.0.1", "--zmq-port", str(zmq_port)]
-    ports = {"zmq": zmq_port}
-    for protocol in ("http", "grpc", "metrics"):
-        ports[protocol] = free_port()
-        command += [f"--{protocol}-address", "127.0.0.1",
-                    f"--{protocol}-port", str(ports[protocol])]
-    if repository is not None:
-        command += ["--model-repository", str(repository)]
-    command += list(flags)
+    ports = {protocol: free_port() for protocol in ("zmq", "http", "grpc", "metrics")}
     if HTTP_IMPLEMENTATION and not any(f.startswith("--http-implementation") for f in flags):
-        command.append(f"--http-implementation={HTTP_IMPLEMENTATION}")
+        flags = (*flags, f"--http-implementation={HTTP_IMPLEMENTATION}")
+    command = testing.serve_command(repository, ports, *flags,
+                                    launcher=(python, *INFERD_ARGUMENTS))
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"inferd-{zmq_port}.log"
-    log_file = log_path.open("wb")
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        cwd=log_dir,
-        start_new_session=True,
-        env=_environment(env or {}),
-    )
-    return ServerHandle(f"tcp://127.0.0.1:{zmq_port}", process, log_path, log_file, ports=ports)
+    server = testing.launch(command, ports, log_dir / f"inferd-{ports['zmq']}.log",
+                            env=_environment(env or {}), cwd=log_dir)
+    return ServerHandle(f"tcp://127.0.0.1:{ports['zmq']}", server.process, server.log_path,
+                        ports=ports)
 
 
 def _environment(env: dict[str, str]) -> dict[str, str]:
@@ -174,11 +143,7 @@ def start_server(
     pytest.fail(f"inferd found a port taken at each of {PORT_ATTEMPTS} starts")
 
 
-# A port handed out by free_port is free when it is chosen, not when the server binds it: an
-# outgoing connection of another test may take it meanwhile (both come from the ephemeral
-# range). A start that fails on that alone is tried again with other ports.
-PORT_ATTEMPTS = 3
-_PORT_TAKEN = "address already in use"
+PORT_ATTEMPTS = testing.START_ATTEMPTS  # a start that fails on a port taken alone: again
 
 
 def _started(
@@ -188,24 +153,16 @@ def _started(
     """The server, once every frontend listens; None when it could not bind a port it was
     given."""
     server = launch(repository, *flags, log_dir=log_dir, env=env, python=python)
-    deadline = time.monotonic() + START_TIMEOUT_SECS
-    with Client(server.url, timeout=1.0) as client:
-        while True:
-            code = server.process.poll()
-            if code is not None:
-                log = server.log()
-                server.kill()
-                if _PORT_TAKEN in log and "cannot start" in log:
-                    return None
-                pytest.fail(f"inferd exited with code {code} during start-up; its log:\n{log}")
-            with contextlib.suppress(InferdError):
-                if client.is_live() and SERVING_LINE in server.log():
-                    return server
-            if time.monotonic() > deadline:
-                log = server.log()
-                server.kill()
-                pytest.fail(f"inferd was not live within {START_TIMEOUT_SECS} s; its log:\n{log}")
-            time.sleep(POLL_SECS)
+    running = testing.RunningServer(server.process, server.ports, server.log_path)
+    try:
+        serving = testing.wait_until_serving(running, START_TIMEOUT_SECS)
+    except testing.ServerFailed as failure:
+        server.kill()
+        pytest.fail(str(failure))
+    if not serving:
+        server.kill()
+        return None
+    return server
 
 
 WAIT_SECS = 30.0  # the bound on every wait for an event, far from how long any takes

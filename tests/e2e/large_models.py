@@ -1,5 +1,5 @@
 """Models of a hundred mebibytes of weights, written into a repository for the tests and the
-bench that load and unload them many times (``test_unload_memory``, ``bench/unload_memory.py``).
+bench that load and unload them many times (``test_unload_memory``, ``bench/performance/unload_memory.py``).
 Generated on demand, never committed: an ONNX graph of ``LAYERS`` MatMuls whose weights are
 initializers of the model file, and a TorchScript module holding the same weights as
 parameters, both taking one ``INPUT`` row of ``SIDE`` floats through every layer; and a

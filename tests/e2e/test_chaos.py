@@ -5,8 +5,8 @@ and one that breaks its own connections) on plain, batched, sequence, decoupled,
 python models, while the test injects faults one after another: SIGKILL of an executor and of
 every executor (under the default placement only the python models' processes exist), a model
 reloaded, a model unloaded and loaded again (an onnx model, then another), every shared memory
-region unregistered (bench/mix_traffic.py, mix_clients.py, mix_chaos.py and mix_faults.py,
-shared with bench/chaos.py and bench/soak.py).
+region unregistered (bench/reliability/mix_traffic.py, mix_clients.py, mix_chaos.py and mix_faults.py,
+shared with bench/reliability/chaos.py and bench/reliability/soak.py).
 
 It asserts that no request waits past its deadline (a generous client timeout) and every
 answer is right (against a reference computed here), that every failed request is tied to the
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -46,14 +45,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import mix_chaos  # noqa: E402
-import mix_faults  # noqa: E402
-import mix_measure  # noqa: E402
-import mix_traffic  # noqa: E402
-from mix_faults import Fault, Window  # noqa: E402
+from bench.reliability import mix_chaos, mix_faults, mix_measure, mix_traffic
+from bench.reliability.mix_faults import Fault, Window
 
 DEADLINE_SECS = 30.0  # far past any normal answer: a request still waiting then is hung
 PHASE_SECS = 8.0  # throughput windows before and after the faults

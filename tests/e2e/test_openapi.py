@@ -1,8 +1,8 @@
 """The OpenAPI description (protocols/openapi.json) against a live server: the server serves
 it, a sample of real requests (one or more per API group, valid and invalid) get responses
-that validate against it, and a bounded schemathesis run (bench/fuzz_http.py with small
+that validate against it, and a bounded schemathesis run (bench/reliability/fuzz_http.py with small
 numbers) finds no 5xx, no undocumented status or content type, no body off its schema, and
-leaves the server serving. The repository is bench/reliability_repository.py's: two onnx
+leaves the server serving. The repository is bench/reliability/repository.py's: two onnx
 models, a python model and an ensemble of them, in EXPLICIT mode.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,11 +19,9 @@ import requests
 import schemathesis
 import tritonclient.http as httpclient
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-import fuzz_http  # noqa: E402
-import reliability_repository  # noqa: E402
-from tests.e2e.inferd_harness import ServerHandle  # noqa: E402
+from bench.reliability import fuzz_http
+from bench.reliability import repository as reliability_repository
+from tests.e2e.inferd_harness import PROJECT_ROOT, ServerHandle
 
 # The bounded run: a few generated requests per operation and mode, seeded, so what it tries
 # is fixed; its time budget only guards against a hang (the run takes well under a minute),
@@ -177,9 +174,9 @@ def test_shared_memory_logging_and_trace_validate(server: ServerHandle, schema: 
 
 def test_a_bounded_schemathesis_run_finds_nothing(server: ServerHandle, schema: Any) -> None:
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "fuzz_http.py"), "--url", base(server),
+        [sys.executable, "-m", "bench.reliability.fuzz_http", "--url", base(server),
          "--max-examples", str(FUZZ_EXAMPLES), "--time-budget", str(FUZZ_SECS), "--seed", "13"],
-        capture_output=True, text=True, timeout=FUZZ_SECS + 30,
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=FUZZ_SECS + 30,
     )
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert run.returncode == 0 and summary["failures"] == 0, run.stdout[-6000:] + run.stderr

@@ -5,7 +5,7 @@ its own port) with zero failed requests through nginx; then one replica is SIGKI
 clients see no failures beyond its in-flight requests while the other two carry the load.
 
 The harness (replicas on free ports, the nginx config and process, the load driver) is
-``bench/replica_harness.py``, shared with ``bench/bench_replicas.py``. The repository is one
+``bench/common/replica_harness.py``, shared with ``bench/performance/replicas.py``. The repository is one
 parameter: one bucket on the moto server of ``tests/conftest.py`` (``s3_repository``, the
 issue's setting), and a shared local folder (``local_repository``).
 """
@@ -13,7 +13,6 @@ issue's setting), and a shared local folder (``local_repository``).
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,11 +23,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from bench.common import replica_harness
+from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY
 from tests.services import missing
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-import replica_harness  # noqa: E402
 
 MODEL = "simple"
 REPLICAS = 3
@@ -51,7 +48,7 @@ class SharedRepository:
 
 
 def local_repository(folder: Path) -> SharedRepository:
-    shutil.copytree(ROOT / "model_repository" / MODEL, folder / MODEL)
+    shutil.copytree(EXAMPLE_REPOSITORY / MODEL, folder / MODEL)
 
     def write(path: str, content: bytes) -> None:
         (folder / path).write_bytes(content)
@@ -61,7 +58,7 @@ def local_repository(folder: Path) -> SharedRepository:
 
 def s3_repository(s3_server: Any, folder: Path) -> SharedRepository:
     """The same repository in a bucket of the moto server (``tests/conftest.py``)."""
-    shutil.copytree(ROOT / "model_repository" / MODEL, folder / MODEL)
+    shutil.copytree(EXAMPLE_REPOSITORY / MODEL, folder / MODEL)
     s3_server.upload(folder, "replicas/repository")
     client = s3_server.client()
 
@@ -154,7 +151,7 @@ def test_a_config_change_reaches_every_replica_with_no_failed_request(
 ) -> None:
     replicas, nginx = cluster
     assert [max_batch_size(replica) for replica in replicas] == [8] * REPLICAS
-    config = (ROOT / "model_repository" / MODEL / "config.pbtxt").read_text()
+    config = (EXAMPLE_REPOSITORY / MODEL / "config.pbtxt").read_text()
     assert "max_batch_size: 8" in config
     with steady_load(nginx) as load:
         wait_running(load)

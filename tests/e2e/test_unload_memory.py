@@ -12,12 +12,12 @@ The bound: the one-layer model imports the framework and builds its one-time sta
 stays; the large model's every unload should then end where that one's ended. A leak of the
 model (its weights held past the unload) adds 100 MiB per cycle and breaks the bound at once;
 so do the 200 MiB glibc keeps in its heaps after an onnxruntime unload without
-``malloc_trim``; the 46 MiB torch grows over 30 cycles without it (bench/unload_memory.py
-measured both, with the give-back step taken out) raises the lowest of the last ten readings
-about 30 MiB above the lowest of the first ten, twice the creep allowed. A torch server's
-readings alternate between two levels 26 to 29 MiB apart from one unload to the next (a CI run
-saw 329 and 355 MiB, another 290 and 318), which is why the bound is half the model and the
-creep is judged on the floor, the lower level, which stays put.
+``malloc_trim``; the 46 MiB torch grows over 30 cycles without it (measured both, with the
+give-back step taken out: bench/performance/unload_memory.py) raises the lowest of the last
+ten readings about 30 MiB above the lowest of the first ten, twice the creep allowed. A torch
+server's readings alternate between two levels 26 to 29 MiB apart from one unload to the next
+(a CI run saw 329 and 355 MiB, another 290 and 318), which is why the bound is half the model
+and the creep is judged on the floor, the lower level, which stays put.
 """
 
 from __future__ import annotations
