@@ -6,6 +6,7 @@ extending page. ``make docs`` (``mkdocs build --strict``) checks the site itself
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -170,3 +171,21 @@ def test_the_architecture_pages_source_tree_is_current() -> None:
     finished = subprocess.run([sys.executable, str(ROOT / "docs" / "source_tree.py"), "--check"],
                               capture_output=True, text=True, timeout=60, check=False)
     assert finished.returncode == 0, finished.stdout + finished.stderr
+
+
+SDK_MODULES = ("inferd.kernel.sdk", "inferd.kernel.sdk.backends", "inferd.kernel.sdk.frontends",
+               "inferd.kernel.sdk.control", "inferd.kernel.sdk.control_state",
+               "inferd.kernel.sdk.testing")
+
+
+@pytest.mark.parametrize("module", SDK_MODULES)
+def test_the_sdk_page_names_everything_the_sdk_exports(module: str) -> None:
+    """docs/sdk.md lists every name of every SDK module's ``__all__`` in that module's
+    section, so a plugin author reads one page (the page is checked, not generated)."""
+    page = (ROOT / "docs" / "sdk.md").read_text(encoding="utf-8")
+    heading = f"## `{module}`"
+    assert heading in page, heading
+    section = page.split(heading, 1)[1].split("\n## ", 1)[0]
+    exported = importlib.import_module(module).__all__
+    missing = [name for name in exported if f"`{name}`" not in section]
+    assert not missing, f"docs/sdk.md's {module} section does not name {missing}"

@@ -89,14 +89,7 @@ from inferd.kernel.sdk.control_state import (
     ControlStateStore,
     ControlStateStoreRegistry,
     ControlStateStoreSpec,
-    Entry,
-    Record,
-    RecordError,
-    checked,
-    dump,
 )
-from inferd.kernel.sdk.control_state import digest as record_digest
-from inferd.kernel.sdk.control_state import parse as parse_record
 from inferd.kernel.observability.trace_config import TraceConfig, trace_integer
 from inferd.kernel.observability.trace_sinks import (
     CLOSE_TIMEOUT_SECS,
@@ -117,9 +110,7 @@ __all__ = [
     "CacheConfigError", "CacheCounters", "CacheRegistry", "CacheSpec", "CacheUnavailable",
     "ResponseCache", "Sample", "boolean", "port_number", "text", "whole_number",
     "CommandRegistry", "CommandSpec", "examples",
-    "ControlStateStore", "ControlStateStoreRegistry", "ControlStateStoreSpec", "Entry", "Record",
-    "RecordError",
-    "checked", "dump", "parse_record", "record_digest",
+    "ControlStateStore", "ControlStateStoreRegistry", "ControlStateStoreSpec",
     "Frontend", "FrontendRegistry", "FrontendSpec",
     "hookimpl",
     "MemoryMeter", "folder_bytes",

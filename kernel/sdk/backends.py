@@ -5,8 +5,10 @@ configured tensors by name), config completion (``inferd.kernel.modelconfig.comp
 inputs and outputs from the model file, Triton's rules), the once-per-process thread settings
 (``inferd.kernel.actors.executor.process_threads``), the device an instance runs on
 (``inferd.kernel.runtime.devices``), the window of CUDA shared memory an output is written in place
-(``inferd.kernel.actors.executor.device_memory``) and a config as JSON or read from config.pbtxt
-text (``inferd.kernel.modelconfig.reading``)."""
+(``inferd.kernel.actors.executor.device_memory``), a config as JSON or read from config.pbtxt
+text (``inferd.kernel.modelconfig.reading``); and, from ``inferd.protocols``, what every backend
+handles: the request and response messages and ``Tensor``, the errors an instance returns, and
+the datatype and tensor helpers."""
 
 from __future__ import annotations
 
@@ -32,8 +34,32 @@ from inferd.kernel.modelconfig.completion import (
 from inferd.kernel.modelconfig.reading import config_to_json, parse_config_text
 from inferd.kernel.modelconfig.validation import FORK_PARAMETER, forks_after_initialize
 from inferd.kernel.runtime.devices import local_device_id
+from inferd.protocols.errors import (
+    DeadlineExceeded,
+    InferdError,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    Unsupported,
+)
+from inferd.protocols.messages import InferRequest, InferResponse, Tensor
+from inferd.protocols.tensors import (
+    config_type_to_datatype,
+    datatype_of,
+    datatype_to_config_type,
+    deserialize_bytes,
+    from_numpy,
+    numpy_dtype,
+    serialize_bytes,
+)
 
 __all__ = [
+    "InferRequest", "InferResponse", "Tensor",
+    "InferdError", "InvalidArgument", "NotFound", "Unavailable", "Unsupported", "Internal",
+    "DeadlineExceeded",
+    "config_type_to_datatype", "datatype_to_config_type", "numpy_dtype", "datatype_of",
+    "from_numpy", "serialize_bytes", "deserialize_bytes",
     "BatchPlan", "BatchedInstance", "ConfiguredTensor", "NamedTensorInstance", "PreparedRequest",
     "DEFAULT_MAX_BATCH_SIZE", "DYNAMIC", "SignatureTensor", "batchable", "check_shape",
     "complete_declared",

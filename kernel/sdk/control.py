@@ -23,6 +23,11 @@ from inferd.kernel.runtime.registry import Registry
 from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
 from inferd.protocols.messages import IndexEntry, Message
 
+__all__ = [
+    "ControlHandle", "ControlPolicy", "ControlPolicyRegistry", "ControlPolicySpec",
+    "OpenedPolicy", "PolicySetup", "Resolved", "Sample", "UnservedModels", "Usage",
+]
+
 Sample = tuple[str, dict[str, str], float]
 """A Prometheus sample: its name, its labels, its value."""
 

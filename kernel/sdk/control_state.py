@@ -37,6 +37,12 @@ from inferd.kernel.runtime.registry import Registry
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import check_model_name
 
+__all__ = [
+    "ControlStateStore", "ControlStateStoreRegistry", "ControlStateStoreSpec",
+    "Entry", "Record", "RecordError", "FORMAT", "VERSION",
+    "checked", "digest", "dump", "parse",
+]
+
 FORMAT = "inferd-model-control-state"
 VERSION = 1
 _TOP_KEYS = {"format", "version", "generation", "models", "written_by"}

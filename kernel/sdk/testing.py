@@ -35,7 +35,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunningServer", "ServerFailed", "serve"]
+__all__ = ["RunningServer", "ServerFailed", "serve",
+           "free_port", "launch", "port_taken", "serve_command", "stop", "wait_until_serving"]
 
 SERVING_LINE = "inferd is serving ("  # the supervisor logs it once every frontend listens
 PROTOCOLS = ("http", "grpc", "metrics", "zmq")

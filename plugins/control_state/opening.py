@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from inferd.kernel.sdk import ControlStateStore, ControlStateStoreRegistry, RecordError
+from inferd.kernel.sdk import ControlStateStore, ControlStateStoreRegistry
+from inferd.kernel.sdk.control_state import RecordError
 from inferd.kernel.sdk.control import OpenedPolicy, PolicySetup
 from inferd.plugins.control_state.record import ControlStateRecord
 

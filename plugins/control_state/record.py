@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from inferd.kernel.sdk import ControlStateStore, Entry, Record, RecordError
+from inferd.kernel.sdk import ControlStateStore
+from inferd.kernel.sdk.control_state import Entry, Record, RecordError
 from inferd.kernel.sdk.control import ControlHandle, ControlPolicy
 from inferd.protocols.errors import InferdError, NotFound, Unavailable
 

@@ -19,17 +19,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from inferd.kernel.sdk import (
-    Entry,
-    Record,
-    RecordError,
+    ControlStateStore,
     ControlStateStoreRegistry,
     ControlStateStoreSpec,
-    ControlStateStore,
-    checked,
-    dump,
     hookimpl,
-    parse_record,
 )
+from inferd.kernel.sdk.control_state import Entry, Record, RecordError, checked, dump
+from inferd.kernel.sdk.control_state import parse as parse_record
 from inferd.plugins.storage.fsspec import parse_url
 from inferd.protocols.errors import InvalidArgument
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
-from inferd.protocols.errors import InferdError
-from inferd.protocols.messages import InferRequest, InferResponse, Tensor
+from inferd.kernel.sdk.backends import InferdError, InferRequest, InferResponse, Tensor
 
 
 class ReverseInstance(Instance):
