@@ -16,7 +16,7 @@ WITH_TF ?= 1
 PYTEST_ARGS ?=
 comma := ,
 
-.PHONY: setup serve test test-http-uvicorn lint docs bench bench-compiled models clean gpu-wheels
+.PHONY: setup serve test test-http-uvicorn lint docs architecture bench bench-compiled models clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ test-http-uvicorn: setup
 # ruff, and mypy --strict over kernel/ and protocols/ (also run by the tests: tests/test_typecheck.py).
 lint: setup
 	PYTHON=$(PY) .ci/typecheck
+
+# docs/architecture.md's source tree, generated from the packages and their docstrings
+# (tests/test_docs.py fails while it is stale).
+architecture:
+	python3 docs/source_tree.py
 
 # The documentation site: docs/ (mkdocs.yml) built into site/, which git ignores. --strict
 # turns every warning (a broken link or anchor, a page left out of the navigation) into a

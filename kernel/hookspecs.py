@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from inferd.kernel.backend import BackendRegistry
     from inferd.kernel.actors.scheduler.cache_config import CacheRegistry
     from inferd.kernel.cli.commands import CommandRegistry
-    from inferd.kernel.actors.control.desired_state_record import StateStoreRegistry
     from inferd.kernel.frontend import FrontendRegistry
     from inferd.kernel.actors.repository.remote_storage import StorageRegistry
     from inferd.kernel.actors.repository.agents import AgentRegistry
     from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
+    from inferd.kernel.sdk.control import ControlPolicyRegistry
+    from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
 
 PROJECT = "inferd"
 
@@ -96,7 +97,10 @@ def inferd_register_trace_sinks(registry: TraceSinkRegistry) -> None:
     ``settings`` are the mode's own ``--trace-config <mode>,<setting>=<value>`` names
     (``file`` and ``log-frequency`` keep Triton's meaning for any mode that lists them);
     ``complete(options, environ)``, if given, checks them and adds defaults (``ValueError``
-    with the flag for a bad one). ``open(config)`` makes the ``TraceSink`` at start-up; a
+    with the flag for a bad one); ``writes_file``, ``captures_tensors`` and
+    ``follows_traceparent`` say what the tracer does differently for the mode (the triton
+    mode sets the first two, opentelemetry the last). ``open(config)`` makes the
+    ``TraceSink`` at start-up; a
     missing package is a ``ValueError`` saying what to install. A sink's ``write`` is called
     in the event loop with each ended trace and must only hand it to a thread of its own
     (``SinkWorker``).
@@ -118,13 +122,13 @@ def inferd_register_repository_storage(registry: StorageRegistry) -> None:
 
 
 @hookspec
-def inferd_register_state_stores(registry: StateStoreRegistry) -> None:
-    """Register stores of ``--model-control-state``'s desired-state record with
-    ``registry.add(StateStoreSpec(name, scheme, described, open))``: a record named by a URL
+def inferd_register_control_state_stores(registry: ControlStateStoreRegistry) -> None:
+    """Register stores of ``--model-control-state``'s control-state record with
+    ``registry.add(ControlStateStoreSpec(name, scheme, described, open))``: a record named by a URL
     of ``scheme`` (``""`` for a plain path) is kept in the store ``open(where)`` returns (the
     built-ins: ``path``, a local or shared POSIX file under a lock, and ``s3``, conditional
-    writes). A ``Store``'s calls block and run in worker threads; ``update`` must be atomic
-    against every other replica writing the same record.
+    writes). A ``ControlStateStore``'s calls block and run in worker threads; ``update``
+    must be atomic against every other replica writing the same record.
     """
 
 
@@ -152,4 +156,18 @@ def inferd_register_repository_agents(registry: AgentRegistry) -> None:
     of the main process on every load and reload, and when ``inferd check`` or the catalog
     reads the model (the catalog once per change of the folder): it must not change the
     repository's own files, only give another folder.
+    """
+
+
+@hookspec
+def inferd_register_control_policies(registry: ControlPolicyRegistry) -> None:
+    """Register control policies with ``registry.add(ControlPolicySpec(name, open))``: an
+    optional feature that takes part in the model lifecycle (the built-ins: models on demand
+    and the memory budget, the control-state record). ``open(setup)`` is called once at
+    start-up, in a worker thread, with the parsed options (``PolicySetup``) and returns
+    None when the policy's flags leave it off, else an
+    ``OpenedPolicy``: a factory of the ``ControlPolicy`` the control actor calls (around each
+    load, once a model holds nothing, when a request names a model not served, when the index
+    and the metrics are read) and, if it has one, the data plane's part (``UnservedModels``).
+    A ``ValueError`` from ``open`` fails the start with its message.
     """

@@ -65,14 +65,3 @@ class Settings:
     # --trace-config (and tritonserver's deprecated --trace-file and its kin): the tracing the
     # server starts with (inferd.kernel.observability.trace_config; no --trace-config: none).
     trace: TraceConfig = field(default_factory=TraceConfig)
-    # --model-control-state: the desired-state record replicas share (path or s3:// URL, ""
-    # for none), re-read every --model-control-state-poll-secs (0: only at start-up).
-    model_control_state: str = ""
-    model_control_state_poll_secs: float = 5.0
-    # --model-load-on-demand (inferd): with EXPLICIT or POLL, a request for a model not loaded
-    # loads it (inferd.kernel.actors.control.on_demand), waiting at most the timeout.
-    model_load_on_demand: bool = False
-    model_load_on_demand_timeout_secs: float = 60.0
-    # --model-memory-budget (inferd): bytes per device ("cpu", "gpu0", ...); a load that would
-    # exceed it unloads the least recently used idle models (inferd.kernel.actors.control.budget).
-    model_memory_budget: tuple[tuple[str, int], ...] = ()

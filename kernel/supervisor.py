@@ -20,7 +20,7 @@ import anyio.to_thread
 import zmq
 
 from inferd.kernel.actors.control.actor import ControlActor
-from inferd.kernel.actors.control.desired_state_record import Record, RecordError, Store, open_store
+from inferd.kernel.actors.control.policies import open_policies, unserved_models
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
 from inferd.kernel.actors.repository.actor import RepositoryActor
 from inferd.kernel.actors.scheduler.actor import SchedulerActor
@@ -31,7 +31,6 @@ from inferd.kernel.actors.scheduler.response_cache import (
     open_cache,
 )
 from inferd.kernel.dataplane.data_plane import DataPlane
-from inferd.kernel.dataplane.on_demand import OnDemandRequests
 from inferd.kernel.frontend import Frontend
 from inferd.kernel.observability.metrics_config import metrics_config_from_options
 from inferd.kernel.observability.tracing import tracer_for
@@ -89,15 +88,19 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         log.warning("request path: %s", build.describe())
     else:
         log.info("request path: %s", build.describe())
-    tracer = tracer_for(settings.trace)  # first: a sink that cannot be made starts nothing
+    # First: a sink that cannot be made starts nothing.
+    tracer = tracer_for(settings.trace, plugins.trace_sinks())
     try:
         metrics = metrics_config_from_options(settings.options)
     except ValueError as error:
         raise StartupFailed(str(error)) from None
     backends = plugins.backends()
-    state = await _read_control_state(settings, plugins)  # a bad record starts nothing
-    cache = await _open_cache(settings, plugins)  # first: a Redis not answering leaves nothing
     router = Router("main")
+    try:  # a flag a policy refuses, or a record it cannot read, starts nothing
+        policies = await anyio.to_thread.run_sync(open_policies, settings, plugins, router)
+    except ValueError as error:
+        raise StartupFailed(str(error)) from None
+    cache = await _open_cache(settings, plugins)  # first: a Redis not answering leaves nothing
     context = zmq.Context()
     run_folder = create_run_folder()
     hold_temporary_files(run_folder)  # before any framework is imported, or executor started
@@ -120,10 +123,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
-    control = ControlActor(router, settings, run_folder / OVERRIDES, state)
-    on_demand = (OnDemandRequests(router, settings.model_load_on_demand_timeout_secs)
-                 if settings.model_load_on_demand else None)
-    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=on_demand,
+    control = ControlActor(router, settings, run_folder / OVERRIDES, policies)
+    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=unserved_models(policies),
                           allow_client_shm=settings.allow_client_shm)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -156,22 +157,6 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         context.term()
         shutil.rmtree(run_folder, ignore_errors=True)
         link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
-
-
-async def _read_control_state(settings: Settings, plugins: Plugins
-                              ) -> tuple[Store, tuple[Record, str | None]] | None:
-    """``--model-control-state``'s store and its record now; one that cannot be read (or
-    parsed, or that a newer inferd wrote) fails the start rather than starting empty."""
-    if not settings.model_control_state:
-        return None
-    try:
-        store = open_store(settings.model_control_state, plugins.state_stores())
-        record = await anyio.to_thread.run_sync(store.read)
-    except RecordError as error:
-        raise StartupFailed(f"--model-control-state {error}") from None
-    log.info("desired-state record %s: generation %d, %d model(s)", store.where,
-             record[0].generation, len(record[0].models))
-    return store, record
 
 
 async def _check_remote_roots(repository: RepositoryActor, settings: Settings) -> None:

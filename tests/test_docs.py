@@ -7,6 +7,8 @@ extending page. ``make docs`` (``mkdocs build --strict``) checks the site itself
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -160,3 +162,11 @@ def test_lists_read_the_same_on_github_and_in_the_site(path: Path) -> None:
         if item.match(line) and not line.startswith(" "):
             assert not before.strip() or item.match(before) or before.startswith(" "), (
                 f"{path.name}: {line.strip()[:60]!r}: a list starts after a blank line")
+
+
+def test_the_architecture_pages_source_tree_is_current() -> None:
+    """A module added, moved or re-described shows in docs/architecture.md with the change
+    that made it: ``make architecture`` regenerates the section."""
+    finished = subprocess.run([sys.executable, str(ROOT / "docs" / "source_tree.py"), "--check"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert finished.returncode == 0, finished.stdout + finished.stderr

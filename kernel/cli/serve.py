@@ -18,7 +18,6 @@ from typing import Any
 
 import anyio
 
-from inferd.kernel.actors.control.budget_rules import parse_budget
 from inferd.kernel.actors.repository.remote_storage import check_url, is_remote_url
 from inferd.kernel.actors.scheduler.cache_config import (
     CacheConfig,
@@ -31,10 +30,8 @@ from inferd.kernel.cli.flags import (
     add_boolean,
     backend_setting,
     byte_count,
-    positive_seconds,
 )
 from inferd.kernel.observability.logs import LogSettings, configure_logging
-from inferd.kernel.observability.memory_meter import MemoryMeter
 from inferd.kernel.observability.trace_config import TraceConfig, parse_trace_config
 from inferd.kernel.runtime.open_file_limit import raise_open_file_limit
 from inferd.kernel.runtime.plugin_manager import Plugins, installed
@@ -77,26 +74,7 @@ def kernel_parser() -> argparse.ArgumentParser:
                         default=defaults.model_control_mode)
     models.add_argument("--load-model", action="append", dest="load_models", default=[],
                         metavar="NAME", help="with explicit mode: load at start-up ('*' = all)")
-    models.add_argument("--model-control-state", default="", metavar="PATH-or-URL",
-                        help="inferd: with explicit mode, the desired-state record replicas "
-                             "share (a path or s3://[host:port/]bucket/key): API loads and "
-                             "unloads are written to it, and it is applied at start-up and "
-                             "followed while running")
-    models.add_argument("--model-control-state-poll-secs", type=float,
-                        default=defaults.model_control_state_poll_secs, metavar="SECONDS",
-                        help="how often a replica re-reads --model-control-state (0: only at "
-                             "start-up)")
     models.add_argument("--repository-poll-secs", type=float, default=defaults.repository_poll_secs)
-    add_boolean(models, "--model-load-on-demand", defaults.model_load_on_demand,
-                "inferd: with explicit or poll mode, an inference, metadata or ready request "
-                "for a model of the repository that is not loaded loads it first")
-    models.add_argument("--model-load-on-demand-timeout-secs", type=positive_seconds,
-                        default=defaults.model_load_on_demand_timeout_secs, metavar="SECONDS",
-                        help="how long a request waits for its model's on-demand load")
-    models.add_argument("--model-memory-budget", default="", metavar="DEVICE=SIZE[,...]",
-                        help="inferd: the memory the loaded models may hold per device "
-                             "(cpu=16GiB,gpu0=70GiB or cpu=50%%); a load that would exceed it "
-                             "first unloads the least recently used idle models")
     models.add_argument("--model-load-timeout-secs", type=float,
                         default=defaults.model_load_timeout_secs)
     add_boolean(models, "--exit-on-error", defaults.exit_on_error,
@@ -185,24 +163,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise StartupFailed(
             "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
         )
-    if args.model_control_state and args.model_control_mode != "explicit":
-        raise StartupFailed("Use of '--model-control-state' requires setting "
-                            "'--model-control-mode=explicit' as well.")
-    if args.model_control_state_poll_secs < 0:
-        raise StartupFailed("--model-control-state-poll-secs must be 0 or more")
-    if args.model_load_on_demand and args.model_control_mode == "none":
-        raise StartupFailed("Use of '--model-load-on-demand' requires setting "
-                            "'--model-control-mode=explicit' or 'poll' as well.")
-    budget: tuple[tuple[str, int], ...] = ()
-    if args.model_memory_budget:
-        if args.model_control_mode == "none":
-            raise StartupFailed("Use of '--model-memory-budget' requires setting "
-                                "'--model-control-mode=explicit' or 'poll' as well.")
-        try:
-            budget = parse_budget(args.model_memory_budget, MemoryMeter().total)
-        except ValueError as error:
-            raise StartupFailed(f"--model-memory-budget={args.model_memory_budget}: "
-                                f"{error}") from None
     if "*" in load_models and len(load_models) > 1:
         raise StartupFailed(
             "Wildcard model name '*' must be the ONLY startup model if specified at all."
@@ -260,11 +220,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
         cache=_cache(args),
         trace=_trace(args),
-        model_control_state=args.model_control_state,
-        model_control_state_poll_secs=args.model_control_state_poll_secs,
-        model_load_on_demand=args.model_load_on_demand,
-        model_load_on_demand_timeout_secs=args.model_load_on_demand_timeout_secs,
-        model_memory_budget=budget,
     )
 
 

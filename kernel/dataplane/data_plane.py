@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
-from inferd.kernel.dataplane.on_demand import OnDemandRequests
+from inferd.kernel.sdk.control import UnservedModels
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.dataplane.system_shared_memory import (
     CLIENT_SHM_DISABLED,
@@ -119,7 +119,7 @@ class DataPlane:
         extensions: tuple[str, ...] = (),
         shared_memory: SharedMemoryRegistry | None = None,
         tracer: Tracer | None = None,
-        on_demand: OnDemandRequests | None = None,
+        on_demand: UnservedModels | None = None,
         *,
         allow_client_shm: bool = False,
     ) -> None:

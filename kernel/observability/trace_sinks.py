@@ -43,12 +43,21 @@ class TraceSink(Protocol):
 class TraceSinkSpec:
     """A trace mode: ``name`` is ``--trace-config mode=<name>``; ``settings`` the mode's own
     setting names; ``open(config)`` makes its sink; ``complete(options, environ)`` checks the
-    mode's settings (other than ``file`` and ``log-frequency``) and adds their defaults."""
+    mode's settings (other than ``file`` and ``log-frequency``) and adds their defaults.
+
+    What the tracer does differently for the mode: ``writes_file``, its traces go to
+    Triton's ``file`` every ``log-frequency`` traces (a setting without a file traces nothing,
+    "trace file name is not given", and the trace API lists both); ``captures_tensors``,
+    level ``TENSORS`` records the tensors of a request; ``follows_traceparent``, a request
+    carrying a W3C ``traceparent`` is always traced, its spans under the client's."""
 
     name: str
     settings: tuple[str, ...]
     open: Callable[[TraceConfig], TraceSink]
     complete: Callable[[Options, Mapping[str, str]], Options] | None = None
+    writes_file: bool = False
+    captures_tensors: bool = False
+    follows_traceparent: bool = False
 
 
 class TraceSinkRegistry(Registry[TraceSinkSpec]):
@@ -113,3 +122,9 @@ def sink_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> Tra
     except LookupError as error:
         raise ValueError(f"--trace-config mode={config.mode}: {error}") from None
     return spec.open(config)
+
+
+def spec_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None
+             ) -> TraceSinkSpec | None:
+    """The spec of ``config.mode``, None when no plugin gives it."""
+    return (installed_sinks() if sinks is None else sinks).get(config.mode)

@@ -26,7 +26,11 @@ from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
 
 if TYPE_CHECKING:
     from inferd.kernel.observability.trace_config import TraceConfig
-    from inferd.kernel.observability.trace_sinks import TraceSink
+    from inferd.kernel.observability.trace_sinks import (
+        TraceSink,
+        TraceSinkRegistry,
+        TraceSinkSpec,
+    )
     from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 
 CURRENT: ContextVar[Trace | None] = ContextVar("inferd_trace", default=None)
@@ -43,13 +47,15 @@ class TraceSetting:
     the same: traces already sampled finish under the setting they were sampled with)."""
 
     __slots__ = ("level", "rate", "count", "log_frequency", "file", "mode", "specified",
-                 "seen", "created", "collected", "stream", "retired", "invalid_reason")
+                 "seen", "created", "collected", "stream", "retired", "invalid_reason", "spec")
 
     def __init__(self, level: tuple[str, ...], rate: int, count: int, log_frequency: int,
-                 file: str, mode: str, specified: frozenset[str] = frozenset()) -> None:
+                 file: str, mode: str, specified: frozenset[str] = frozenset(),
+                 spec: TraceSinkSpec | None = None) -> None:
         self.level, self.rate, self.count = level, rate, count
         self.log_frequency, self.file, self.mode = log_frequency, file, mode
         self.specified = specified
+        self.spec = spec  # what the mode's plugin says it does (None: nothing special)
         self.seen = 0  # requests counted for the rate
         self.created = 0  # traces sampled
         self.collected = 0  # traces ended (the sink's counter)
@@ -59,7 +65,7 @@ class TraceSetting:
             self.invalid_reason = "tracing is disabled"
         elif rate == 0:
             self.invalid_reason = "sample rate must be non-zero"
-        elif mode == "triton" and not file:
+        elif spec is not None and spec.writes_file and not file:
             self.invalid_reason = "trace file name is not given"
         else:
             self.invalid_reason = ""
@@ -103,7 +109,8 @@ class Trace:
         self.stamps: list[tuple[str, int]] = []
         self.tensors: list[tuple[str, Tensor]] = []
         self.timestamps = "TIMESTAMPS" in setting.level
-        self.capture_tensors = "TENSORS" in setting.level and setting.mode == "triton"
+        self.capture_tensors = ("TENSORS" in setting.level and setting.spec is not None
+                                and setting.spec.captures_tensors)
         self.root: Trace = parent.root if parent is not None else self
         self.children: list[Trace] = []
         self.setting = setting
@@ -174,14 +181,16 @@ class Tracer:
     """The server's trace settings and sampler; ``active`` is false while no setting traces
     (the frontends skip everything then)."""
 
-    def __init__(self, config: TraceConfig, sink: TraceSink) -> None:
+    def __init__(self, config: TraceConfig, sink: TraceSink,
+                 spec: TraceSinkSpec | None = None) -> None:
         self.config = config
         self.sink = sink
+        self.spec = spec  # the mode's, from its plugin (None: a mode that does nothing special)
         self.ids = itertools.count(1)
         self._default = TraceSetting(config.level, config.rate, config.count,
-                                     config.log_frequency, config.file, config.mode)
+                                     config.log_frequency, config.file, config.mode, spec=spec)
         self._global = TraceSetting(config.level, config.rate, config.count,
-                                    config.log_frequency, config.file, config.mode)
+                                    config.log_frequency, config.file, config.mode, spec=spec)
         self._models: dict[str, TraceSetting] = {}
         self.active = bool(config.level)
 
@@ -190,7 +199,8 @@ class Tracer:
         a request with a W3C ``traceparent`` is always traced, its spans under the client's
         (Triton's context propagation)."""
         setting = self._models.get(model, self._global)
-        propagated = bool(traceparent) and setting.mode == "opentelemetry"
+        propagated = bool(traceparent) and self.spec is not None and \
+            self.spec.follows_traceparent
         if not setting.sample(propagated):
             return None
         trace = Trace(self, setting, model)
@@ -210,7 +220,7 @@ class Tracer:
             ("trace_rate", (str(setting.rate),)),
             ("trace_count", (str(setting.count),)),
         ]
-        if setting.mode == "triton":
+        if self.spec is not None and self.spec.writes_file:
             values += [("log_frequency", (str(setting.log_frequency),)),
                        ("trace_file", (setting.file,))]
         values.append(("trace_mode", (setting.mode,)))
@@ -272,7 +282,7 @@ class Tracer:
             return None
         return TraceSetting(values["level"], values["rate"], values["count"],
                             values["log_frequency"], fallback.file, fallback.mode,
-                            frozenset(specified))
+                            frozenset(specified), fallback.spec)
 
     def _retire(self, setting: TraceSetting) -> None:
         self.sink.retire(setting)
@@ -284,20 +294,22 @@ class Tracer:
         self.sink.close()
 
 
-def tracer_for(config: TraceConfig) -> Tracer:
+def tracer_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> Tracer:
     """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its mode's plugin is
-    missing or its sink cannot be made)."""
+    missing or its sink cannot be made); ``sinks``: the server's plugins' (default: this
+    process's installed plugins')."""
     from inferd.kernel.supervisor import StartupFailed
     from inferd.kernel.observability.trace_sinks import NullSink, installed_sinks, sink_for
 
-    sinks = installed_sinks()
-    if not config.level and sinks.get(config.mode) is None:
+    sinks = installed_sinks() if sinks is None else sinks
+    spec = sinks.get(config.mode)
+    if not config.level and spec is None:
         return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
     try:
         sink = sink_for(config, sinks)
     except ValueError as error:
         raise StartupFailed(str(error)) from None
-    return Tracer(config, sink)
+    return Tracer(config, sink, spec)
 
 
 def disabled_tracer() -> Tracer:
@@ -307,6 +319,6 @@ def disabled_tracer() -> Tracer:
     from inferd.kernel.observability.trace_sinks import NullSink, installed_sinks, sink_for
 
     config = TraceConfig()
-    sink: TraceSink = (sink_for(config) if installed_sinks().get(config.mode) is not None
-                       else NullSink())
-    return Tracer(config, sink)
+    spec = installed_sinks().get(config.mode)
+    sink: TraceSink = sink_for(config) if spec is not None else NullSink()
+    return Tracer(config, sink, spec)

@@ -6,7 +6,7 @@ unset means all) and ``INFERD_DISABLE_PLUGINS`` (deny-list, applied after). ``ch
 runs at load so a misspelled hook fails loudly instead of silently never being called. Each
 registry is filled once per ``Plugins``; ``installed()`` is this process's plugins, loaded on
 first use, for the lookups that have no ``Plugins`` at hand (a cache name, a trace mode, a URL
-scheme, a record's store, a repository agent).
+scheme, a repository agent).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 import pluggy
 
 from inferd.kernel import hookspecs
-from inferd.kernel.actors.control.desired_state_record import StateStoreRegistry
 from inferd.kernel.actors.repository.agents import AgentRegistry
 from inferd.kernel.actors.repository.remote_storage import StorageRegistry
 from inferd.kernel.actors.scheduler.cache_config import CacheRegistry
@@ -30,6 +29,8 @@ from inferd.kernel.cli.commands import CommandRegistry
 from inferd.kernel.frontend import FrontendRegistry
 from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
 from inferd.kernel.runtime.registry import Registry
+from inferd.kernel.sdk.control import ControlPolicyRegistry
+from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,9 @@ class Plugins:
                                                  StorageRegistry())
         return registry
 
-    def state_stores(self) -> StateStoreRegistry:
-        registry: StateStoreRegistry = self._filled("inferd_register_state_stores",
-                                                    StateStoreRegistry())
+    def control_state_stores(self) -> ControlStateStoreRegistry:
+        registry: ControlStateStoreRegistry = self._filled(
+            "inferd_register_control_state_stores", ControlStateStoreRegistry())
         return registry
 
     def commands(self) -> CommandRegistry:
@@ -127,6 +128,11 @@ class Plugins:
     def agents(self) -> AgentRegistry:
         registry: AgentRegistry = self._filled("inferd_register_repository_agents",
                                                AgentRegistry())
+        return registry
+
+    def control_policies(self) -> ControlPolicyRegistry:
+        registry: ControlPolicyRegistry = self._filled("inferd_register_control_policies",
+                                                       ControlPolicyRegistry())
         return registry
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

@@ -6,14 +6,17 @@ imports any other kernel module. What it may use besides: ``inferd.protocols`` (
 errors, codecs), the standard library, and third-party packages. The hooks themselves are
 documented in ``inferd.kernel.hookspecs``, the plugin author's manual.
 
-Three modules, so that a hook module stays light (the server and every executor process
+Four modules, so that a hook module stays light (the server and every executor process
 import every plugin's hook module at start-up):
 
 - ``inferd.kernel.sdk`` (this one): ``hookimpl``, every registry and spec a hook fills, the
   contracts a plugin implements (``Backend``/``Model``/``Instance``, ``Frontend``,
-  ``ResponseCache``, ``TraceSink``, ``Store``, a repository storage's ``RemoteLocation``, a
-  repository agent's ``AgentModel``) and the small helpers they need (option types, setting
-  readers, trace records, the desired-state record's format). Imports nothing heavy.
+  ``ResponseCache``, ``TraceSink``, ``ControlStateStore``, a repository storage's
+  ``RemoteLocation``, a repository agent's ``AgentModel``) and the small helpers they need
+  (option types, setting readers, trace records, the control-state record's format, the
+  memory meter). Imports nothing heavy.
+- ``inferd.kernel.sdk.control``: the contract of a control policy (an optional feature that
+  takes part in the model lifecycle: models on demand and the memory budget).
 - ``inferd.kernel.sdk.backends``: what backends use inside executors (batched-instance
   helpers, config completion, thread settings, devices, config JSON).
 - ``inferd.kernel.sdk.frontends``: what frontends use in the server's event loop (the data
@@ -23,18 +26,6 @@ import every plugin's hook module at start-up):
 
 from __future__ import annotations
 
-from inferd.kernel.actors.control.desired_state_record import (
-    Entry,
-    Record,
-    RecordError,
-    StateStoreRegistry,
-    StateStoreSpec,
-    Store,
-    checked,
-    dump,
-)
-from inferd.kernel.actors.control.desired_state_record import digest as record_digest
-from inferd.kernel.actors.control.desired_state_record import parse as parse_record
 from inferd.kernel.actors.repository.agents import (
     AgentModel,
     AgentRefused,
@@ -93,6 +84,19 @@ from inferd.kernel.cli.flags import (
 from inferd.kernel.cli.table import format_table
 from inferd.kernel.frontend import Frontend, FrontendRegistry, FrontendSpec
 from inferd.kernel.hookspecs import hookimpl
+from inferd.kernel.observability.memory_meter import MemoryMeter, folder_bytes
+from inferd.kernel.sdk.control_state import (
+    ControlStateStore,
+    ControlStateStoreRegistry,
+    ControlStateStoreSpec,
+    Entry,
+    Record,
+    RecordError,
+    checked,
+    dump,
+)
+from inferd.kernel.sdk.control_state import digest as record_digest
+from inferd.kernel.sdk.control_state import parse as parse_record
 from inferd.kernel.observability.trace_config import TraceConfig, trace_integer
 from inferd.kernel.observability.trace_sinks import (
     CLOSE_TIMEOUT_SECS,
@@ -113,10 +117,12 @@ __all__ = [
     "CacheConfigError", "CacheCounters", "CacheRegistry", "CacheSpec", "CacheUnavailable",
     "ResponseCache", "Sample", "boolean", "port_number", "text", "whole_number",
     "CommandRegistry", "CommandSpec", "examples",
-    "Entry", "Record", "RecordError", "StateStoreRegistry", "StateStoreSpec", "Store",
+    "ControlStateStore", "ControlStateStoreRegistry", "ControlStateStoreSpec", "Entry", "Record",
+    "RecordError",
     "checked", "dump", "parse_record", "record_digest",
     "Frontend", "FrontendRegistry", "FrontendSpec",
     "hookimpl",
+    "MemoryMeter", "folder_bytes",
     "ListenFlags", "add_boolean", "boolean_word", "byte_count", "parse_boolean", "positive_count",
     "positive_seconds",
     "RemoteLocation", "RemoteStorageError", "StorageRegistry", "StorageSpec",

@@ -31,6 +31,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["RunningServer", "ServerFailed", "serve"]
+
 SERVING_LINE = "inferd is serving ("  # the supervisor logs it once every frontend listens
 PROTOCOLS = ("http", "grpc", "metrics", "zmq")
 PORT_TAKEN = "address already in use"  # a free port taken meanwhile: start again

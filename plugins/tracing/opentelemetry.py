@@ -71,7 +71,7 @@ def open_sink(config: TraceConfig) -> TraceSink:
 
 @hookimpl
 def inferd_register_trace_sinks(registry: TraceSinkRegistry) -> None:
-    registry.add(TraceSinkSpec(MODE, SETTINGS, open_sink, complete))
+    registry.add(TraceSinkSpec(MODE, SETTINGS, open_sink, complete, follows_traceparent=True))
 
 
 _FRONTEND = ("HTTP_", "GRPC_")

@@ -156,4 +156,5 @@ def open_sink(config: TraceConfig) -> TraceSink:
 
 @hookimpl
 def inferd_register_trace_sinks(registry: TraceSinkRegistry) -> None:
-    registry.add(TraceSinkSpec(MODE, ("file", "log-frequency"), open_sink))
+    registry.add(TraceSinkSpec(MODE, ("file", "log-frequency"), open_sink, writes_file=True,
+                               captures_tensors=True))

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.kernel.actors.control.desired_state_record import Entry, Record, digest, dump, parse
+from inferd.kernel.sdk.control_state import Entry, Record, digest, dump, parse
 from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
 
 WAIT_SECS = 45.0
@@ -158,7 +158,7 @@ def test_a_running_replica_follows_the_record(
     http(a).unload_model("echo")
     wait_until(lambda: "echo" not in ready(b), "B unloads what A unloaded", b)
     assert ready(a) == ready(b) == {"other"}
-    assert "the desired-state record" in b.log()
+    assert "the control-state record" in b.log()
     # An ensemble: its composing model comes with it, and goes with unload_dependents.
     http(a).load_model("pair")
     wait_until(lambda: {"pair", "part"} <= ready(b), "B loads the ensemble A loaded", b)
@@ -239,9 +239,9 @@ def test_a_failing_entry_stops_nothing_and_an_unreadable_record_keeps_what_serve
     rows = {row["name"]: row for row in http(server).get_model_repository_index()}
     assert rows["echo"]["state"] == "READY"
     assert rows["ghost"]["state"] == "UNAVAILABLE"
-    assert "ghost" in rows["ghost"]["reason"] and "desired-state record" in rows["ghost"]["reason"]
+    assert "ghost" in rows["ghost"]["reason"] and "control-state record" in rows["ghost"]["reason"]
     path.write_bytes(b"{torn")
-    wait_until(lambda: "cannot follow the desired-state record" in server.log(),
+    wait_until(lambda: "cannot follow the control-state record" in server.log(),
                "the replica says the record became unreadable", server)
     assert ready(server) == {"echo"}  # and keeps serving what it had
     path.write_bytes(dump(Record(6, {"other": Entry()})))

@@ -2,7 +2,8 @@
 layers of 2 MiB) loaded and unloaded 30 times through tritonclient in EXPLICIT mode, in the
 default placement (the server's own process, for onnxruntime and pytorch), leaves the resident
 memory of the server's process tree (``/proc``) where a one-layer model of the same framework
-left it, give or take a quarter of the model, after every unload; the server reports what
+left it, give or take half the model, after every unload, and its floor does not creep up from
+the first ten cycles to the last ten; the server reports what
 each load took and each unload gave back (index, metric, log line); and a model in processes
 of its own, isolated or a python model's instances, takes them with it at unload, all their
 memory reported as returned.
@@ -11,9 +12,12 @@ The bound: the one-layer model imports the framework and builds its one-time sta
 stays; the large model's every unload should then end where that one's ended. A leak of the
 model (its weights held past the unload) adds 100 MiB per cycle and breaks the bound at once;
 so do the 200 MiB glibc keeps in its heaps after an onnxruntime unload without
-``malloc_trim``, and the 46 MiB torch grows over 30 cycles without it (bench/unload_memory.py
-measured both, with the give-back step taken out). A quarter of the model leaves the
-allocator's slack three times the most measured (8 MiB over 30 cycles).
+``malloc_trim``; the 46 MiB torch grows over 30 cycles without it (bench/unload_memory.py
+measured both, with the give-back step taken out) raises the lowest of the last ten readings
+about 30 MiB above the lowest of the first ten, twice the creep allowed. A torch server's
+readings alternate between two levels 26 to 29 MiB apart from one unload to the next (a CI run
+saw 329 and 355 MiB, another 290 and 318), which is why the bound is half the model and the
+creep is judged on the floor, the lower level, which stays put.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from tests.e2e.inferd_harness import ServerHandle, metric, wait_for
 from tests.e2e.large_models import INPUTS, OUTPUTS, SIDE, WEIGHT_BYTES, WRITERS, write_python
 
 CYCLES = 30
-BOUND_BYTES = WEIGHT_BYTES // 4
+BOUND_BYTES = WEIGHT_BYTES // 2
+CREEP_BYTES = 16 << 20  # the lowest of the last ten readings over the lowest of the first ten
 ISOLATED = 'parameters { key: "INFERD_EXECUTOR" value { string_value: "isolated" } }\n'
 
 
@@ -83,10 +88,10 @@ def test_thirty_loads_and_unloads_leave_the_server_where_the_framework_left_it(
     finally:
         client.close()
 
-    worst = max(after_unloads)
-    assert worst <= warm + BOUND_BYTES, (
-        f"the framework warm, the server held {warm >> 20} MiB; after the unloads of the "
-        f"large model: {[held >> 20 for held in after_unloads]} MiB")
+    readings = (f"the framework warm, the server held {warm >> 20} MiB; after the unloads of "
+                f"the large model: {[held >> 20 for held in after_unloads]} MiB")
+    assert max(after_unloads) <= warm + BOUND_BYTES, readings
+    assert min(after_unloads[-10:]) <= min(after_unloads[:10]) + CREEP_BYTES, readings
     for report in (first, last):
         # What the load took and the unload gave back: each at least about the weights.
         assert report["loaded_resident_bytes"] >= WEIGHT_BYTES * 3 // 4, report

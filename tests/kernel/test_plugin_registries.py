@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.actors.control.desired_state_record import RecordError, open_store
+from inferd.kernel.sdk.control_state import RecordError
+from inferd.plugins.control_state.opening import open_store
 from inferd.kernel.actors.repository.remote_storage import is_remote_url, parse_url
 from inferd.kernel.actors.scheduler.cache_config import CacheConfigError, parse_cache_config
 from inferd.kernel.observability.trace_config import parse_trace_config
@@ -26,15 +27,16 @@ def plugins() -> Plugins:
 
 def test_every_built_in_feature_is_a_plugin(plugins: Plugins) -> None:
     assert {"local_cache", "redis_cache", "triton_trace", "opentelemetry_trace",
-            "fsspec_storage", "path_state", "s3_state", "client_commands",
-            "checksum_agent"} <= set(plugins.loaded)
+            "fsspec_storage", "control_state", "path_control_state", "s3_control_state",
+            "client_commands", "checksum_agent", "on_demand"} <= set(plugins.loaded)
     assert plugins.caches().names() == ("local", "redis")
     assert plugins.trace_sinks().names() == ("opentelemetry", "triton")
     assert plugins.storages().schemes() == ("s3", "gs", "as", "az")
-    assert sorted(spec.scheme for spec in plugins.state_stores()) == ["", "s3"]
+    assert sorted(spec.scheme for spec in plugins.control_state_stores()) == ["", "s3"]
     assert plugins.commands().names() == ("catalog", "infer", "label", "load", "models",
                                           "stats", "unload")
     assert plugins.agents().names() == ("checksum",)
+    assert plugins.control_policies().names() == ("control_state", "on_demand")
 
 
 def test_an_unknown_name_lists_the_names_there_are(plugins: Plugins) -> None:
@@ -51,16 +53,16 @@ def test_an_unknown_name_lists_the_names_there_are(plugins: Plugins) -> None:
                                               r"as://, az://\)"):
         parse_url("hdfs://cluster/models", storages=plugins.storages())
     with pytest.raises(RecordError, match="takes a local path or an s3:// URL"):
-        open_store("gs://bucket/state.json", plugins.state_stores())
+        open_store("gs://bucket/state.json", plugins.control_state_stores())
 
 
 def test_without_its_plugin_a_feature_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "redis_cache,fsspec_storage,s3_state")
+    monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "redis_cache,fsspec_storage,s3_control_state")
     plugins = Plugins.load()
     assert plugins.caches().names() == ("local",)
     assert not is_remote_url("s3://bucket/models", plugins.storages())
     with pytest.raises(RecordError, match="takes a local path$"):
-        open_store("s3://bucket/state.json", plugins.state_stores())
+        open_store("s3://bucket/state.json", plugins.control_state_stores())
 
 
 def test_an_empty_registry_says_so() -> None:

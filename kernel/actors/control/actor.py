@@ -1,20 +1,22 @@
 """The control actor: the model lifecycle, the control modes, and the repository API.
 
 It owns the state of every (model, version) (``inferd.kernel.actors.control.model_status``) and
-decides what is loaded: the start-up set of the mode (NONE: everything; EXPLICIT: ``--load-model``),
-and the load/unload/index calls of the repository API. As in Triton a load is whole or nothing:
-it resolves the config through the repository actor, brings every selected version up
-(``versions``: kept when the load changes nothing it depends on, else a new copy
+decides what is loaded: the start-up set of the mode (NONE: everything; EXPLICIT:
+``--load-model``), and the load/unload/index calls of the repository API. As in Triton a load
+is whole or nothing: it resolves the config through the repository actor, brings every selected
+version up (``versions``: kept when the load changes nothing it depends on, else a new copy
 beside the one serving), and serves them only once all are up; if one fails the copies go
-again, so what served stays READY. Loads of one model are serialized; loads of different
-models run side by side, none on the inference path. The parts it owns and calls, each given
-what it needs: ``EnsembleLifecycle`` (``inferd.kernel.actors.control.ensembles``), ``DesiredState``
-(``--model-control-state``), ``RepositoryPoller`` (POLL mode), ``ExecutorRecovery`` (a
-lost executor), ``VersionUnloader`` (``unload``: an unload request is answered
-once the model takes no new request) and ``VersionLabelBook`` (``labels``: inferd's version
-labels and their managed switch); ``views`` words its state for the index, the
-catalog and metrics. A load or unload naming ``versions`` (inferd's) touches only those
-(``single_versions``).
+again, so what served stays READY. Loads of one model are serialized; loads of different models
+run side by side, none on the inference path. The parts it owns and calls, each given what it
+needs: ``ModelLoader`` (``loading``: one load, whole or nothing), ``EnsembleLifecycle``
+(``inferd.kernel.actors.control.ensembles``), ``RepositoryPoller`` (POLL mode),
+``ExecutorRecovery`` (a lost executor), ``VersionUnloader`` (``unload``: an unload request is
+answered once the model takes no new request) and ``VersionLabelBook`` (``labels``: inferd's
+version labels and their managed switch); ``views`` words its state for the index, the catalog
+and metrics. A load or unload naming ``versions`` (inferd's) touches only those
+(``single_versions``). The optional policies plugins add (models on demand and the memory
+budget, the control-state record; ``inferd_register_control_policies``) are called through one
+``Policies`` (``policies``).
 """
 
 from __future__ import annotations
@@ -24,18 +26,14 @@ import logging
 from pathlib import Path
 
 import anyio
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.control.budget import MemoryBudget, NoRoom, Usage
-from inferd.kernel.actors.control.budget_rules import is_pinned
-from inferd.kernel.actors.control.desired_state import DesiredState
-from inferd.kernel.actors.control.desired_state_record import Record, Store
 from inferd.kernel.actors.control.ensembles import EnsembleLifecycle
-from inferd.kernel.actors.control.file_overrides import remove_override_folder, write_override_files
+from inferd.kernel.actors.control.file_overrides import remove_override_folder
 from inferd.kernel.actors.control.labels import VersionLabelBook
 from inferd.kernel.actors.control.lifecycle_log import ModelStateLog
-from inferd.kernel.actors.control.model_status import ModelStatus, VersionStatus
-from inferd.kernel.actors.control.on_demand import OnDemandLoads
+from inferd.kernel.actors.control.loading import ModelLoader
+from inferd.kernel.actors.control.model_status import ModelStatus
+from inferd.kernel.actors.control.policies import ActorHandle, Policies
 from inferd.kernel.actors.control.poll import RepositoryPoller
 from inferd.kernel.actors.control.recovery import ExecutorRecovery
 from inferd.kernel.actors.control.single_versions import check_unload_versions
@@ -47,13 +45,13 @@ from inferd.kernel.actors.control.views import (
     load_failure,
     with_state,
 )
-from inferd.kernel.actors.repository.folders import NO_VERSION_PROBLEM, TWO_ROOTS_PROBLEM
-from inferd.kernel.modelconfig.version_labels import VersionLabels
+from inferd.kernel.actors.repository.folders import TWO_ROOTS_PROBLEM
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.control import OpenedPolicy
 from inferd.kernel.settings import Settings
-from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
+from inferd.protocols.errors import InferdError, Unavailable
 from inferd.protocols.messages import (
     Ack,
     Catalog,
@@ -74,20 +72,15 @@ from inferd.protocols.messages import (
     LoadStartupModels,
     Metrics,
     MetricsRequest,
-    ModelKnown,
     ModelList,
     ModelReadyRequest,
     PollRequest,
     ReadCatalogs,
-    ResolvedModel,
-    ResolveModel,
     Shutdown,
     StartupReport,
     UnloadRequest,
-    UsageRequest,
     VersionLabelsReply,
 )
-from inferd.protocols.messages import Usage as SchedulerUsage
 from inferd.protocols.names import check_model_name
 
 log = logging.getLogger(__name__)
@@ -100,19 +93,26 @@ class ControlActor(Actor):
 
     def __init__(
         self, router: Router, settings: Settings, override_root: str | Path,
-        state: tuple[Store, tuple[Record, str | None]] | None = None,
+        policies: list[OpenedPolicy] | None = None,
     ) -> None:
         super().__init__(router)
         self._settings = settings
-        self._override_root = override_root  # where loads with files write their folders
         self._models: dict[str, ModelStatus] = {}
         self._required: set[str] = set()  # what strict readiness waits for
         self._started = False
         self._states = ModelStateLog()  # one log line per state change
+        self._pins = set(settings.load_models)  # --load-model ('*': every start-up model)
+        # The optional policies plugins add (models on demand, the memory budget, ...).
+        handle = ActorHandle(
+            router, self._models, pins=self._pins,
+            ensembles_using=lambda name: self._ensembles.users(name),
+            load=self._load_for_policy, evict=self._evict, note_failure=self._note_failure,
+            apply_load=self._apply_load, apply_unload=self._apply_unload, spawn=self.spawn)
+        self._policy = Policies([opened.control(handle) for opened in policies or ()])
         self._ensembles = EnsembleLifecycle(
             router, self._models, self._states,
             # On demand, an ensemble brings its composing models in POLL mode too.
-            explicit=settings.model_control_mode == "explicit" or settings.model_load_on_demand,
+            explicit=settings.model_control_mode == "explicit" or self._policy.loads_on_request,
             load=lambda name, cause: self._budgeted_load(name, cause=cause),
             unload=self._unload_no_longer_required,
         )
@@ -124,30 +124,16 @@ class ControlActor(Actor):
         # Version labels (inferd's): which version a request naming none goes to.
         self._labels = VersionLabelBook(router, self._models, load_versions=self._load_versions,
                                         unload_version=self._unload_one_version)
+        self._loader = ModelLoader(
+            router, self._models, self._states, versions=self._versions,
+            ensembles=self._ensembles, labels=self._labels, unloader=self._unloader,
+            override_root=override_root)
         self._poller = RepositoryPoller(router, settings.repository_poll_secs,
                                         load=self._poll_load, unload=self._poll_unload)
         self._recovery = ExecutorRecovery(
             router, self._models, self._states, reload=self._reload_orphan,
             refresh_dependents=self._ensembles.refresh_dependents, spawn=self.spawn,
         )
-        # --model-control-state: its store and the record read at start-up.
-        store, start = state or (None, (Record(), None))
-        self._desired = DesiredState(
-            store, start, poll_secs=settings.model_control_state_poll_secs,
-            load=self._follow_load, unload=self._follow_unload,
-            note_failure=self._note_failure, spawn=self.spawn,
-        )
-        # --model-load-on-demand and --model-memory-budget (inferd's): None when off.
-        self._on_demand = OnDemandLoads(
-            timeout_secs=settings.model_load_on_demand_timeout_secs,
-            load=self._load_on_demand, is_ready=self._is_ready,
-            spawn=self.spawn,
-        ) if settings.model_load_on_demand else None
-        self._pins = set(settings.load_models)  # --load-model ('*': every start-up model)
-        self._budget = MemoryBudget(
-            settings.model_memory_budget, self._models, usage=self._usage,
-            pinned=self._pinned, ensembles_using=self._ensembles.users, evict=self._evict,
-        ) if settings.model_memory_budget else None
 
     def _model(self, name: str) -> ModelStatus:
         return self._models.setdefault(name, ModelStatus())
@@ -160,7 +146,7 @@ class ControlActor(Actor):
         mode = self._settings.model_control_mode
         if mode == "explicit" and "*" not in self._settings.load_models:
             names = list(self._settings.load_models)
-        elif mode == "poll" and self._on_demand is not None:
+        elif mode == "poll" and self._policy.loads_on_request:
             names = []  # on demand: a model loads on its first request
         elif mode == "explicit" or mode in ("none", "poll"):
             listing = await self.router.ask(REPOSITORY, ListModels())
@@ -191,7 +177,7 @@ class ControlActor(Actor):
         async with anyio.create_task_group() as tasks:
             for name in names:
                 tasks.start_soon(load, name)
-        await self._desired.apply_start_record({name for name in names if name not in failures})
+        await self._policy.started({name for name in names if name not in failures})
         self._started = True
         if mode == "poll":
             self.spawn(self._poller.poll_forever)
@@ -202,18 +188,18 @@ class ControlActor(Actor):
     async def on_load_request(self, request: LoadRequest, envelope: Envelope) -> Ack:
         if self._settings.model_control_mode != "explicit":
             raise Unavailable(NOT_EXPLICIT)
-        async with self._desired.recording(request.model):  # --model-control-state's write follows
+        async def load() -> None:
             try:
                 await self._budgeted_load(request.model, request.config, request.files,
                                           only=request.versions)
             except InferdError as error:
                 raise load_failure(request.model, error) from None
-            if self._on_demand is not None:
-                self._on_demand.forget_failure(request.model)
+            self._policy.load_requested(request.model)
             self._ensembles.mark_requested(request.model)
             self._required.add(request.model)
-            if not request.versions:  # single versions are not recorded (docs/versions.md)
-                await self._desired.record_load(request.model, request.config, request.files)
+
+        await self._policy.around_client_load(request.model, request.config, request.files,
+                                              request.versions, load)
         return Ack()
 
     async def on_unload_request(self, request: UnloadRequest, envelope: Envelope) -> Ack:
@@ -227,13 +213,13 @@ class ControlActor(Actor):
             return Ack()
         self._required.discard(request.model)
 
-        async def unload() -> None:
-            async with self._desired.recording(request.model):
-                unloaded = await self._ensembles.unload_with_dependents(
-                    request.model, request.unload_dependents)
-                await self._desired.record_unload(request.model, unloaded)
+        async def unload() -> list[str]:
+            return await self._ensembles.unload_with_dependents(request.model,
+                                                                request.unload_dependents)
 
-        await answer_when_retired(unload, self._models.get(request.model), self.spawn)
+        await answer_when_retired(
+            lambda: self._policy.around_client_unload(request.model, unload),
+            self._models.get(request.model), self.spawn)
         return Ack()
 
     async def on_labels_request(self, request: LabelsRequest, envelope: Envelope
@@ -248,9 +234,7 @@ class ControlActor(Actor):
         assert isinstance(catalogs, Catalogs)
         entries = index_entries(listing, self._models, catalogs.metadata,
                                 ready_only=request.ready_only)
-        if self._budget is not None:  # each READY version's footprint and last use
-            entries = self._budget.annotate(entries, await self._usage())
-        return Index(entries)
+        return Index(await self._policy.annotate(entries))
 
     async def on_catalog_request(self, request: CatalogRequest, envelope: Envelope) -> Catalog:
         """The repository's descriptions, with each model's state; a READY model's inputs and
@@ -290,7 +274,7 @@ class ControlActor(Actor):
 
     async def _poll_load(self, name: str) -> None:
         model = self._models.get(name)
-        if self._on_demand is not None and (model is None or not model.versions):
+        if self._policy.loads_on_request and (model is None or not model.versions):
             return  # on demand: it loads on its first request, from the folder as it is then
         try:
             await self._budgeted_load(name, cause="poll: a new or changed model folder")
@@ -308,70 +292,30 @@ class ControlActor(Actor):
 
     async def on_metrics_request(self, message: MetricsRequest, envelope: Envelope) -> Metrics:
         samples = [*load_durations(self._models)]
-        if self._on_demand is not None:
-            samples += self._on_demand.metrics()
-        if self._budget is not None:
-            samples += self._budget.metrics()
+        samples += self._policy.metrics()
         samples += self._unloader.reports.metrics()
         return Metrics(tuple(samples))
 
-    # ------------------------------------------------------------------ on demand, budget
+    # ------------------------------------------------------------------ policies
 
     async def on_load_on_demand(self, message: LoadOnDemand, envelope: Envelope) -> Ack:
-        """A request named ``message.model``, which is not served: load it (or wait for the
-        load under way), as ``--model-load-on-demand`` says."""
-        if self._on_demand is None:
+        """A request named ``message.model``, which is not served: a policy (models on
+        demand) loads it, or the request hears that none does."""
+        if not await self._policy.requested(message.model):
             raise Unavailable("on-demand loading is off (--model-load-on-demand)")
-        check_model_name(message.model)
-        if self._budget is not None:
-            self._budget.touch(message.model)
-        await self._on_demand.ensure(message.model)
         return Ack()
 
-    def _is_ready(self, name: str) -> bool:
-        model = self._models.get(name)
-        return model is not None and model.ready()
-
-    async def _load_on_demand(self, name: str) -> None:
-        await self._budgeted_load(name, cause="on demand: a request for it")
+    async def _load_for_policy(self, name: str, cause: str) -> None:
+        await self._budgeted_load(name, cause=cause)
         self._ensembles.mark_requested(name)
 
     async def _budgeted_load(
         self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
         *, cause: str = "load requested", only: tuple[int, ...] = (),
     ) -> None:
-        """``_load``, within ``--model-memory-budget`` when there is one: what must go to
-        make room for it goes first (``budget``), and its footprint is kept."""
-        load = functools.partial(self._load, name, config_override, files, cause=cause,
-                                 only=only)
-        if self._budget is None:
-            return await load()
-        try:
-            check_model_name(name)
-            resolved = await self.router.ask(REPOSITORY, ResolveModel(name, config_override))
-        except InferdError:
-            return await load()  # it says why, as without a budget
-        assert isinstance(resolved, ResolvedModel)
-        if not resolved.backend:
-            return await load()  # an ensemble holds nothing; its composing models load here
-        try:
-            await self._budget.load_within(name, ModelConfig.FromString(resolved.config),
-                                           resolved.path, load)
-        except NoRoom as error:
-            if not self._is_ready(name):  # the index says why it is not loaded
-                self._note_failure(name, error.message)
-            raise
-
-    async def _usage(self) -> Usage:
-        usage = await self.router.ask(SCHEDULER, UsageRequest())
-        assert isinstance(usage, SchedulerUsage)
-        return {(model, number): (last, busy) for model, number, last, busy in usage.versions}
-
-    def _pinned(self, name: str) -> bool:
-        model = self._models.get(name)
-        return name in self._pins or (model is not None and any(
-            version.config and is_pinned(ModelConfig.FromString(version.config))
-            for version in model.versions.values()))
+        """``_load``, within what the policies do around a load (the memory budget)."""
+        await self._policy.around_load(name, config_override, functools.partial(
+            self._loader.load, name, config_override, files, cause=cause, only=only))
 
     async def _evict(self, name: str, reason: str) -> None:
         self._required.discard(name)
@@ -387,7 +331,7 @@ class ControlActor(Actor):
 
     async def _reload_orphan(self, name: str) -> None:
         # What served keeps serving: a cached copy stands in for unreadable storage.
-        await self._load(name, cause="its executor restarted", cached_ok=True)
+        await self._loader.load(name, cause="its executor restarted", cached_ok=True)
 
     # ------------------------------------------------------------------ for the ensembles
 
@@ -397,13 +341,13 @@ class ControlActor(Actor):
 
     # ------------------------------------------------------------------ for the record
 
-    async def _follow_load(self, name: str, config: str, files: dict[str, bytes],
+    async def _apply_load(self, name: str, config: str, files: dict[str, bytes],
                            cause: str) -> None:
-        await self._load(name, config, files, cause=cause)
+        await self._loader.load(name, config, files, cause=cause)
         self._ensembles.mark_requested(name)
         self._required.add(name)
 
-    async def _follow_unload(self, name: str) -> None:
+    async def _apply_unload(self, name: str) -> None:
         self._required.discard(name)
         await self._ensembles.unload_with_dependents(name, True)
         model = self._models.get(name)
@@ -414,148 +358,7 @@ class ControlActor(Actor):
     def _note_failure(self, name: str, why: str) -> None:
         self._model(name).error, self._model(name).error_version = why, None
 
-    # ------------------------------------------------------------------ load and unload
-
-    async def _load(
-        self, name: str, config_override: str = "", files: dict[str, bytes] | None = None,
-        *, cause: str = "load requested", cached_ok: bool = False, only: tuple[int, ...] = (),
-    ) -> None:
-        # The name is checked before anything else, and the override files are written
-        # (every path checked first) before the model has an entry in the index: a refused
-        # request leaves no trace.
-        check_model_name(name)
-        if files and not config_override:
-            raise InvalidArgument(
-                f"failed to load '{name}': file overrides need a 'config' parameter too"
-            )
-        override_dir = write_override_files(name, files, self._override_root) if files else ""
-        try:
-            model = self._model(name)
-            async with model.lock:
-                model.cause = cause
-                await self._load_locked(name, model, config_override, override_dir, cached_ok,
-                                        only)
-                if model.override_dir != override_dir:
-                    remove_override_folder(model.override_dir)
-                model.override_dir = override_dir
-        except InferdError:
-            remove_override_folder(override_dir)
-            raise
-        except BaseException:
-            remove_override_folder(override_dir)
-            raise
-
-    async def _load_locked(
-        self, name: str, model: ModelStatus, config_override: str, override_dir: str,
-        cached_ok: bool = False, only: tuple[int, ...] = (),
-    ) -> None:
-        """Resolve and load every version of ``name`` (``only``: exactly those, the others
-        left as they are); the caller owns ``override_dir``.
-
-        As Triton, a load is whole or nothing: every version the policy selects is brought
-        up (loaded beside the one serving, or kept when unchanged) before any serves; if one
-        fails, the copies brought up go again and what served before keeps serving. Only once
-        all serve do the versions the policy no longer selects unload."""
-        try:
-            resolved, labels = await self._resolve(name, config_override, override_dir,
-                                                   cached_ok, only)
-        except NotFound:
-            self._forget_if_unknown(name, model)
-            raise
-        except InferdError as error:
-            if not only:  # a refused load of single versions changes nothing
-                model.error, model.error_version = error.message, None
-            self._states.load_failed(name, model.serving(), error.message)
-            self._known_after_failure(name, model, error.message)
-            raise
-        assert isinstance(resolved, ResolvedModel)
-        try:
-            await self._ensembles.prepare(name, model, resolved)
-        except InferdError as error:
-            self._states.load_failed(name, model.serving(), error.message)
-            self._known_after_failure(name, model)
-            raise
-        # Past its config, as in Triton: until a version serves, its requests hear "has no
-        # available versions" (while it loads and warms up, and if the load fails).
-        self.router.tell(SCHEDULER, ModelKnown(name, tuple(resolved.versions)))
-        failures: dict[int, str] = {}
-        brought_up: dict[int, VersionStatus] = {}
-
-        async def bring_up(number: int) -> None:
-            try:
-                brought_up[number] = await self._versions.bring_up(name, model, resolved, number)
-            except InferdError as error:
-                failures[number] = error.message
-
-        if resolved.backend:
-            async with anyio.create_task_group() as tasks:
-                for number in resolved.versions:
-                    tasks.start_soon(bring_up, number)
-            if not failures:
-                for number in resolved.versions:
-                    await self._versions.serve(name, model, number, brought_up[number], resolved)
-        else:  # an ensemble: nothing to bring up, the scheduler serves it from its config
-            for number in resolved.versions:
-                try:
-                    await self._ensembles.serve_version(name, model, number, resolved)
-                except InferdError as error:
-                    failures[number] = error.message
-        if failures:
-            number, cause = min(failures.items())
-            model.error = (
-                f"load failed for model '{name}': version {number} is at"
-                f" UNAVAILABLE state: {cause}"
-            )
-            model.error_version = number
-            await self._versions.abandon(name, model, brought_up, model.error)
-            self.router.tell(SCHEDULER, ModelKnown(name))
-            raise InvalidArgument(model.error)
-        if labels is not None:
-            await self._labels.loaded(resolved, labels)  # before what they left unloads
-        dropped = [] if only else [n for n in model.versions if n not in resolved.versions]
-        for number in dropped:
-            await self._unloader.unload_version(name, model, number, reason="unloaded",
-                                                cause="no longer selected by the version policy")
-        model.error = ""
-
-    async def _resolve(
-        self, name: str, config_override: str, override_dir: str, cached_ok: bool,
-        only: tuple[int, ...],
-    ) -> tuple[ResolvedModel, VersionLabels | None]:
-        """The model to load: exactly the versions ``only``, else the policy's and those its
-        version labels name (the labels it has, or its file's when that changed: then a
-        second look brings their versions in); with the labels it will have once loaded."""
-        def resolve(versions: tuple[int, ...]) -> ResolveModel:
-            return ResolveModel(name, config_override, override_dir, cached_ok, versions,
-                                exact=bool(only))
-
-        wanted = only or self._labels.of(name).targets()
-        resolved = await self.router.ask(REPOSITORY, resolve(wanted))
-        assert isinstance(resolved, ResolvedModel)
-        if only:
-            return resolved, None
-        labels = self._labels.for_load(resolved)
-        if not set(labels.targets()) <= set(resolved.versions):
-            resolved = await self.router.ask(REPOSITORY, resolve(labels.targets()))
-            assert isinstance(resolved, ResolvedModel)
-        return resolved, labels
-
-    def _known_after_failure(self, name: str, model: ModelStatus, why: str = "") -> None:
-        """A load that failed before any version: a model that never had one stays unknown
-        to requests ("is not found", as Triton's config or duplicate failures) unless its
-        config was read and its policy selected no version folder (Triton's lifecycle holds
-        it then: "has no available versions"); one that had versions ends its wait for a
-        reload."""
-        if model.versions or why.startswith(NO_VERSION_PROBLEM):
-            self.router.tell(SCHEDULER, ModelKnown(name))
-
-    def _forget_if_unknown(self, name: str, model: ModelStatus) -> None:
-        """A load of a name the repository does not have leaves no trace (SPEC 3.1), unless
-        the model was loaded before (from an override) or another load of it is waiting."""
-        if not model.versions and model.lock.statistics().tasks_waiting == 0:
-            model.error = ""
-            if self._models.get(name) is model:
-                del self._models[name]
+    # ------------------------------------------------------------------ unload
 
     async def _unload(self, name: str, *, cause: str = "unload requested",
                       reason: str = "unloaded") -> None:
@@ -566,8 +369,8 @@ class ControlActor(Actor):
             await self._unloader.unload_all(name, model, cause, reason)
             remove_override_folder(model.override_dir)
             model.override_dir = ""
-            if self._budget is not None and not model.ready():
-                self._budget.unloaded(name)
+            if not model.ready():
+                self._policy.unloaded(name)
 
     async def _load_versions(self, name: str, versions: tuple[int, ...], cause: str) -> None:
         await self._budgeted_load(name, cause=cause, only=versions)
@@ -586,8 +389,7 @@ class ControlActor(Actor):
                                                           "requested")
             if not model.ready():
                 self._required.discard(name)
-                if self._budget is not None:
-                    self._budget.unloaded(name)
+                self._policy.unloaded(name)
 
     async def _unload_one_version(self, name: str, number: int, cause: str) -> None:
         model = self._models.get(name)
@@ -597,7 +399,7 @@ class ControlActor(Actor):
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         """Unload everything (the last step of a graceful shutdown)."""
-        self._desired.stop_following()  # --model-control-state loads nothing more
+        self._policy.stopping()  # --model-control-state loads nothing more
         async with anyio.create_task_group() as tasks:
             for name in list(self._models):
                 tasks.start_soon(functools.partial(self._unload, name, cause="shutting down"))

@@ -4,17 +4,14 @@ frontend's port and address (and every other plugin flag) land in ``Settings.opt
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
-import pytest
 
 from inferd.kernel.cli.flags import ListenFlags
 from inferd.kernel.cli.serve import kernel_parser, serve_parser, settings_from
 from inferd.kernel.observability.trace_config import TraceConfig
 from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.kernel.settings import Settings
-from inferd.kernel.supervisor import StartupFailed
 
 FRONTEND_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "zmq": 8003}
 
@@ -76,27 +73,6 @@ def test_trace_flags_are_a_typed_setting(tmp_path: Path) -> None:
                                        "--trace-config", "triton,file=/t.json"])
     trace = settings_from(args).trace
     assert (trace.level, trace.file) == (("TIMESTAMPS",), "/t.json")
-
-
-def test_on_demand_and_budget_flags_are_typed_settings(tmp_path: Path) -> None:
-    def settings(*flags: str) -> Settings:
-        parser = serve_parser(Plugins.load())
-        return settings_from(parser.parse_args(["--model-repository", str(tmp_path), *flags]))
-
-    assert (Settings().model_load_on_demand, Settings().model_memory_budget) == (False, ())
-    chosen = settings("--model-control-mode", "explicit", "--model-load-on-demand",
-                      "--model-load-on-demand-timeout-secs", "5",
-                      "--model-memory-budget", "cpu=1GiB,gpu0=2GiB")
-    assert (chosen.model_load_on_demand, chosen.model_load_on_demand_timeout_secs,
-            chosen.model_memory_budget) == (True, 5.0, (("cpu", 1024**3), ("gpu0", 2 * 1024**3)))
-    for flags, problem in (
-        (("--model-load-on-demand",), "requires setting '--model-control-mode=explicit' or"),
-        (("--model-memory-budget", "cpu=1GiB"), "requires setting '--model-control-mode="),
-        (("--model-control-mode", "poll", "--model-memory-budget", "cpu=lots"),
-         "--model-memory-budget=cpu=lots: expected a size"),
-    ):
-        with pytest.raises(StartupFailed, match=re.escape(problem)):
-            settings(*flags)
 
 
 def test_allow_client_shm_is_off_unless_given(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from inferd.kernel.observability.trace_config import TraceConfig, parse_trace_config
+from inferd.kernel.observability.trace_sinks import TraceSinkSpec
 from inferd.kernel.observability.tracing import Trace, TraceSetting, Tracer
+from inferd.kernel.runtime.plugin_manager import installed
 from inferd.plugins.tracing.triton import TritonFileSink, trace_entries
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
@@ -33,10 +35,28 @@ class ListSink:
         pass
 
 
-def tracer(**fields: object) -> tuple[Tracer, ListSink]:
+TRITON = installed().trace_sinks().require("triton")  # the mode's plugin says what it does
+
+
+def tracer(spec: TraceSinkSpec | None = TRITON, **fields: object) -> tuple[Tracer, ListSink]:
     sink = ListSink()
     config = TraceConfig(**{"file": "/tmp/t.json", **fields})  # type: ignore[arg-type]
-    return Tracer(config, sink), sink
+    return Tracer(config, sink, spec), sink
+
+
+def test_what_a_mode_does_differently_is_its_specs() -> None:
+    """A file, the file settings listed and tensors captured: the triton spec's fields, not
+    the mode's name; a mode whose spec sets none of them has none of them."""
+    plain = TraceSinkSpec("plain", (), lambda config: ListSink())
+    traces, _ = tracer(plain, level=("TIMESTAMPS", "TENSORS"), rate=1, file="")
+    assert set(values(traces.settings())) == {"trace_level", "trace_rate", "trace_count",
+                                              "trace_mode"}
+    trace = traces.begin("m")
+    assert trace is not None and not trace.capture_tensors
+    triton, _ = tracer(level=("TIMESTAMPS", "TENSORS"), rate=1)
+    assert {"trace_file", "log_frequency"} <= set(values(triton.settings()))
+    triton_trace = triton.begin("m")
+    assert triton_trace is not None and triton_trace.capture_tensors
 
 
 def values(reply: object) -> dict[str, tuple[str, ...]]:
@@ -124,7 +144,7 @@ def test_the_file_sink_keeps_the_file_a_json_array_and_indexes_by_frequency(
         tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     sink = TritonFileSink()
-    traces = Tracer(TraceConfig(level=("TIMESTAMPS",), rate=1, file=str(path)), sink)
+    traces = Tracer(TraceConfig(level=("TIMESTAMPS",), rate=1, file=str(path)), sink, TRITON)
     for _ in range(2):
         trace = traces.begin("m")
         assert trace is not None

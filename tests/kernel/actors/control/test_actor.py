@@ -23,12 +23,14 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.control import poll as control_poll
 from inferd.kernel.actors.control.actor import ControlActor
-from inferd.kernel.actors.control.desired_state_record import Entry, Store
+from inferd.kernel.sdk.control import OpenedPolicy
+from inferd.kernel.sdk.control_state import ControlStateStore, Entry
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER, cpu_executor
 from inferd.kernel.runtime.router import Router
 from inferd.kernel.settings import Settings
-from inferd.plugins.state.path import LocalStore
+from inferd.plugins.control_state.path import LocalStore
+from inferd.plugins.control_state.record import ControlStateRecord
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound, Unavailable
 from inferd.protocols.messages import (
     Ack,
@@ -234,14 +236,17 @@ class Harness:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, models: tuple[str, ...] = (), *, record: Store | None = None,
+async def running(tmp_path: Path, models: tuple[str, ...] = (), *,
+                  record: ControlStateStore | None = None, record_poll_secs: float = 5.0,
                   **settings: Any) -> AsyncIterator[Harness]:
     """Control and its stand-ins on one router; ``models`` are in the repository; ``record``
     the ``--model-control-state`` store, if any."""
     router = Router("main")
     options: dict[str, Any] = {"model_control_mode": "explicit", **settings}
-    state = (record, record.read()) if record is not None else None
-    control = ControlActor(router, Settings(**options), tmp_path / "overrides", state)
+    policies = [] if record is None else [OpenedPolicy(
+        lambda handle: ControlStateRecord(handle, record, record.read(),
+                                          poll_secs=record_poll_secs))]
+    control = ControlActor(router, Settings(**options), tmp_path / "overrides", policies)
     (tmp_path / "models").mkdir(exist_ok=True)
     harness = Harness(router, control, FakeRepository(router, tmp_path / "models"),
                       FakeScheduler(router), FakeExecutors(router))
@@ -445,7 +450,7 @@ async def test_a_load_is_written_to_the_record_and_a_removal_there_is_followed(
 ) -> None:
     record = LocalStore(str(tmp_path / "desired.json"))
     async with running(tmp_path, ("a", "b"), record=record,
-                       model_control_state_poll_secs=0.02) as harness:
+                       record_poll_secs=0.02) as harness:
         assert await harness.router.ask(CONTROL, LoadStartupModels()) == StartupReport({})
         await load(harness, "a")
         written, _ = record.read()

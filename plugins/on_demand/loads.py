@@ -1,6 +1,6 @@
 """Control's loads on first request (``--model-load-on-demand``, an inferd extension), an
-object the control actor owns and calls when the data plane says a request named a model
-the scheduler does not serve (``LoadOnDemand``).
+object the on-demand policy (``policy``) owns and calls when the data plane says a request
+named a model the scheduler does not serve (``LoadOnDemand``).
 
 Owns the loads a request starts and those waiting on them: the first request for a model
 starts its load in a task of the actor's own (a waiter that goes away cancels nothing), every
@@ -11,7 +11,7 @@ row (from ``BACKOFF_FIRST_SECS`` up to ``BACKOFF_MOST_SECS``) the requests that 
 that reason at once instead of starting the load again. A model the repository does not have
 is not a failure: its requests keep Triton's "is not found"; nor is a load refused for now
 (503: no room in the memory budget), which the next request tries again. How one model
-loads (within the memory budget, its composing models with it) is the actor's, passed in.
+loads (within the memory budget, its composing models with it) is control's, passed in.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""On-demand loads (``inferd.kernel.actors.control.on_demand``) without a server: concurrent
+"""On-demand loads (``inferd.plugins.on_demand.loads``) without a server: concurrent
 first requests share one load, a failure answers every waiter and then backs off, a model
 the repository lacks and a load refused for room are not backed off, and a wait is bounded."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from inferd.kernel.actors.control.on_demand import OnDemandLoads
+from inferd.plugins.on_demand.loads import OnDemandLoads
 from inferd.protocols.errors import InvalidArgument, NotFound, Unavailable
 
 pytestmark = pytest.mark.anyio

@@ -1,9 +1,12 @@
-"""The desired-state record of ``--model-control-state`` (an inferd extension): which models
+"""The control-state record of ``--model-control-state`` (an inferd extension): which models
 EXPLICIT-mode replicas agree to serve, with the overrides that reproduce each load.
 
-Owns the record's format, the ``Store`` contract and the registry of stores, which plugins
-fill by URL scheme (``inferd_register_state_stores``: the built-in ``inferd.plugins.state.path``
-for a local path and ``inferd.plugins.state.s3`` for ``s3://``). The record is one JSON document::
+The contract of its stores: the record's format, ``ControlStateStore`` and the registry of
+stores, which plugins fill by URL scheme (``inferd_register_control_state_stores``: the
+built-in ``inferd.plugins.control_state.path`` for a local path and
+``inferd.plugins.control_state.s3`` for ``s3://``). The record itself (what it means to a
+replica) is the ``control_state`` plugin's (``inferd.plugins.control_state``). The record
+is one JSON document::
 
     {"format": "inferd-model-control-state", "version": 1, "generation": 7,
      "models": {"m": {"config": "<the load's config JSON, or empty>",
@@ -156,7 +159,7 @@ def _problem(document: dict[str, Any]) -> str:
     return ""
 
 
-class Store(Protocol):
+class ControlStateStore(Protocol):
     """Where the record lives. Blocking calls (the caller runs them in a thread)."""
 
     where: str
@@ -179,7 +182,7 @@ class Store(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class StateStoreSpec:
+class ControlStateStoreSpec:
     """A kind of store: ``scheme`` is the URL scheme of the records it keeps (``"s3"`` for
     ``s3://...``; ``""`` for a plain path), ``described`` how ``--model-control-state``'s
     error names it (``"an s3:// URL"``), ``open(where)`` the store of one record (blocking,
@@ -188,27 +191,11 @@ class StateStoreSpec:
     name: str
     scheme: str
     described: str
-    open: Callable[[str], Store]
+    open: Callable[[str], ControlStateStore]
 
 
-class StateStoreRegistry(Registry[StateStoreSpec]):
-    """Filled by ``inferd_register_state_stores`` hooks: ``registry.add(StateStoreSpec(...))``."""
+class ControlStateStoreRegistry(Registry[ControlStateStoreSpec]):
+    """Filled by ``inferd_register_control_state_stores`` hooks:
+    ``registry.add(ControlStateStoreSpec(...))``."""
 
     kind = "control-state store"
-
-
-def open_store(where: str, stores: StateStoreRegistry | None = None) -> Store:
-    """The store of ``--model-control-state``: the one whose scheme ``where`` has (a plain
-    path has none). ``stores`` defaults to the installed plugins' stores."""
-    if stores is None:
-        from inferd.kernel.runtime.plugin_manager import installed
-
-        stores = installed().state_stores()
-    scheme, separator, _ = where.partition("://")
-    scheme = scheme.lower() if separator else ""
-    specs = sorted(stores, key=lambda spec: spec.scheme)  # a plain path first
-    for spec in specs:
-        if spec.scheme == scheme:
-            return spec.open(where)
-    takes = " or ".join(spec.described for spec in specs) or "nothing (no store is installed)"
-    raise RecordError(f"{where}: --model-control-state takes {takes}")

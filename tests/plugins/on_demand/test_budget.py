@@ -1,4 +1,4 @@
-"""The memory budget (``inferd.kernel.actors.control.budget``) without a server: a load's
+"""The memory budget (``inferd.plugins.on_demand.budget``) without a server: a load's
 footprint is its declared size or what the meter saw it add (never less than its files), a
 load that would not fit unloads the least recently used idle model first, a busy, pinned or
 loading one is never chosen, a load found larger once measured unloads more, and the index
@@ -12,9 +12,10 @@ import anyio
 import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.control.budget import MemoryBudget, Usage
 from inferd.kernel.actors.control.model_status import ModelStatus, State, VersionStatus
-from inferd.kernel.observability.memory_meter import MemoryMeter
+from inferd.kernel.sdk import MemoryMeter
+from inferd.kernel.sdk.control import Usage
+from inferd.plugins.on_demand.budget import MemoryBudget
 from inferd.protocols.errors import Unavailable
 from inferd.protocols.messages import IndexEntry
 
@@ -51,10 +52,17 @@ class Server:
         self.folder = tmp_path / "files"
         self.folder.mkdir()
         (self.folder / "model.onnx").write_bytes(b"x" * 10)
-        self.budget = MemoryBudget((("cpu", budget),), self.models, usage=self._usage,
+        self.budget = MemoryBudget((("cpu", budget),), changing=self._changing,
+                                   usage=self._usage,
                                    pinned=self.pins.__contains__,
                                    ensembles_using=lambda name: [], evict=self._evict,
                                    meter=self.meter)
+
+    def _changing(self, name: str) -> bool:
+        """As control says: its lock is held, or a version is loading or unloading."""
+        model = self.models.get(name)
+        return model is not None and (model.lock.locked() or any(
+            v.state in (State.LOADING, State.UNLOADING) for v in model.versions.values()))
 
     async def _usage(self) -> Usage:
         return dict(self.usage)

@@ -1,7 +1,7 @@
-"""Control's part in ``--model-control-state`` (an inferd extension), an object the control
-actor owns and calls: replicas in EXPLICIT mode that agree on what is loaded.
+"""The control-state record (``--model-control-state``, an inferd extension) as a control
+policy: replicas in EXPLICIT mode that agree on what is loaded.
 
-Owns what the desired-state record (``inferd.kernel.actors.control.desired_state_record``) means to
+Owns what the control-state record (its format: ``inferd.kernel.sdk.control_state``) means to
 a replica: every successful load and unload of the repository API is written to it (a load that
 matches it writes nothing); at start-up, after ``--load-model``, each model it names is loaded with
 its overrides (one that fails shows in the index and stops nothing, whatever ``--exit-on-error``
@@ -21,55 +21,42 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from inferd.kernel.actors.control.desired_state_record import Entry, Record, RecordError, Store
+from inferd.kernel.sdk import ControlStateStore, Entry, Record, RecordError
+from inferd.kernel.sdk.control import ControlHandle, ControlPolicy
 from inferd.protocols.errors import InferdError, NotFound, Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LoadModel = Callable[[str, str, dict[str, bytes], str], Awaitable[None]]
-"""``load(name, config, files, cause)``: load one model as a load request would (raising its
-error); once loaded it is one the server must serve."""
-UnloadModel = Callable[[str], Awaitable[None]]
-"""``unload(name)``: unload it and the composing models only it brought in, and forget it if
-it never loaded here."""
-NoteFailure = Callable[[str, str], None]
-"""``note_failure(name, why)``: what the index says of a model that could not be loaded."""
-Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
 
-class DesiredState:
-    """The desired-state record as one replica's control actor uses it. ``store`` is None
-    without ``--model-control-state`` (then every method does nothing); ``start`` is the
+class ControlStateRecord(ControlPolicy):
+    """The control-state record as one replica's control actor calls it. ``start`` is the
     record as read at start-up (before anything loads) and its token; ``poll_secs`` how
-    often the record is re-read (0: never). What it needs of the actor is passed in: how to
-    load, unload and mark a model failed, and where to run its follower."""
+    often the record is re-read (0: never). It loads, unloads and marks a model failed, and
+    runs its follower, through ``control``."""
 
     def __init__(
-        self, store: Store | None, start: tuple[Record, str | None], *, poll_secs: float,
-        load: LoadModel, unload: UnloadModel, note_failure: NoteFailure, spawn: Spawn,
+        self, control: ControlHandle, store: ControlStateStore,
+        start: tuple[Record, str | None], *, poll_secs: float,
     ) -> None:
         self._store = store
         self._start_record, self._token = start
         self._poll_secs = poll_secs
-        self._load = load
-        self._unload = unload
-        self._note_failure = note_failure
-        self._spawn = spawn
+        self._control = control
         self._applied: dict[str, tuple[Entry | None, int]] = {}
         self._generation = 0  # the newest generation seen
         self._model_locks: defaultdict[str, anyio.Lock] = defaultdict(anyio.Lock)
         self._problem = ""  # the last read's error, logged once
         self._following = True
 
-    def stop_following(self) -> None:
+    def stopping(self) -> None:
         """Shutting down: the follower acts no more (what it does now finishes)."""
         self._following = False
 
@@ -78,21 +65,25 @@ class DesiredState:
 
     # ------------------------------------------------------------------ the API's writes
 
-    def recording(self, name: str) -> AbstractAsyncContextManager[Any]:
-        """Held by an API load or unload of ``name`` from its start to its write."""
-        return self._model_locks[name] if self._store is not None else nullcontext()
+    async def around_client_load(self, name: str, config: str, files: Mapping[str, bytes],
+                                 versions: tuple[int, ...],
+                                 load: Callable[[], Awaitable[None]]) -> None:
+        """An API load, under the model's lock from its start to its write: a successful one
+        gets its entry in the record (nothing written if it is there). Single versions are
+        not recorded (docs/versions.md)."""
+        async with self._model_locks[name]:
+            await load()
+            if not versions:
+                entry, blobs = Entry.of_load(config, files)
+                await self._write(name, entry, lambda record: record.with_model(name, entry),
+                                  blobs, f"'{name}' is loaded")
 
-    async def record_load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
-        """A successful API load: its entry in the record (nothing written if it is there)."""
-        if self._store is not None:
-            entry, blobs = Entry.of_load(config, files)
-            await self._write(name, entry, lambda record: record.with_model(name, entry),
-                              blobs, f"'{name}' is loaded")
-
-    async def record_unload(self, name: str, unloaded: list[str]) -> None:
-        """A successful API unload of ``name`` (``unloaded``: it and the dependents that went
-        with it): their removal from the record."""
-        if self._store is not None:
+    async def around_client_unload(self, name: str,
+                                   unload: Callable[[], Awaitable[list[str]]]) -> None:
+        """An API unload of ``name``: what went (it and the dependents that went with it)
+        is removed from the record."""
+        async with self._model_locks[name]:
+            unloaded = await unload()
             await self._write(name, None, lambda record: record.without(*unloaded), {},
                               f"'{name}' is unloaded")
             for other in unloaded:
@@ -101,11 +92,10 @@ class DesiredState:
     async def _write(self, name: str, entry: Entry | None,
                      change: Callable[[Record], Mapping[str, Entry] | None],
                      blobs: Mapping[str, bytes], done: str) -> None:
-        assert self._store is not None
         try:
             record = await self._in_thread(self._store.update, change, blobs)
         except RecordError as error:
-            log.error("the desired-state record was not updated: %s", error)
+            log.error("the control-state record was not updated: %s", error)
             raise Unavailable(f"{done}, but --model-control-state was not updated (other "
                               f"replicas will not follow): {error}") from None
         self._applied[name] = (entry, record.generation)
@@ -113,11 +103,9 @@ class DesiredState:
 
     # ------------------------------------------------------------------ start-up, following
 
-    async def apply_start_record(self, loaded: set[str]) -> None:
+    async def started(self, loaded: set[str]) -> None:
         """After ``--load-model``: load what the record names (a plain entry already loaded
         by ``--load-model`` is left as it is), then follow the record."""
-        if self._store is None:
-            return
         record = self._start_record
         self._generation = record.generation
         async with anyio.create_task_group() as tasks:
@@ -127,10 +115,9 @@ class DesiredState:
                 else:
                     tasks.start_soon(self._follow_model, name, record, "start-up")
         if self._poll_secs > 0:
-            self._spawn(self._follow_forever)
+            self._control.spawn(self._follow_forever)
 
     async def _follow_forever(self) -> None:
-        assert self._store is not None
         while True:
             await anyio.sleep(self._poll_secs)
             if not self._following:
@@ -144,23 +131,23 @@ class DesiredState:
                 record, self._token = await self._in_thread(self._store.read)
             except RecordError as error:
                 if str(error) != self._problem:
-                    log.error("cannot follow the desired-state record, keeping the models "
+                    log.error("cannot follow the control-state record, keeping the models "
                               "served: %s", error)
                 self._problem = str(error)
                 continue
             if self._problem:
-                log.info("the desired-state record %s is readable again", self._store.where)
+                log.info("the control-state record %s is readable again", self._store.where)
                 self._problem = ""
             try:
                 await self._converge(record)
             except Exception:  # the follower must outlive any one failure; it says why
-                log.exception("following the desired-state record failed")
+                log.exception("following the control-state record failed")
 
     async def _converge(self, record: Record) -> None:
         if record.generation < self._generation:
             # The record was replaced by an older one (restored, or removed and started
             # again): follow it as it is.
-            log.warning("the desired-state record went back from generation %d to %d",
+            log.warning("the control-state record went back from generation %d to %d",
                         self._generation, record.generation)
             self._applied = {name: (entry, -1) for name, (entry, _) in self._applied.items()}
         self._generation = record.generation
@@ -185,16 +172,15 @@ class DesiredState:
             if entry is None:
                 # With the composing models only it brought in: what a replica started on the
                 # record would serve (whether the writer cascaded or not).
-                await self._unload(name)
+                await self._control.apply_unload(name)
                 return
-            cause = f"the desired-state record ({why}, generation {record.generation})"
+            cause = f"the control-state record ({why}, generation {record.generation})"
             try:
-                assert self._store is not None
                 files = {path: await self._in_thread(self._store.blob, sha)
                          for path, sha in entry.files.items()}
-                await self._load(name, entry.config, files, cause)
+                await self._control.apply_load(name, entry.config, files, cause)
             except (InferdError, RecordError) as error:
                 message = error.message if isinstance(error, InferdError) else str(error)
                 if isinstance(error, (NotFound, RecordError)):
-                    self._note_failure(name, f"{cause}: {message}")  # the index says why
+                    self._control.note_failure(name, f"{cause}: {message}")  # the index says why
                 log.error("%s: loading '%s' failed: %s", cause, name, message)

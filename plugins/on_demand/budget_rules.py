@@ -2,7 +2,7 @@
 and budgets as the command line writes them (``cpu=16GiB,gpu0=70%``), the device a model's
 config counts against, its ``INFERD_MEMORY_BYTES`` and ``INFERD_PIN`` parameters, sizes as
 messages word them, and the choice of what to unload: the least recently used candidates,
-only as many as make room. No I/O; ``inferd.kernel.actors.control.budget`` applies them.
+only as many as make room. No I/O; ``inferd.plugins.on_demand.budget`` applies them.
 """
 
 from __future__ import annotations

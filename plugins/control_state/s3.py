@@ -1,4 +1,4 @@
-"""The ``s3`` control-state store plugin: the desired-state record of ``--model-control-state``
+"""The ``s3`` control-state store plugin: the control-state record of ``--model-control-state``
 on S3 (the kernel owns the format): ``s3://bucket/key``, or Triton's ``s3://host:port/bucket/key``
 for a custom endpoint, changed by compare-and-swap with S3's conditional writes.
 
@@ -22,9 +22,9 @@ from inferd.kernel.sdk import (
     Entry,
     Record,
     RecordError,
-    StateStoreRegistry,
-    StateStoreSpec,
-    Store,
+    ControlStateStoreRegistry,
+    ControlStateStoreSpec,
+    ControlStateStore,
     checked,
     dump,
     hookimpl,
@@ -149,10 +149,10 @@ class S3Store:
         return f"{self._key}.files/{sha}"
 
 
-def open_s3(where: str) -> Store:
+def open_s3(where: str) -> ControlStateStore:
     return S3Store(where)
 
 
 @hookimpl
-def inferd_register_state_stores(registry: StateStoreRegistry) -> None:
-    registry.add(StateStoreSpec("s3", "s3", "an s3:// URL", open_s3))
+def inferd_register_control_state_stores(registry: ControlStateStoreRegistry) -> None:
+    registry.add(ControlStateStoreSpec("s3", "s3", "an s3:// URL", open_s3))

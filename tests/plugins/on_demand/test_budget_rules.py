@@ -1,4 +1,4 @@
-"""The memory budget's pure parts (``inferd.kernel.actors.control.budget_rules``): sizes and budgets
+"""The memory budget's pure parts (``inferd.plugins.on_demand.budget_rules``): sizes and budgets
 as written on the command line, the device and parameters a config gives, and the choice of
 what to unload: the least recently used first, only as many as needed, None when even all of
 them would not make room."""
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.control.budget_rules import (
+from inferd.plugins.on_demand.budget_rules import (
     Candidate,
     choose_evictions,
     declared_bytes,

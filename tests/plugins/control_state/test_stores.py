@@ -1,4 +1,4 @@
-"""The desired-state record (``inferd.kernel.actors.control.desired_state_record``): its format and
+"""The control-state record (``inferd.kernel.sdk.control_state``): its format and
 its refusals, and its stores under concurrent writers, on a local path (flock + write-then-rename)
 and on a real S3-compatible server (moto, conditional writes): no update is lost, no reader ever
 sees a torn record, every file a record names is there."""
@@ -16,19 +16,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferd.kernel.actors.control.desired_state_record import (
+from inferd.kernel.sdk.control_state import (
     VERSION,
     Entry,
     Record,
     RecordError,
-    Store,
+    ControlStateStore,
     digest,
     dump,
-    open_store,
     parse,
 )
-from inferd.plugins.state.path import LocalStore
-from inferd.plugins.state.s3 import S3Store
+from inferd.kernel.runtime.plugin_manager import installed
+from inferd.plugins.control_state import opening
+from inferd.plugins.control_state.path import LocalStore
+from inferd.plugins.control_state.s3 import S3Store
+
+def open_store(where: str) -> ControlStateStore:
+    """The store ``--model-control-state`` would open, among the installed plugins'."""
+    return opening.open_store(where, installed().control_state_stores())
+
 
 WRITERS = 6
 CHANGES = 12
@@ -120,7 +126,7 @@ def test_a_damaged_file_override_is_refused(tmp_path: Path) -> None:
     assert not list((tmp_path / "state.json.files").iterdir())  # no model names it: removed
 
 
-def _writer(store: Store, worker: int, seed: int) -> dict[str, Entry]:
+def _writer(store: ControlStateStore, worker: int, seed: int) -> dict[str, Entry]:
     """Random loads and unloads of the worker's own models; what it last wrote of each."""
     chooser = random.Random(seed)
     mine: dict[str, Entry] = {}
@@ -159,7 +165,7 @@ def _run_processes(where: str) -> dict[str, Entry]:
     return expected
 
 
-def _check(store: Store, expected: dict[str, Entry]) -> None:
+def _check(store: ControlStateStore, expected: dict[str, Entry]) -> None:
     record, _ = store.read()
     assert dict(record.models) == expected
     for entry in record.models.values():
@@ -167,7 +173,7 @@ def _check(store: Store, expected: dict[str, Entry]) -> None:
             assert digest(store.blob(sha)) == sha, path
 
 
-def _run_threads(make_store: Any, reader_store: Store) -> dict[str, Entry]:
+def _run_threads(make_store: Any, reader_store: ControlStateStore) -> dict[str, Entry]:
     """WRITERS threads writing at once while a reader keeps parsing the record."""
     expected: dict[str, Entry] = {}
     errors: list[BaseException] = []

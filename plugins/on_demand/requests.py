@@ -6,15 +6,13 @@ Owns which answers mean "not loaded" (``Request for unknown model: ...`` and a r
 ``false``), the one retry after the load, and what the request hears when the load does not
 happen: the scheduler's own answer when the repository has no such model, control's reason
 otherwise. Requests for models that serve never pay more than without it. The loading, its
-waiters and its back-off are control's (``inferd.kernel.actors.control.on_demand``).
+waiters and its back-off are control's (``inferd.plugins.on_demand.loads``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from inferd.kernel.runtime.addresses import CONTROL
-from inferd.kernel.runtime.router import Router
 from inferd.protocols.errors import InferdError, NotFound, Unavailable
 from inferd.protocols.messages import HealthStatus, LoadOnDemand, Message, ModelReadyRequest
 
@@ -29,8 +27,11 @@ def not_loaded(error: InferdError) -> bool:
 
 
 class OnDemandRequests:
-    def __init__(self, router: Router, timeout_secs: float) -> None:
-        self._router = router
+    """``ask_control(message, timeout)``: ask the control actor."""
+
+    def __init__(self, ask_control: Callable[[Message, float], Awaitable[Message]],
+                 timeout_secs: float) -> None:
+        self._ask_control = ask_control
         self._ask_timeout = timeout_secs + _ASK_MARGIN_SECS
 
     async def call(self, send: Callable[[], Awaitable[Message]], request: Message,
@@ -54,7 +55,7 @@ class OnDemandRequests:
 
     async def _load(self, model: str, original: InferdError | None) -> None:
         try:
-            await self._router.ask(CONTROL, LoadOnDemand(model), timeout=self._ask_timeout)
+            await self._ask_control(LoadOnDemand(model), self._ask_timeout)
         except NotFound:
             if original is not None:
                 raise original from None  # not in the repository: Triton's answer

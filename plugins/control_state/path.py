@@ -20,9 +20,9 @@ from inferd.kernel.sdk import (
     Entry,
     Record,
     RecordError,
-    StateStoreRegistry,
-    StateStoreSpec,
-    Store,
+    ControlStateStoreRegistry,
+    ControlStateStoreSpec,
+    ControlStateStore,
     checked,
     dump,
     hookimpl,
@@ -134,10 +134,10 @@ def _write_atomically(path: Path, content: bytes) -> None:
         os.close(folder)
 
 
-def open_path(where: str) -> Store:
+def open_path(where: str) -> ControlStateStore:
     return LocalStore(where)
 
 
 @hookimpl
-def inferd_register_state_stores(registry: StateStoreRegistry) -> None:
-    registry.add(StateStoreSpec("path", "", "a local path", open_path))
+def inferd_register_control_state_stores(registry: ControlStateStoreRegistry) -> None:
+    registry.add(ControlStateStoreSpec("path", "", "a local path", open_path))

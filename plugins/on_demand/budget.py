@@ -1,5 +1,5 @@
 """Control's memory budget per device (``--model-memory-budget``, an inferd extension), an
-object the control actor owns and calls around every load of a model with instances.
+object the policy of this plugin (``policy``) calls around every load of a model with instances.
 
 Owns each loaded model's footprint (declared by the config parameter
 ``INFERD_MEMORY_BYTES``, else measured after its load: the growth of the resident memory of
@@ -14,28 +14,28 @@ with its composing model). A model with a declared size has it reserved and load
 others; loads that are measured run one at a time, so a measurement sees one load's growth
 only. When nothing more can go, the load fails with a 503 naming the budget and
 what holds it. The unloading itself, the model status and the scheduler's usage figures are
-the actor's, passed in.
+control's, passed in.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.control.budget_rules import (
+from inferd.kernel.sdk import MemoryMeter, folder_bytes
+from inferd.kernel.sdk.control import Usage
+from inferd.plugins.on_demand.budget_rules import (
     Candidate,
     choose_evictions,
     declared_bytes,
     device_of,
     format_bytes,
 )
-from inferd.kernel.actors.control.model_status import ModelStatus, State
-from inferd.kernel.observability.memory_meter import MemoryMeter, folder_bytes
 from inferd.protocols.errors import Unavailable
 from inferd.protocols.messages import IndexEntry
 
@@ -53,10 +53,6 @@ class Footprint:
     measured: bool  # False: declared by INFERD_MEMORY_BYTES
 
 
-Usage = Mapping[tuple[str, int], tuple[int, bool]]
-"""The scheduler's figures: per (model, version), its last inference (ms) and whether busy."""
-
-
 @dataclass(slots=True)
 class BudgetCounters:
     evictions: dict[str, int] = field(default_factory=dict)  # per device
@@ -65,18 +61,19 @@ class BudgetCounters:
 
 class MemoryBudget:
     """``budgets``: bytes per device (``parse_budget``). What it needs of the actor:
-    ``models`` (its status map), ``usage()`` (the scheduler's figures), ``pinned(name)``,
+    ``changing(name)`` (being loaded or unloaded), ``usage()`` (the scheduler's figures),
+    ``pinned(name)``,
     ``ensembles_using(name)`` (the ensembles loaded or loading that use it) and
     ``evict(name, reason)`` (unload it, its versions' index entries saying ``reason``)."""
 
     def __init__(
-        self, budgets: tuple[tuple[str, int], ...], models: Mapping[str, ModelStatus], *,
+        self, budgets: tuple[tuple[str, int], ...], *, changing: Callable[[str], bool],
         usage: Callable[[], Awaitable[Usage]], pinned: Callable[[str], bool],
         ensembles_using: Callable[[str], list[str]],
         evict: Callable[[str, str], Awaitable[None]], meter: MemoryMeter | None = None,
     ) -> None:
         self.budgets = dict(budgets)
-        self._models = models
+        self._changing = changing
         self._usage = usage
         self._pinned = pinned
         self._ensembles_using = ensembles_using
@@ -228,13 +225,9 @@ class MemoryBudget:
         return candidates, holders
 
     def _why_kept(self, model: str, usage: Usage) -> str:
-        status = self._models.get(model)
         if self._pinned(model):
             return "pinned"
-        if model in self._loading or (status is not None and status.lock.locked()):
-            return "loading or unloading"
-        if status is not None and any(v.state in (State.LOADING, State.UNLOADING)
-                                      for v in status.versions.values()):
+        if model in self._loading or self._changing(model):
             return "loading or unloading"
         if any(busy for (m, _), (_, busy) in usage.items() if m == model):
             return "in use"
@@ -250,12 +243,12 @@ class MemoryBudget:
         shared among its READY versions) and its last use (inference or on-demand request)."""
         ready: dict[str, int] = {}
         for entry in entries:
-            if entry.state == State.READY:
+            if entry.state == "READY":
                 ready[entry.name] = ready.get(entry.name, 0) + 1
         annotated = []
         for entry in entries:
             footprint = self.footprints.get(entry.name)
-            if entry.state == State.READY and entry.version.isdigit():
+            if entry.state == "READY" and entry.version.isdigit():
                 held = footprint.held // ready[entry.name] if footprint is not None else 0
                 last, _ = usage.get((entry.name, int(entry.version)), (0, False))
                 entry = replace(entry, memory_bytes=held,
