@@ -1,5 +1,7 @@
-"""What a batched instance reads of its config (``inferd.kernel.actors.executor.batched_instance``
-runs the batches): the plan of each configured tensor and the plan a backend subclasses.
+"""What a batched instance reads of its config: the plans of its tensors.
+
+``ConfiguredTensor`` is one configured tensor's plan and ``BatchPlan`` the one a backend
+subclasses; ``inferd.kernel.actors.executor.batched_instance`` runs the batches.
 
 Kept out of the compiled batch path on purpose: backends subclass ``BatchPlan[...]``, and a
 generic dataclass compiled by mypyc neither imports as a native class nor stays subscriptable
