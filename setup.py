@@ -46,10 +46,11 @@ UNFINISHED = "a build started and did not finish; rebuild with make setup"
 # The modules one inference request crosses, each kept only where bench/performance/compiled.py
 # shows it faster compiled. Left interpreted: the message kinds (the wire codec checks decoded
 # values against their type hints, which compiled classes no longer carry in full);
-# kernel/actors/executor/batched_instance.py (backends subclass it, and its generic slotted
-# dataclasses fail to import compiled); kernel/actors/scheduler/progress.py (tests subclass it);
-# kernel/dataplane/data_plane.py and kernel/runtime/router.py (their unit tests drive them with
-# stand-ins a compiled signature refuses, and no step of the bench shows them yet).
+# kernel/actors/executor/batch_plan.py (backends subclass its generic dataclass, which mypyc
+# cannot compile into anything importable and subscriptable); kernel/actors/scheduler/progress.py
+# (tests subclass it); kernel/actors/executor/instance_slot.py (compiled, an awaited generic
+# ``InstanceSlot.run`` failed a batch with "None object expected", and ``named_call`` copies a
+# Python function's code object). The classes backends subclass allow interpreted subclasses.
 COMPILED = [
     "protocols/wire.py",
     "protocols/wire_kinds.py",
@@ -74,6 +75,10 @@ COMPILED = [
     "kernel/actors/scheduler/dispatch.py",
     "kernel/actors/scheduler/request_validation.py",
     "kernel/observability/statistics.py",
+    "kernel/runtime/router.py",
+    "kernel/dataplane/data_plane.py",
+    "kernel/actors/scheduler/actor.py",
+    "kernel/actors/executor/batched_instance.py",
 ]
 if os.environ.get("INFERD_COMPILE_ONLY"):
     _only = os.environ["INFERD_COMPILE_ONLY"].split(",")

@@ -7,8 +7,10 @@ executor), so the same ``ask`` reaches an actor whatever process it lives in. As
 deadlines; every ask gets its reply or a typed error: ``DeadlineExceeded``, or
 ``ActorGone``/``ExecutorCrashed`` when the peer goes. An ask abandoned (its task cancelled, or
 past its timeout) tells its actor ``Cancel``. Two cheaper forms serve the inference path:
-``ask_then`` hands the reply to a callback instead of a waiting task, and ``call`` runs a local
-actor's direct handler (``Actor.DIRECT``) in the caller's own task, with no envelope at all.
+``ask_then`` hands the reply to a callback instead of a waiting task, ``call`` runs a local
+actor's direct handler (``Actor.DIRECT``) in the caller's own task, with no envelope at all, and
+``run_here`` lets a local actor that can answer at once (an executor whose instance runs on the
+loop) answer a plain function call: no envelope, id or pending ask either way.
 This module turns exceptions into errors for an asker (``Failure`` replies on the wire), and
 nothing else does; it never touches a socket.
 """
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 
 OnReply = Callable[["Message | InferdError"], None]
 DirectHandler = Callable[[Any, None], Awaitable["Message | None"]]
+# An actor's answer to a message it can handle at once, or None when it cannot (then ask).
+RunHere = Callable[[Message], "Message | None"]
 _NO_HANDLERS: dict[type[Message], DirectHandler] = {}
 
 
@@ -69,6 +73,7 @@ class Router:
         self._actors: dict[str, Callable[[Envelope], None]] = {}
         self._pending: dict[int, _PendingAsk] = {}
         self._direct: dict[str, dict[type[Message], DirectHandler]] = {}
+        self._here: dict[str, RunHere] = {}
         self._link: ProcessLink | None = None
 
     # ------------------------------------------------------------------ local actors
@@ -90,7 +95,31 @@ class Router:
     def unregister(self, address: str) -> None:
         self._actors.pop(address, None)
         self._direct.pop(address, None)
+        self._here.pop(address, None)
         self.fail_pending_to(address, ActorGone(f"actor '{address}' stopped"))
+
+    def answer_here(self, address: str, run: RunHere) -> None:
+        """``run_here`` for the registered actor at ``address`` calls ``run`` (until the actor
+        unregisters): it answers what it can at once and returns None for the rest."""
+        if address not in self._actors:
+            raise ValueError(f"no actor registered at {address!r}")
+        self._here[address] = run
+
+    def run_here(self, dst: str, body: Message) -> Message | InferdError | None:
+        """The reply of the actor of this process at ``dst`` to ``body`` when it answers at
+        once (``answer_here``), as ``ask_then`` would hand it over (a failure or an exception
+        becomes the ``InferdError``); None when it cannot, or when ``dst`` is elsewhere: then
+        ask. The inference path's shortcut to an executor in the server's own process."""
+        run = self._here.get(dst)
+        if run is None:
+            return None
+        try:
+            reply = run(body)
+        except Exception as error:  # noqa: BLE001 - converted exactly as a Failure reply is
+            return self._as_error(error, body)
+        if isinstance(reply, Failure):
+            return InferdError.from_code(reply.code, reply.message)
+        return reply
 
     def attach(self, link: ProcessLink) -> None:
         self._link = link

@@ -93,6 +93,7 @@ from inferd.protocols.messages import (
     InstancesReady,
     InstancesReadyRequest,
     LoadVersion,
+    Message,
     RemoteStreamRequest,
     Shutdown,
     StreamBatch,
@@ -144,6 +145,9 @@ class ExecutorActor(Actor):
         self.device_memory = device_memory if device_memory is not None else DeviceMemory()
         # What each load takes and each unload gives back (the server's process: its own).
         self._memory = ProcessMemory(with_children=address != INLINE_EXECUTOR)
+
+    async def on_start(self) -> None:
+        self.router.answer_here(self.address, self.run_here)
 
     async def on_shutdown(self, message: Shutdown, envelope: Envelope) -> Ack:
         await self.on_stop()
@@ -394,10 +398,9 @@ class ExecutorActor(Actor):
         else, as any actor."""
         batch = envelope.body
         if type(batch) is InferBatch:
-            slot = self._instances.get(batch.instance)
-            if slot is not None and slot.runs_inline():
-                outcome = slot.run_inline(batch)
-                self.router.reply(envelope, batch_result(batch, slot, outcome))
+            reply = self.run_here(batch)
+            if reply is not None:
+                self.router.reply(envelope, reply)
                 return
             self._cancelled[(envelope.src, envelope.msg_id)] = CancelledRequests()
         elif type(batch) is StreamBatch:  # known before its task first runs
@@ -408,6 +411,17 @@ class ExecutorActor(Actor):
                 cancelled.add(batch.positions)
             return
         super().accept(envelope)
+
+    def run_here(self, batch: Message) -> BatchResult | None:
+        """``batch``'s reply when it is an ``InferBatch`` for an instance that runs on the loop
+        now (run right here), else None. The router calls it for a scheduler of this process
+        (``Router.run_here``), so such a batch needs no envelope, id or pending ask."""
+        if type(batch) is not InferBatch:
+            return None
+        slot = self._instances.get(batch.instance)
+        if slot is None or not slot.runs_inline():
+            return None
+        return batch_result(batch, slot, slot.run_inline(batch))
 
     def _cancellation(self, key: tuple[str, int]) -> CancelledRequests:
         """The cancellation record of the batch ``key`` names (``accept`` made it)."""

@@ -20,73 +20,38 @@ import abc
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
+from inferd.kernel.actors.executor.batch_plan import (
+    BatchPlan,
+    ConfiguredTensor,
+    PlannedTensor,
+    PlanT,
+)
 from inferd.kernel.backend import Instance, split_batch
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
-from inferd.protocols.tensors import config_type_to_datatype, from_numpy
+from inferd.protocols.tensors import from_numpy
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelInput, ModelOutput
+    from _typeshed import IdentityFunction
 
-# Indexes into an instance's phase clock (index 0 holds when the current phase began).
-_INPUT_PHASE, _INFER_PHASE, _OUTPUT_PHASE = 1, 2, 3
+try:  # present wherever the module can be compiled (mypy brings it)
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - an install without mypy runs this module interpreted
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> IdentityFunction:
+        return lambda cls: cls
 
-
-class PlannedTensor(Protocol):
-    """One configured tensor as the skeleton reads it: ``reshape`` is the shape the framework
-    sees when the config reshapes the tensor (without the batch dimension), ``dims`` the shape
-    clients see."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def datatype(self) -> str: ...
-
-    @property
-    def dims(self) -> tuple[int, ...]: ...
-
-    @property
-    def reshape(self) -> tuple[int, ...] | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ConfiguredTensor:
-    """A ``PlannedTensor`` read straight from a config entry: what a backend that binds
-    tensors by name needs (onnxruntime, TensorRT)."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
-
-    @classmethod
-    def of(cls, entry: ModelInput | ModelOutput) -> ConfiguredTensor:
-        reshape = tuple(entry.reshape.shape) if entry.HasField("reshape") else None
-        datatype = config_type_to_datatype(model_config_pb2.DataType.Name(entry.data_type))
-        return cls(entry.name, datatype, tuple(entry.dims), reshape)
-
-
-PlanT = TypeVar("PlanT", bound=PlannedTensor)
 InputsT = TypeVar("InputsT")
 ResultT = TypeVar("ResultT")
 
+__all__ = ["BatchPlan", "BatchedInstance", "ConfiguredTensor", "NamedTensorInstance",
+           "PlannedTensor", "PreparedRequest"]
 
-@dataclass(frozen=True, slots=True)
-class BatchPlan(Generic[PlanT]):
-    """What an instance needs to know of the config, read once at load. A backend subclasses
-    it (with ``@dataclass(frozen=True, slots=True)``) to add how it is built from a config."""
-
-    model: str
-    version: str
-    batching: bool
-    inputs: dict[str, PlanT]
-    outputs: tuple[PlanT, ...]
+# Indexes into an instance's phase clock (index 0 holds when the current phase began).
+_INPUT_PHASE, _INFER_PHASE, _OUTPUT_PHASE = 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +66,7 @@ class PreparedRequest:
     outputs: tuple[str, ...]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BatchedInstance(Instance, Generic[PlanT, InputsT, ResultT]):
     """An instance that runs compatible requests as one batch; see the module docstring for
     what a subclass supplies. ``InputsT`` is what ``_inputs`` hands ``_infer``, ``ResultT``
@@ -280,6 +246,7 @@ class BatchedInstance(Instance, Generic[PlanT, InputsT, ResultT]):
         return Internal(f"model '{self._plan.model}' returned unusable outputs: {error}")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NamedTensorInstance(BatchedInstance[ConfiguredTensor, dict[str, np.ndarray],
                                           list[np.ndarray]]):
     """The skeleton for a framework that takes a group's inputs by name and gives back one

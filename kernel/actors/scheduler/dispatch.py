@@ -104,6 +104,12 @@ class BatchDispatch:
             self._finish_batch(version, slot, batch, error)
             return
         message = InferBatch(version.model, version.version, slot.instance, requests)
+        # An executor of this process whose instance runs on the loop answers at once: a
+        # call, no envelope (and nothing to cancel: the batch is done when it returns).
+        reply = self._router.run_here(slot.executor, message)
+        if reply is not None:
+            self._finish_batch(version, slot, batch, reply)
+            return
         sent.ask = self._router.ask_then(slot.executor, message,
                                          partial(self._finish_batch, version, slot, batch))
 

@@ -30,12 +30,15 @@ from inferd.kernel.dataplane.cuda_shared_memory import (
     present_runtime,
 )
 from inferd.kernel.dataplane.data_plane import DataPlane
+from inferd.kernel.runtime.addresses import SCHEDULER
+from inferd.kernel.runtime.router import Router
 from inferd.kernel.dataplane.system_shared_memory import SharedMemoryRegistry
 from inferd.kernel.runtime.devices import visible_gpus
 from inferd.protocols import kserve_grpc_admin, kserve_http_admin
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (
     Ack,
+    Envelope,
     InferRequest,
     InferResponse,
     Message,
@@ -211,18 +214,23 @@ def registry(cuda: FakeCuda, tmp_path: Path) -> SharedMemoryRegistry:
     return SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: cuda))
 
 
-class EchoRouter:
+class EchoScheduler:
     """A scheduler of a model on the CPU answering each input ``INx`` as output ``OUTx``: as
     the real one, it has CUDA inputs read to the host (``on_host``); ``gate`` holds the
-    answer until it is set."""
+    answer until it is set. It serves a real ``Router`` as the real one does: the data
+    plane's ``Router.call`` runs its direct handler."""
 
     def __init__(self) -> None:
         self.seen: list[InferRequest] = []
         self.gate: anyio.Event | None = None
         self.arrived = anyio.Event()
+        self.router = Router("main")
+        self.router.register(SCHEDULER, self._accept, {InferRequest: self._infer})
 
-    async def call(self, owner: str, request: Message) -> Message:
-        assert isinstance(request, InferRequest)
+    def _accept(self, envelope: Envelope) -> None:
+        raise AssertionError(f"the data plane asked {envelope.body!r} instead of calling")
+
+    async def _infer(self, request: InferRequest, envelope: None) -> Message:
         request = on_host(request)
         self.seen.append(request)
         self.arrived.set()
@@ -253,7 +261,7 @@ def register(name: str, handle_bytes: bytes, size: int, device: int = 0) -> Shar
 
 def test_register_status_and_unregister_one_or_all(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
                           allow_client_shm=True)
     first, _ = cuda.allocate(256)
     second, _ = cuda.allocate(512, device=1)
@@ -274,7 +282,7 @@ def test_register_status_and_unregister_one_or_all(
 
 
 def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
                           allow_client_shm=True)
     allocation, _ = cuda.allocate(64)
     handle(dataplane, register("gpu", allocation, 64))
@@ -319,8 +327,8 @@ def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: Fak
 
 def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    router = EchoRouter()
-    dataplane = DataPlane(router, shared_memory=registry,  # type: ignore[arg-type]
+    scheduler = EchoScheduler()
+    dataplane = DataPlane(scheduler.router, shared_memory=registry,
                           allow_client_shm=True)
     values = np.arange(16, dtype=np.float32)
     inputs, device_inputs = cuda.allocate(128)
@@ -337,7 +345,7 @@ def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
     assert isinstance(reply, SharedMemoryInferResponse)
     assert reply.outputs == (SharedMemoryOutput("OUT0", "FP32", (16,),
                                                 SharedMemoryRef("out", 64, 32)),)
-    sent = router.seen[0].inputs[0]
+    sent = scheduler.seen[0].inputs[0]
     assert isinstance(sent, Tensor) and sent.data.tolist() == values.tolist()
     assert not sent.data.flags.writeable
     assert bytes(device_outputs[32:96]) == values.tobytes()
@@ -358,7 +366,7 @@ def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
     error = error_of(dataplane, small)
     assert error.message == ("shared memory size specified with the request for output 'OUT0' "
                              "(32 bytes) should be at least 64 bytes to hold the results")
-    assert len(router.seen) == 2  # a bad window is refused before the model runs
+    assert len(scheduler.seen) == 2  # a bad window is refused before the model runs
     cuda.opened.clear()  # the memory went away under the server: CUDA refuses the copy
     error = error_of(dataplane, request)
     assert (error.code, error.message) == (
@@ -367,9 +375,9 @@ def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
 
 def test_an_unregister_during_a_request_closes_the_handle_after_it(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    router = EchoRouter()
-    router.gate = anyio.Event()
-    dataplane = DataPlane(router, shared_memory=registry,  # type: ignore[arg-type]
+    scheduler = EchoScheduler()
+    scheduler.gate = anyio.Event()
+    dataplane = DataPlane(scheduler.router, shared_memory=registry,
                           allow_client_shm=True)
     allocation, memory = cuda.allocate(64)
     handle(dataplane, register("out", allocation, 64))
@@ -386,12 +394,12 @@ def test_an_unregister_during_a_request_closes_the_handle_after_it(
                 replies.append(await dataplane.handle(request))
 
             group.start_soon(infer)
-            await router.arrived.wait()
+            await scheduler.arrived.wait()
             await dataplane.handle(SharedMemoryUnregister("out", "cuda"))
             assert registry.status(memory="cuda").regions == ()
             assert cuda.closed == []  # the request in flight still writes there
-            assert router.gate is not None
-            router.gate.set()
+            assert scheduler.gate is not None
+            scheduler.gate.set()
 
     anyio.run(scenario)
     gc.collect()
@@ -407,7 +415,7 @@ def test_without_a_gpu_every_register_is_refused_with_tritons_message(tmp_path: 
         looked.append(True)
 
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(no_gpu))
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
                           allow_client_shm=True)
     assert looked == []  # nothing is looked up (no CUDA context) before a CUDA request
     refused = error_of(dataplane, register("g", os.urandom(64), 64))
@@ -450,7 +458,7 @@ def test_a_copy_onto_the_device_is_synchronized_before_it_returns() -> None:
 def test_an_output_written_on_the_device_is_there_when_the_reply_is(tmp_path: Path) -> None:
     bindings = CudaBindings()
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: bindings_runtime(bindings)))
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
                           allow_client_shm=True)
     allocation, memory = bindings.allocate(64)
     assert handle(dataplane, register("out", allocation, 64)) == Ack()

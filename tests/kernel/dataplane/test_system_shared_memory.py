@@ -14,6 +14,8 @@ import pytest
 
 from inferd.kernel.dataplane.cuda_shared_memory import CudaRegistry
 from inferd.kernel.dataplane.data_plane import DataPlane
+from inferd.kernel.runtime.addresses import SCHEDULER
+from inferd.kernel.runtime.router import Router
 from inferd.kernel.dataplane.system_shared_memory import (
     CLIENT_SHM_DISABLED,
     SharedMemoryRegistry,
@@ -26,6 +28,7 @@ from inferd.kernel.runtime import link_memory, run_folder
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (
     Ack,
+    Envelope,
     InferRequest,
     InferResponse,
     Message,
@@ -208,23 +211,26 @@ def test_a_view_outlives_its_unregistered_region(
 # ------------------------------------------------------------------------------ data plane
 
 
-class EchoRouter:
+class EchoScheduler:
     """A scheduler that answers every inference request with its inputs renamed as outputs
-    (``IN`` -> ``OUT``), and keeps the requests it saw."""
+    (``IN`` -> ``OUT``), and keeps the requests it saw. It serves a real ``Router`` as the
+    real one does: the data plane's ``Router.call`` runs its direct handler."""
 
     def __init__(self) -> None:
         self.seen: list[InferRequest] = []
+        self.router = Router("main")
+        self.router.register(SCHEDULER, self._accept, {InferRequest: self._infer})
 
-    async def ask(self, owner: str, request: Message) -> Message:
-        assert isinstance(request, InferRequest)
+    def _accept(self, envelope: Envelope) -> None:
+        raise AssertionError(f"the data plane asked {envelope.body!r} instead of calling")
+
+    async def _infer(self, request: InferRequest, envelope: None) -> Message:
         self.seen.append(request)
         outputs = tuple(
             Tensor(t.name.replace("IN", "OUT"), t.datatype, t.shape, t.data)
             for t in request.inputs
         )
         return InferResponse(request.model, "1", outputs)
-
-    call = ask  # the data plane sends inferences to a local scheduler with Router.call
 
 
 def handle(dataplane: DataPlane, request: Message) -> Message:
@@ -235,8 +241,8 @@ def handle(dataplane: DataPlane, request: Message) -> Message:
 
 
 def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root: Path) -> None:
-    router = EchoRouter()
-    dataplane = DataPlane(router, shared_memory=registry,  # type: ignore[arg-type]
+    scheduler = EchoScheduler()
+    dataplane = DataPlane(scheduler.router, shared_memory=registry,
                           allow_client_shm=True)
     assert isinstance(handle(dataplane, SharedMemoryRegister("in", "/data", 64, 0)), Ack)
     handle(dataplane, SharedMemoryRegister("out", "/data", 64, 4096))
@@ -256,14 +262,14 @@ def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root
     assert written == SharedMemoryOutput("OUT0", "INT32", (16,), SharedMemoryRef("out", 64))
     assert isinstance(returned, Tensor) and returned.name == "OUT1"
     assert (root / "data").read_bytes()[4096 : 4096 + 64] == values.tobytes()
-    sent = router.seen[0]
+    sent = scheduler.seen[0]
     assert [type(t) for t in sent.inputs] == [Tensor, Tensor]  # never a region reference
     assert not sent.inputs[0].data.flags.writeable  # the client's memory stays the client's
     assert isinstance(handle(dataplane, SharedMemoryUnregister()), Ack)
 
 
 def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry) -> None:
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
                           allow_client_shm=True)
     registry.register("out", "/data", 0, 64)
     request = SharedMemoryInferRequest(
@@ -282,7 +288,7 @@ def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry)
 def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
     # tests/kernel/dataplane/test_cuda_shared_memory.py has the CUDA regions of a server with a GPU.
     registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry,  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
                           allow_client_shm=True)
     refused = error_of(handle, dataplane, SharedMemoryRegister("g", "", 16, memory="cuda"))
     assert refused.code == ErrorCode.INVALID_ARGUMENT
@@ -296,7 +302,7 @@ def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
 
 def test_dataplane_refuses_client_shared_memory_unless_allowed(root: Path) -> None:
     registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
-    dataplane = DataPlane(EchoRouter(), shared_memory=registry)  # type: ignore[arg-type]
+    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry)
     for request in (
         SharedMemoryRegister("in", "/data", 64),
         SharedMemoryRegister("g", "", 16, memory="cuda"),

@@ -21,6 +21,7 @@ from inferd.protocols.errors import (
     InvalidArgument,
     Unavailable,
     Unsupported,
+    to_failure,
 )
 from inferd.protocols.messages import (
     Envelope,
@@ -28,6 +29,7 @@ from inferd.protocols.messages import (
     HealthRequest,
     HealthStatus,
     IndexRequest,
+    Message,
 )
 from tests.kernel.runtime.linked_routers import linked_routers
 
@@ -274,3 +276,44 @@ async def test_ask_then_hands_the_reply_or_the_error_to_a_callback() -> None:
     assert isinstance(replies[2], InvalidArgument)
     assert isinstance(replies[3], ActorGone) and "probe went" in str(replies[3])
     assert router._pending == {}
+
+
+class HereProbe(Probe):
+    """Answers ``HealthRequest("here")`` at once through ``Router.run_here`` (as an executor
+    whose instance runs on the loop answers a batch), ``"failure"`` with a failure reply,
+    ``"crash"`` by raising; anything else it leaves to an ask."""
+
+    async def on_start(self) -> None:
+        self.router.answer_here(self.address, self.run_here)
+
+    def run_here(self, message: Message) -> Message | None:
+        if type(message) is not HealthRequest or message.what not in ("here", "failure", "crash"):
+            return None
+        self.seen.append(message.what)
+        if message.what == "crash":
+            raise RuntimeError("boom")
+        if message.what == "failure":
+            return to_failure(InvalidArgument("probe says no"))
+        return HealthStatus(False)
+
+
+async def test_run_here_answers_with_no_envelope_or_falls_back_to_none() -> None:
+    router = Router("main")
+    with pytest.raises(ValueError, match="no actor registered at 'probe'"):
+        router.answer_here("probe", lambda message: None)
+    async with anyio.create_task_group() as tasks:
+        probe = HereProbe(router, "probe")
+        await tasks.start(probe.run)
+        assert router.run_here("probe", HealthRequest("here")) == HealthStatus(False)
+        failed = router.run_here("probe", HealthRequest("failure"))
+        assert isinstance(failed, InvalidArgument) and str(failed) == "probe says no"
+        crashed = router.run_here("probe", HealthRequest("crash"))
+        assert isinstance(crashed, Internal) and "RuntimeError: boom" in str(crashed)
+        # What it cannot answer at once, or an actor without the hook, is left to an ask.
+        assert router.run_here("probe", HealthRequest("live")) is None
+        assert router.run_here("nobody", HealthRequest("here")) is None
+        assert probe.seen == ["here", "failure", "crash"]
+        assert router._pending == {}  # no ask was made for any of them
+        tasks.cancel_scope.cancel()
+    # Once the actor has stopped, nothing answers here any more.
+    assert router.run_here("probe", HealthRequest("here")) is None
