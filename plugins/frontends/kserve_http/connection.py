@@ -20,14 +20,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferd.plugins.frontends.kserve_http import (
     DEFAULT_BODY_TIMEOUT_SECS,
     DEFAULT_HEADER_TIMEOUT_SECS,
     DEFAULT_KEEP_ALIVE_TIMEOUT_SECS,
 )
-from inferd.protocols import json_bodies
+from inferd.plugins.frontends.kserve_http.guard import ClientGuard, close_response
 
 # The request line and headers together; uvicorn's parser would otherwise buffer them unbounded.
 MAX_HEAD_BYTES = 64 << 10
@@ -85,14 +85,6 @@ class HttpLimits:
 _HEAD_TOO_LARGE = f"the request line and headers are larger than {MAX_HEAD_BYTES} bytes"
 
 
-def _close_response(status: int, message: str) -> bytes:
-    body = json_bodies.encode_error(message)
-    return (
-        STATUS_LINE[status] + b"content-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("ascii") + body
-    )
-
-
 class CoalescedTransport:
     """A transport whose small writes made in one turn of the event loop leave as one.
 
@@ -143,7 +135,7 @@ class CoalescedTransport:
         return getattr(self._transport, name)
 
 
-class GuardedHttpProtocol(HttpToolsProtocol):
+class GuardedHttpProtocol(ClientGuard, HttpToolsProtocol):
     """uvicorn's httptools protocol, hardened against hostile clients.
 
     * The request line plus headers are bounded (uvicorn would buffer them without limit): a
@@ -195,7 +187,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             # Refused before uvicorn counts or sets it up; connection_lost only needs these.
             self.transport = transport
             self._refusal = b""
-            transport.write(_close_response(
+            transport.write(close_response(
                 503, f"the server has its maximum of {self.limits.max_connections} HTTP "
                 "connections open (--http-max-connections)"
             ))
@@ -211,31 +203,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if answering is not None:
             watch.gone = True
             answering.cancel()
-
-    def _make_room(self) -> bool:
-        """Close the connection that has waited longest without a request in flight (idle or
-        in its head); False if every open connection is answering a request."""
-        waiting = [c for c in self.connections
-                   if isinstance(c, GuardedHttpProtocol) and c.waiting_for_client()]
-        if not waiting:
-            return False
-        oldest = min(waiting, key=lambda c: c._wait_rank)
-        self.connections.discard(oldest)  # counted out now: its close completes later
-        if oldest._in_head:
-            oldest._expire(f"the server has its maximum of {self.limits.max_connections} HTTP "
-                           "connections open and closed this one, whose request head was "
-                           "incomplete, for a new one (--http-max-connections)")
-        else:
-            oldest.transport.close()
-        return True
-
-    def waiting_for_client(self) -> bool:
-        """Open, no request being answered, nothing refused: idle or receiving a head."""
-        transport = self.transport
-        if transport is None or transport.is_closing() or self._refusal is not None:
-            return False
-        cycle = self.cycle
-        return not self.pipeline and (cycle is None or cycle.response_complete)
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
         cycle = self.cycle
@@ -318,7 +285,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         message = self._parse_refusal or msg or "Invalid HTTP request received."
-        response = _close_response(400, message)
+        response = close_response(400, message)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete and cycle.more_body:
             # The request whose body was being parsed can never complete. A request waits in
@@ -353,44 +320,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._write_blocked_since = None
             super().resume_writing()
 
-    # ---------------------------------------------------------------- deadlines
+    # ---------------------------------------------------------------- ClientGuard's view
 
-    def check_deadlines(self, now: float) -> None:
-        """Close this connection if its client is too slow; called by ``ConnectionSweeper``."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        limits = self.limits
-        blocked = self._write_blocked_since
-        if blocked is not None and now - blocked > limits.body_timeout_secs:
-            transport.abort()  # a client that does not read would never take a 408 either
-            return
-        if self._refusal is not None:
-            return  # a 400 waits for the answers in flight; it closes the connection after
-        cycle = self.cycle
-        if (cycle is not None and not cycle.response_complete) or self.pipeline:
-            if cycle is None or not cycle.more_body or cycle.response_complete:
-                return  # the request is being answered: no client deadline
-            if self.flow.read_paused:
-                self._body_progress = now  # we stopped reading: not the client's delay
-            elif now - self._body_progress > limits.body_timeout_secs:
-                cycle.disconnected = True
-                cycle.message_event.set()
-                self._expire(f"no request body bytes arrived for {limits.body_timeout_secs:g} s "
-                             "(--http-body-timeout-secs)")
-            return
-        waited = now - self._idle_since
-        if self._in_head:
-            if waited > limits.header_timeout_secs:
-                self._expire(f"the request head did not complete within "
-                             f"{limits.header_timeout_secs:g} s (--http-header-timeout-secs)")
-        elif waited > limits.keep_alive_timeout_secs:
-            transport.close()
+    def _in_flight(self) -> Any:
+        return self.cycle
 
-    def _expire(self, message: str) -> None:
-        self._refusal = b""
-        self.transport.write(_close_response(408, message))
-        self.transport.close()
+    def _reading_paused(self) -> bool:
+        return bool(self.flow.read_paused)
+
+    def _abandon(self, request: Any) -> None:
+        request.disconnected = True
+        request.message_event.set()
 
 
 class ConnectionSweeper:

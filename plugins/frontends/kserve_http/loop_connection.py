@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httptools
 
@@ -25,11 +25,8 @@ from inferd.plugins.frontends.kserve_http.connection import (
     MAX_HEAD_BYTES,
     HttpLimits,
 )
-from inferd.plugins.frontends.kserve_http.loop_exchange import (
-    Exchange,
-    answer,
-    close_response,
-)
+from inferd.plugins.frontends.kserve_http.guard import ClientGuard, close_response
+from inferd.plugins.frontends.kserve_http.loop_exchange import Exchange, answer
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_http.app import KserveHttpApp
@@ -45,7 +42,7 @@ class _Refused(Exception):
     """Raised inside a parser callback once ``_parse_refusal`` says why."""
 
 
-class LoopHttpConnection(asyncio.Protocol):
+class LoopHttpConnection(ClientGuard, asyncio.Protocol):
     """One client's connection: parses its requests, answers them in order, one at a time."""
 
     def __init__(self, app: KserveHttpApp, limits: HttpLimits,
@@ -104,30 +101,6 @@ class LoopHttpConnection(asyncio.Protocol):
         answering, self.answering = self.answering, None
         if answering is not None:
             answering.cancel()
-
-    def _make_room(self) -> bool:
-        """Close the connection that has waited longest without a request in flight (idle or
-        in its head); False if every open connection is answering a request."""
-        waiting = [c for c in self.connections if c.waiting_for_client()]
-        if not waiting:
-            return False
-        oldest = min(waiting, key=lambda c: c._wait_rank)
-        self.connections.discard(oldest)  # counted out now: its close completes later
-        if oldest._in_head:
-            oldest._expire(f"the server has its maximum of {self.limits.max_connections} HTTP "
-                           "connections open and closed this one, whose request head was "
-                           "incomplete, for a new one (--http-max-connections)")
-        else:
-            oldest.transport.close()  # type: ignore[union-attr]
-        return True
-
-    def waiting_for_client(self) -> bool:
-        """Open, no request being answered, nothing refused: idle or receiving a head."""
-        transport = self.transport
-        if transport is None or transport.is_closing() or self._refusal is not None:
-            return False
-        current = self.current
-        return not self.pipeline and (current is None or current.response_complete)
 
     def eof_received(self) -> bool | None:
         current = self.current
@@ -335,43 +308,14 @@ class LoopHttpConnection(asyncio.Protocol):
                 self._drained = self.loop.create_future()
             await self._drained
 
-    # ---------------------------------------------------------------- deadlines
+    # ---------------------------------------------------------------- ClientGuard's view
 
-    def check_deadlines(self, now: float) -> None:
-        """Close this connection if its client is too slow; called by ``ConnectionSweeper``."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        limits = self.limits
-        blocked = self._write_blocked_since
-        if blocked is not None and now - blocked > limits.body_timeout_secs:
-            transport.abort()  # a client that does not read would never take a 408 either
-            return
-        if self._refusal is not None:
-            return  # a 400 waits for the answers in flight; it closes the connection after
-        current = self.current
-        if (current is not None and not current.response_complete) or self.pipeline:
-            if current is None or not current.more_body or current.response_complete:
-                return  # the request is being answered: no client deadline
-            if self.read_paused:
-                self._body_progress = now  # we stopped reading: not the client's delay
-            elif now - self._body_progress > limits.body_timeout_secs:
-                current.disconnected = True
-                current.wake()
-                self._expire(f"no request body bytes arrived for {limits.body_timeout_secs:g} s "
-                             "(--http-body-timeout-secs)")
-            return
-        waited = now - self._idle_since
-        if self._in_head:
-            if waited > limits.header_timeout_secs:
-                self._expire(f"the request head did not complete within "
-                             f"{limits.header_timeout_secs:g} s (--http-header-timeout-secs)")
-        elif waited > limits.keep_alive_timeout_secs:
-            transport.close()
+    def _in_flight(self) -> Exchange | None:
+        return self.current
 
-    def _expire(self, message: str) -> None:
-        self._refusal = b""
-        transport = self.transport
-        assert transport is not None
-        transport.write(close_response(408, message))
-        transport.close()
+    def _reading_paused(self) -> bool:
+        return self.read_paused
+
+    def _abandon(self, request: Any) -> None:
+        request.disconnected = True
+        request.wake()

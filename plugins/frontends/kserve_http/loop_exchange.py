@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from inferd.kernel.sdk import CURRENT
@@ -21,26 +20,14 @@ from inferd.plugins.frontends.kserve_http.app import (
     ClientGone,
 )
 from inferd.plugins.frontends.kserve_http.exchange import HttpResponse, failed
-from inferd.protocols import json_bodies
+from inferd.plugins.frontends.kserve_http.guard import STATUS_LINE
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_http.loop_connection import LoopHttpConnection
 
 logger = logging.getLogger(__name__)
 
-STATUS_LINE = {
-    status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("latin-1")
-    for status in HTTPStatus
-}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-
-def close_response(status: int, message: str) -> bytes:
-    """A whole ``{"error": message}`` response after which the connection closes."""
-    body = json_bodies.encode_error(message)
-    return (STATUS_LINE[status] + b"content-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("ascii")
-            + body)
 
 
 class Exchange:
