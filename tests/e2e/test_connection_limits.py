@@ -22,7 +22,7 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.e2e.inferd_harness import ServerHandle
+from tests.e2e.inferd_harness import ServerHandle, wait_for
 
 TIMEOUT_SECS = 2.0
 CAP = 24
@@ -202,7 +202,10 @@ def test_an_idle_grpc_crowd_past_the_cap_is_closed_and_never_starves_http(
             sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_SECS)
             sock.sendall(HTTP2_OPENING)
             crowd.append(sock)
-        assert established(server, port) <= CAP
+        # The kernel accepts a connection before the server sees and closes it: wait for the
+        # server to have closed the excess (a CI run counted 26 of a cap of 24 at once).
+        wait_for(lambda: established(server, port) <= CAP,
+                 f"at most {CAP} gRPC connections established", server)
         http_infer(server)  # the descriptors HTTP needs are still there
         # Past the cap a connection is closed as soon as it is accepted, before the server
         # sends a byte; the others get the server's SETTINGS, then are closed once idle for
