@@ -1,4 +1,5 @@
 """Triton's ``ModelConfig``: reading it (``reading``: parse, fill in defaults, print), its rules
-(``validation``), completing it from a model file (``completion``), what inferd honours of it
-(``support``), and its ``sequence_batching`` section (``sequence_plan``). No actor: what a load,
-``inferd check`` and the backends call."""
+(``validation``, with an ensemble's dataflow graph in ``ensemble_graph``), completing it from a
+model file (``completion``), what inferd honours of it (``support``), and its
+``sequence_batching`` section (``sequence_plan``). No actor: what a load, ``inferd check`` and
+the backends call."""

@@ -4,8 +4,9 @@ Owns reading a config from protobuf text (``config.pbtxt``) or JSON (a load over
 errors that say ``file:line:col: problem``, filling in Triton's defaults (name, backend and
 platform, default model file, version policy, instance groups, batching defaults), and
 printing the normalized config as Triton's ``GET v2/models/{m}/config`` JSON. The validation
-rules live in ``inferd.kernel.modelconfig.validation`` and are re-exported here. Nothing here
-touches the file system: whether a model file exists is asked through a callable.
+rules live in ``inferd.kernel.modelconfig.validation`` (an ensemble's graph in
+``ensemble_graph``) and are re-exported here. Nothing here touches the file system: whether a
+model file exists is asked through a callable.
 """
 
 from __future__ import annotations
@@ -20,13 +21,8 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.backend import BackendRegistry
-from inferd.kernel.modelconfig.validation import (
-    ENSEMBLE_PLATFORM,
-    PLATFORM_BACKENDS,
-    check_ensemble_graph,
-    validate,
-    validate_ensemble,
-)
+from inferd.kernel.modelconfig.ensemble_graph import check_ensemble_graph, validate_ensemble
+from inferd.kernel.modelconfig.validation import ENSEMBLE_PLATFORM, PLATFORM_BACKENDS, validate
 from inferd.protocols.errors import InvalidArgument
 
 __all__ = [

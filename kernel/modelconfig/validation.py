@@ -1,22 +1,24 @@
 """The rules a normalized ``ModelConfig`` must satisfy before any backend sees it.
 
 Owns Triton's validation rules (name, backend/platform, batch sizes, inputs and outputs,
-instance groups, version policy) and the ensemble dataflow checks (every tensor read is
-written, no cycles, every output written, composing models known), and the GPUs a config
-names against those of the machine (``check_gpus``). Every failure is an
-``InvalidArgument`` whose message names the model and the offending field, step or tensor.
-It must not change the config, fill in defaults (``inferd.kernel.modelconfig.reading.normalize``
-does that first) or touch the file system.
+instance groups, version policy, response cache), inferd's own parameters (``INFERD_EXECUTOR``,
+``INFERD_FORK_AFTER_INITIALIZE``) and the GPUs a config names against those of the machine
+(``check_gpus``); an ensemble's dataflow graph is checked by
+``inferd.kernel.modelconfig.ensemble_graph``. Every failure is an ``InvalidArgument`` whose
+message names the model and the offending field. It must not change the config, fill in
+defaults (``inferd.kernel.modelconfig.reading.normalize`` does that first) or touch the file
+system.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelQueuePolicy
 
+from inferd.kernel.modelconfig.ensemble_graph import check_ensemble_graph
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import model_name_problem, quoted
 
@@ -56,84 +58,6 @@ def validate(config: ModelConfig, *, folder_name: str, complete: bool) -> None:
     _check_response_cache(config, model)
     if config.platform == ENSEMBLE_PLATFORM:
         check_ensemble_graph(config)
-
-
-def validate_ensemble(config: ModelConfig, known_models: Callable[[str], bool]) -> None:
-    """Check an ensemble's dataflow graph and that every composing model is known
-    (``known_models(name)`` is true when the repository has it or it is loaded)."""
-    check_ensemble_graph(config)
-    for index, step in enumerate(config.ensemble_scheduling.step):
-        if step.model_name == config.name:
-            _fail_ensemble(config, f"{_step_label(index, step)} uses the ensemble itself")
-        if not known_models(step.model_name):
-            _fail_ensemble(
-                config,
-                f"{_step_label(index, step)} uses model '{step.model_name}', which is neither "
-                "in the model repository nor loaded",
-            )
-
-
-def check_ensemble_graph(config: ModelConfig) -> None:
-    """The structural ensemble checks, which need nothing outside the config."""
-    steps = list(config.ensemble_scheduling.step)
-    if not steps:
-        _fail_ensemble(config, "'ensemble_scheduling' must have at least one 'step'")
-    ensemble_inputs = {tensor.name for tensor in config.input}
-    writer: dict[str, int] = {}
-    for index, step in enumerate(steps):
-        label = _step_label(index, step)
-        if not step.model_name:
-            _fail_ensemble(config, f"step {index} must specify 'model_name'")
-        if model_name_problem(step.model_name):
-            _fail_ensemble(config, f"step {index}: {quoted(step.model_name)} is not a valid "
-                           f"model name: {model_name_problem(step.model_name)}")
-        if not step.input_map:
-            _fail_ensemble(config, f"{label} must specify 'input_map'")
-        if not step.output_map:
-            _fail_ensemble(config, f"{label} must specify 'output_map'")
-        if step.model_version < -1:
-            _fail_ensemble(config, f"{label} has 'model_version' {step.model_version}; use -1 "
-                           "for the latest version or a version number >= 0")
-        for tensor in step.output_map.values():
-            if tensor in ensemble_inputs:
-                _fail_ensemble(config, f"{label} writes tensor '{tensor}', which is an "
-                               "ensemble input")
-            if tensor in writer:
-                _fail_ensemble(config, f"tensor '{tensor}' is written by both "
-                               f"{_step_label(writer[tensor], steps[writer[tensor]])} and {label}")
-            writer[tensor] = index
-    read: set[str] = set()
-    for index, step in enumerate(steps):
-        for tensor in step.input_map.values():
-            read.add(tensor)
-            if tensor not in ensemble_inputs and tensor not in writer:
-                _fail_ensemble(config, f"{_step_label(index, step)} reads tensor '{tensor}', "
-                               "which is neither an ensemble input nor written by any step")
-    _check_no_cycle(config, steps, writer)
-    for output in config.output:
-        if output.name not in writer:
-            _fail_ensemble(config, f"ensemble output '{output.name}' is not written by any step")
-    for name in sorted(ensemble_inputs - read):
-        _fail_ensemble(config, f"ensemble input '{name}' is not read by any step")
-
-
-def _check_no_cycle(config: ModelConfig, steps: list[Any], writer: dict[str, int]) -> None:
-    waits_on = [
-        {writer[tensor] for tensor in step.input_map.values() if tensor in writer}
-        for step in steps
-    ]
-    done: set[int] = set()
-    progressed = True
-    while progressed:
-        progressed = False
-        for index, needs in enumerate(waits_on):
-            if index not in done and needs <= done:
-                done.add(index)
-                progressed = True
-    stuck = [_step_label(index, steps[index]) for index in range(len(steps)) if index not in done]
-    if stuck:
-        _fail_ensemble(config, f"steps form a cycle, each waiting for a tensor written by "
-                       f"another: {', '.join(stuck)}")
 
 
 def _check_platform(config: ModelConfig, model: str) -> None:
@@ -398,10 +322,6 @@ def _check_version_policy(config: ModelConfig, model: str) -> None:
             _fail(model, f"'version_policy.specific.versions' must be >= 0, got {negative}")
 
 
-def _step_label(index: int, step: Any) -> str:
-    return f"step {index} (model '{step.model_name}')"
-
-
 def _check_model_file_names(config: ModelConfig, model: str) -> None:
     """The model file names a config sets name a file of the version folder, nothing else: a
     config (an override's above all) must not open another model's file or probe the server's
@@ -422,5 +342,3 @@ def _fail(model: str, detail: str) -> NoReturn:
     raise InvalidArgument(f"model '{model}': {detail}")
 
 
-def _fail_ensemble(config: ModelConfig, detail: str) -> NoReturn:
-    raise InvalidArgument(f"ensemble '{config.name}': {detail}")

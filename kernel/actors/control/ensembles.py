@@ -24,7 +24,7 @@ from inferd.kernel.actors.control.ensemble_dependencies import EnsembleDependenc
 from inferd.kernel.actors.control.lifecycle_log import ModelStateLog
 from inferd.kernel.actors.control.model_status import ModelStatus, State, VersionStatus
 from inferd.kernel.actors.scheduler.ensembles.planning import EnsemblePlan
-from inferd.kernel.modelconfig.validation import validate_ensemble
+from inferd.kernel.modelconfig.ensemble_graph import validate_ensemble
 from inferd.kernel.runtime.addresses import REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
 from inferd.protocols.errors import InferdError, InvalidArgument

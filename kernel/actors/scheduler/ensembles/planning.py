@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.modelconfig.validation import ENSEMBLE_PLATFORM, check_ensemble_graph
+from inferd.kernel.modelconfig.ensemble_graph import check_ensemble_graph
+from inferd.kernel.modelconfig.validation import ENSEMBLE_PLATFORM
 from inferd.protocols.errors import InvalidArgument
 
 LATEST_VERSION = -1
