@@ -1,31 +1,24 @@
 """The python backend: runs Triton python-backend ``model.py`` files unchanged.
 
-Owns loading a version's ``model.py`` (a fresh module per instance, as Triton gives each
-instance its own process), running ``TritonPythonModel.auto_complete_config`` at load,
-``initialize`` with Triton's ``args`` per instance, ``execute`` (plain or ``async def``, the
-latter on an event loop private to the instance's thread) and ``finalize`` at close; and turning
-inferd requests into ``pb_utils`` requests and the returned responses back, with Triton's rules:
-one response per request, a response's error fails only its request, an exception from
-``execute`` fails every request of the call. A decoupled model (``model_transaction_policy {
-decoupled: true }``) sends its responses through each request's response sender instead, any
-number, from any thread, until the final flag; its ``execute`` returns ``None``. Its
-instances never run on the executor's event loop, because a BLS call waits on that loop.
-The utility module itself is ``triton_python_backend_utils``; which instance a thread serves
-is ``scope``'s. With ``INFERD_FORK_AFTER_INITIALIZE`` the instances past the first are forks
-of it (``forked``).
+Owns a version's load (its ``model.py`` imported and its ``auto_complete_config`` run, by
+``model_code``), its instances (``initialize`` with Triton's ``args``, ``execute``, plain or
+``async def``, the latter on an event loop private to the instance's thread, and ``finalize``
+at close) and turning inferd requests into ``pb_utils`` requests and the returned responses
+back, with Triton's rules: one response per request, a response's error fails only its
+request, an exception from ``execute`` fails every request of the call. A decoupled model
+(``model_transaction_policy { decoupled: true }``) sends its responses through each request's
+response sender instead, any number, from any thread, until the final flag; its ``execute``
+returns ``None``. Its instances never run on the executor's event loop, because a BLS call
+waits on that loop. The utility module itself is ``triton_python_backend_utils``; which
+instance a thread serves is ``scope``'s. With ``INFERD_FORK_AFTER_INITIALIZE`` the instances
+past the first are forks of it (``forked``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
-import itertools
-import json
 import logging
-import re
-import sys
-import threading
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -33,13 +26,21 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import Backend, Emit, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import config_to_json, forks_after_initialize
+from inferd.kernel.sdk.backends import forks_after_initialize
 from inferd.plugins.backends.python import forked, scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
+from inferd.plugins.backends.python.model_code import (
+    DEFAULT_FILENAME,
+    MODEL_CLASS_NAME,
+    auto_complete,
+    copy_config,
+    forget_module,
+    instance_args,
+    load_module,
+)
 from inferd.plugins.backends.python.pb_errors import exception_text
 from inferd.plugins.backends.python.readiness import ReadinessCheck, call_is_ready
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
@@ -50,116 +51,6 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 log = logging.getLogger(__name__)
-
-DEFAULT_FILENAME = "model.py"
-UTILS_MODULE_NAME = "triton_python_backend_utils"
-MODEL_CLASS_NAME = "TritonPythonModel"
-InstanceGroup = model_config_pb2.ModelInstanceGroup
-# TRITONSERVER_InstanceGroupKindString, which Triton passes as args["model_instance_kind"].
-_KIND_NAMES = {
-    InstanceGroup.KIND_AUTO: "AUTO",
-    InstanceGroup.KIND_CPU: "CPU",
-    InstanceGroup.KIND_GPU: "GPU",
-    InstanceGroup.KIND_MODEL: "MODEL",
-}
-
-_module_numbers = itertools.count(1)
-_sys_path_lock = threading.Lock()
-
-
-def install_utils_module() -> None:
-    """Make ``import triton_python_backend_utils`` give model code inferd's module."""
-    sys.modules.setdefault(UTILS_MODULE_NAME, pb_utils)
-
-
-def load_module(model: str, path: Path) -> ModuleType:
-    """Import ``path`` as a new module. Like Triton, the version folder and the model folder
-    are put on ``sys.path`` so ``model.py`` can import files next to it."""
-    install_utils_module()
-    with _sys_path_lock:
-        for folder in (str(path.parent), str(path.parent.parent)):
-            if folder not in sys.path:
-                sys.path.append(folder)
-    safe_name = re.sub(r"\W", "_", model)
-    module_name = f"inferd_python_model_{next(_module_numbers)}_{safe_name}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise InvalidArgument(f"model '{model}': {path} cannot be imported as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickle look their module up there
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:
-        sys.modules.pop(module_name, None)
-        raise InvalidArgument(
-            f"model '{model}': importing {path} failed: {type(error).__name__}: {error}"
-        ) from error
-    if not isinstance(getattr(module, MODEL_CLASS_NAME, None), type):
-        sys.modules.pop(module_name, None)
-        raise InvalidArgument(f"model '{model}': {path} defines no class {MODEL_CLASS_NAME}")
-    return module
-
-
-def forget_module(module: ModuleType) -> None:
-    sys.modules.pop(module.__name__, None)
-
-
-def auto_complete(model_class: type, config: ModelConfig, model: str) -> ModelConfig:
-    """Run the class's ``auto_complete_config`` (when it has one) on the config."""
-    complete = getattr(model_class, "auto_complete_config", None)
-    if complete is None:
-        return _copy(config)
-    given = pb_utils.ModelConfig(json.dumps(config_to_json(config)))
-    try:
-        returned = complete(given)
-    except Exception as error:
-        raise InvalidArgument(
-            f"model '{model}': auto_complete_config failed: {type(error).__name__}: {error}"
-        ) from error
-    if not isinstance(returned, pb_utils.ModelConfig):
-        raise InvalidArgument(
-            f"auto_complete_config function in model '{model}' must return a valid "
-            "pb.ModelConfig object."
-        )
-    completed = model_config_pb2.ModelConfig()
-    try:
-        json_format.ParseDict(returned.as_dict(), completed)
-    except (json_format.ParseError, TypeError, ValueError) as error:
-        problem = str(error).split("\n", 1)[0]
-        raise InvalidArgument(
-            f"model '{model}': auto_complete_config produced an invalid config: {problem}"
-        ) from None
-    return completed
-
-
-def _copy(config: ModelConfig) -> ModelConfig:
-    copied = model_config_pb2.ModelConfig()
-    copied.CopyFrom(config)
-    return copied
-
-
-def instance_args(config: ModelConfig, context: ModelContext, index: int) -> dict[str, str]:
-    """Triton's ``initialize`` arguments for instance ``index`` (counted across the groups)."""
-    kind, name, device = "CPU", f"{context.name}_0_{index}", 0
-    position = index
-    for group_number, group in enumerate(config.instance_group):
-        count = max(group.count, 1)
-        if position < count:
-            kind = _KIND_NAMES.get(group.kind, "CPU")
-            name = f"{group.name or f'{context.name}_{group_number}'}_{position}"
-            if group.kind == InstanceGroup.KIND_GPU and group.gpus:
-                device = group.gpus[position % len(group.gpus)]
-            break
-        position -= count
-    return {
-        "model_config": json.dumps(config_to_json(config)),
-        "model_instance_kind": kind,
-        "model_instance_name": name,
-        "model_instance_device_id": str(device),
-        "model_repository": str(context.model_dir),
-        "model_version": str(context.version),
-        "model_name": context.name,
-    }
 
 
 class PythonBackend(Backend):
@@ -176,7 +67,7 @@ class PythonBackend(Backend):
             model_class = getattr(module, MODEL_CLASS_NAME)
             config = (
                 auto_complete(model_class, context.config, context.name)
-                if context.auto_complete else _copy(context.config)
+                if context.auto_complete else copy_config(context.config)
             )
             if not config.name:
                 config.name = context.name

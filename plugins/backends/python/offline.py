@@ -2,9 +2,9 @@
 
 Owns ``complete_offline`` (the python backend's ``BackendSpec.completion``, which ``inferd
 check`` uses): it runs the model's ``model.py`` import and ``auto_complete_config`` through
-the backend's own ``load_module`` and ``auto_complete`` in a fresh interpreter with a time
-limit, so user code can neither hang nor pollute the checking process, and hands back the
-completed config. The child's standard output carries only the serialized config (what the
+the backend's own ``load_module`` and ``auto_complete`` (``model_code``) in a fresh interpreter
+with a time limit, so user code can neither hang nor pollute the checking process, and hands
+back the completed config. The child's standard output carries only the serialized config (what the
 model prints goes to standard error).
 """
 
@@ -49,7 +49,7 @@ def complete_offline(context: ModelContext) -> ModelConfig:
 
 
 def _main(argv: list[str]) -> int:
-    from inferd.plugins.backends.python.backend import (
+    from inferd.plugins.backends.python.model_code import (
         MODEL_CLASS_NAME,
         auto_complete,
         load_module,
