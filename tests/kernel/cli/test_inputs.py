@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from inferd.plugins.cli.commands import stats_record
-from inferd.plugins.cli.connection import InputSpec, _integers
+from inferd.plugins.cli.connection import InputSpec
 from inferd.plugins.cli.inputs import (
     ArgumentProblem,
     config_override,
     input_tensors,
     override_files,
 )
+from inferd.plugins.cli.kserve_connections import _integers
 from inferd.plugins.cli.render import show, values
 
 SPECS = [InputSpec("A", "FP32", (-1, 3)), InputSpec("T", "BYTES", (2,)),
