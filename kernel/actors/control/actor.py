@@ -1,7 +1,7 @@
 """The control actor: the model lifecycle, the control modes, and the repository API.
 
 It owns the state of every (model, version) (``inferd.kernel.actors.control.model_status``) and
-decides what is loaded: the start-up set of the mode (NONE: everything; EXPLICIT:
+decides what is loaded: the start-up set of the mode (``startup``: NONE, everything; EXPLICIT,
 ``--load-model``), and the load/unload/index calls of the repository API. As in Triton a load
 is whole or nothing: it resolves the config through the repository actor, brings every selected
 version up (``versions``: kept when the load changes nothing it depends on, else a new copy
@@ -37,6 +37,7 @@ from inferd.kernel.actors.control.policies import ActorHandle, Policies
 from inferd.kernel.actors.control.poll import RepositoryPoller
 from inferd.kernel.actors.control.recovery import ExecutorRecovery
 from inferd.kernel.actors.control.single_versions import check_unload_versions
+from inferd.kernel.actors.control.startup import server_ready, startup_names
 from inferd.kernel.actors.control.unload import VersionUnloader, answer_when_retired
 from inferd.kernel.actors.control.versions import VersionLoader
 from inferd.kernel.actors.control.views import (
@@ -45,9 +46,8 @@ from inferd.kernel.actors.control.views import (
     load_failure,
     with_state,
 )
-from inferd.kernel.actors.repository.folders import TWO_ROOTS_PROBLEM
 from inferd.kernel.runtime.actor import Actor
-from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY, SCHEDULER
+from inferd.kernel.runtime.addresses import CONTROL, REPOSITORY
 from inferd.kernel.runtime.router import Router
 from inferd.kernel.sdk.control import OpenedPolicy
 from inferd.kernel.settings import Settings
@@ -73,7 +73,6 @@ from inferd.protocols.messages import (
     Metrics,
     MetricsRequest,
     ModelList,
-    ModelReadyRequest,
     PollRequest,
     ReadCatalogs,
     Shutdown,
@@ -135,31 +134,13 @@ class ControlActor(Actor):
             refresh_dependents=self._ensembles.refresh_dependents, spawn=self.spawn,
         )
 
-    def _model(self, name: str) -> ModelStatus:
-        return self._models.setdefault(name, ModelStatus())
-
     # ------------------------------------------------------------------ start-up
 
     async def on_load_startup_models(
         self, message: LoadStartupModels, envelope: Envelope
     ) -> StartupReport:
         mode = self._settings.model_control_mode
-        if mode == "explicit" and "*" not in self._settings.load_models:
-            names = list(self._settings.load_models)
-        elif mode == "poll" and self._policy.loads_on_request:
-            names = []  # on demand: a model loads on its first request
-        elif mode == "explicit" or mode in ("none", "poll"):
-            listing = await self.router.ask(REPOSITORY, ListModels())
-            assert isinstance(listing, ModelList)
-            # As Triton's, a folder in two roots is loaded from neither and is no failure:
-            # the index says why (and the server is ready without it).
-            names = [name for name in listing.names
-                     if listing.problems.get(name) != TWO_ROOTS_PROBLEM]
-            for name in sorted(set(listing.names) - set(names)):
-                log.error("failed to poll model '%s': not unique across all model "
-                          "repositories", name)
-        else:
-            names = []
+        names = await startup_names(self.router, self._settings, self._policy.loads_on_request)
         if mode == "poll":
             await self._poller.begin()
         failures: dict[str, str] = {}
@@ -250,17 +231,8 @@ class ControlActor(Actor):
             return HealthStatus(True)
         if not self._started:
             return HealthStatus(False)
-        if not self._settings.strict_readiness:
-            return HealthStatus(True)
-        if not all(self._model(name).ready() for name in self._required):
-            return HealthStatus(False)
-        # As Triton since core#473: a model whose instances say they cannot serve now (a
-        # python model's is_ready()) makes the server not ready either.
-        for name in sorted(self._required):
-            reply = await self.router.ask(SCHEDULER, ModelReadyRequest(name))
-            if not (isinstance(reply, HealthStatus) and reply.ok):
-                return HealthStatus(False)
-        return HealthStatus(True)
+        return HealthStatus(await server_ready(self.router, self._models, self._required,
+                                               strict=self._settings.strict_readiness))
 
     # ------------------------------------------------------------------ POLL mode
 
@@ -356,7 +328,8 @@ class ControlActor(Actor):
             del self._models[name]  # it never loaded here: its error goes too
 
     def _note_failure(self, name: str, why: str) -> None:
-        self._model(name).error, self._model(name).error_version = why, None
+        model = self._models.setdefault(name, ModelStatus())
+        model.error, model.error_version = why, None
 
     # ------------------------------------------------------------------ unload
 
