@@ -78,6 +78,7 @@ COMPILED = [
     "kernel/runtime/router.py",
     "kernel/dataplane/data_plane.py",
     "kernel/actors/scheduler/actor.py",
+    "kernel/actors/scheduler/remote_streams.py",
     "kernel/actors/executor/batched_instance.py",
 ]
 if os.environ.get("INFERD_COMPILE_ONLY"):

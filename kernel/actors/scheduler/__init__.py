@@ -1,8 +1,10 @@
-"""The scheduler actor (``actor``, with its batch I/O in ``dispatch``) and its sans-IO parts: what
-it keeps per request, instance and served version, and the queue logic over them (admission, batch
-formation, hand-off to instances, in-flight accounting, results back to requests). Nothing but
-``actor`` and ``dispatch`` sends a message or starts a task: the actor supplies the I/O as callbacks
-and timers, so unit tests drive the rest directly, without sockets or an event loop.
+"""The scheduler actor (``actor``, with its batch I/O in ``dispatch``, control's orders carried
+out by ``serving`` and the BLS streams it relays for executors in ``remote_streams``) and its
+sans-IO parts: what it keeps per request, instance and served version, and the queue logic over
+them (admission, batch formation, hand-off to instances, in-flight accounting, results back to
+requests). Nothing but ``actor``, ``dispatch`` and ``remote_streams`` sends a message or starts a
+task: the actor supplies the I/O as callbacks and timers, so unit tests drive the rest directly,
+without sockets or an event loop.
 
 - ``requests``: a queued request (``Queued``) and an instance the scheduler may use (``Slot``);
 - ``progress``: one wakeup for whoever waits for queues to empty (retire, reload, drain);

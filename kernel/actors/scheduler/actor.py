@@ -9,50 +9,49 @@ logic itself is sans-IO (``inferd.kernel.actors.scheduler``). A request is
 resolved to a version (the highest served one when none is given), checked, queued and sent
 in a batch to a free instance. Control tells it which versions to serve (``ServeVersion``,
 which also swaps instances on reload) and which to retire (``RetireVersion``, answered once
-in-flight work is done). An ensemble's request goes to the ``EnsembleRunner``, which runs
-each step through the composing model's own queue here (steps batch with other traffic). A
-sequence model's requests go through its ``SequenceBatcher`` (one batch per instance at a
-time); a decoupled model's are answered through a ``ResponseStream``, its instance sending
-each response as ``StreamParts`` under the request's token (``DecoupledRequests``). A hit of
-the response cache is answered before any queue. A request whose asker goes away (its task
-cancelled, or ``Cancel`` for its ask, or the reader of its stream gone) leaves its queue at
-once, counted as a CANCELED failure; one already in a batch is named to its executor
-(``CancelRequests``: the backend may stop it) and its result dropped. A request's CUDA
-shared memory (device tensors, output windows) goes on as it is only to a model served on GPUs
-alone whose requests it does not read on the way; otherwise it is read to the host at the
-door (``inferd.kernel.actors.scheduler.cuda_windows``). A model readiness check also asks the
-version's instances that have a check of their own (``readiness``); a BLS stream's
-``cancel()`` (``CancelRemoteStream``) cancels the request it relays. It never loads models and
-never touches the repository.
+in-flight work is done); its ``VersionServing`` (``serving``) carries those orders out. An
+ensemble's request goes to the ``EnsembleRunner``, which runs each step through the composing
+model's own queue here (steps batch with other traffic). A sequence model's requests go
+through its ``SequenceBatcher`` (one batch per instance at a time); a decoupled model's are
+answered through a ``ResponseStream``, its instance sending each response as ``StreamParts``
+under the request's token (``DecoupledRequests``). A hit of the response cache is answered
+before any queue. A request whose asker goes away (its task cancelled, or ``Cancel`` for its
+ask, or the reader of its stream gone) leaves its queue at once, counted as a CANCELED
+failure; one already in a batch is named to its executor (``CancelRequests``: the backend may
+stop it) and its result dropped. A request's CUDA shared memory (device tensors, output
+windows) goes on as it is only to a model served on GPUs alone whose requests it does not read
+on the way; otherwise it is read to the host at the door
+(``inferd.kernel.actors.scheduler.cuda_windows``). A model readiness check also asks the
+version's instances that have a check of their own (``readiness``); the BLS streams of
+executors are relayed by its ``RemoteStreams`` (``remote_streams``), a stream's ``cancel()``
+(``CancelRemoteStream``) cancelling the request it relays. It never loads models and never
+touches the repository.
 """
 
 from __future__ import annotations
 
 import time
 from functools import partial
-from pathlib import Path
 
 import anyio
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.scheduler.classification import read_labels
 from inferd.kernel.actors.scheduler.cuda_windows import on_host
 from inferd.kernel.actors.scheduler.decoupled import DecoupledRequests
 from inferd.kernel.actors.scheduler.dispatch import BatchDispatch
 from inferd.kernel.actors.scheduler.ensembles.running import EnsembleRunner
-from inferd.kernel.actors.scheduler.ensembles.served import EnsembleState, statistics_dict
+from inferd.kernel.actors.scheduler.ensembles.served import statistics_dict
 from inferd.kernel.actors.scheduler.ensembles.warming import EnsembleWarmUps
-from inferd.kernel.actors.scheduler.label_routing import LabelRoute
 from inferd.kernel.actors.scheduler.progress import Progress
 from inferd.kernel.actors.scheduler.readiness import instances_ready
-from inferd.kernel.actors.scheduler.requests import Queued, Slot, failure_reason
-from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache, scope_for
+from inferd.kernel.actors.scheduler.remote_streams import RemoteStreams
+from inferd.kernel.actors.scheduler.requests import Queued, failure_reason
+from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache
 from inferd.kernel.actors.scheduler.routing import RoutingTable
 from inferd.kernel.actors.scheduler.samples import version_samples
-from inferd.kernel.actors.scheduler.version import Version, sequences_of
+from inferd.kernel.actors.scheduler.serving import VersionServing
+from inferd.kernel.actors.scheduler.version import Version
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.modelconfig.reading import config_to_json_text
-from inferd.kernel.observability.latency_summary import LatencySummaries
 from inferd.kernel.observability.metrics_config import MetricsConfig
 from inferd.kernel.observability.tracing import CURRENT
 from inferd.kernel.runtime.actor import Actor
@@ -64,7 +63,6 @@ from inferd.protocols.errors import (
     DecoupledNotStreamed,
     InferdError,
     Unavailable,
-    to_failure,
 )
 from inferd.protocols.messages import (
     Ack,
@@ -122,87 +120,29 @@ class SchedulerActor(Actor):
         batches = BatchDispatch(router, self._streams, self.spawn)
         self._pump, self._cancel = batches.pump, batches.cancel  # bound once: the hot path
         self._abandon_stream = batches.abandon_stream
-        # The BLS streams of executors being relayed, by (executor, token), for cancel().
-        self._remote_streams: dict[tuple[str, int], ResponseStream | None] = {}
-        self._cancelled_remote: set[tuple[str, int]] = set()
+        self._serving = VersionServing(self._table, self._progress, self._streams,
+                                       self._warm_ups, self._pump, cache, self._metrics)
+        self._remote_streams = RemoteStreams(router, self._open_remote, self.spawn)
 
     # ------------------------------------------------------------------ routing table
 
     async def on_serve_version(self, message: ServeVersion, envelope: Envelope) -> Ack:
-        config = ModelConfig()
-        config.ParseFromString(message.config)
-        slots = [Slot(executor, instance) for executor, instance in message.instances]
-        versions = self._table.served.setdefault(message.model, {})
-        current = versions.get(message.version)
-        if message.config_only and current is not None and not current.retired:
-            current.config = config  # the same instances: only its version policy changed
-            return Ack()
-        ensemble = EnsembleState.for_config(config, current.ensemble if current else None)
-        serving = current if current is not None and not current.retired else None
-        warmed = None if ensemble is None else await self._warm_ups.before_serving(
-            message.model, message.version, config, message.path, ensemble, serving)
-        replaced: list[Slot] = []
-        if current is not None and not current.retired:
-            replaced = current.reconfigure(config, slots)
-        else:
-            versions[message.version] = current = Version.of(
-                message.model, message.version, config, slots, self._progress)
-            if warmed is not None:
-                current.statistics = warmed
-            if self._metrics.summary_latencies:
-                current.statistics.summaries = LatencySummaries(self._metrics.summary_quantiles)
-        current.statistics.record_warmup(message.warmup)
-        current.ensemble = ensemble
-        current.sequences = sequences_of(config, message.path, slots, current.sequences)
-        current.decoupled = config.model_transaction_policy.decoupled
-        current.labels = read_labels(config, Path(message.path)) if message.path else {}
-        current.cache = scope_for(self._cache, message.model, message.version, config)
-        self._table.reloading.get(message.model, {}).pop(message.version, None)
-        if replaced:  # a restarted executor's instances: its streams will not go on
-            self._streams.fail(current, Unavailable("the model's executor was restarted"),
-                               {slot.executor for slot in replaced})
-        self._table.ever_served.setdefault(message.model, set()).add(message.version)
-        # Served anew: the ensembles using it warm up again before their next request.
-        users = self._warm_ups.hold_users(message.model) if ensemble is None else []
-        self._pump(current)
-        await self._progress.wait_until(lambda: not any(slot.in_flight for slot in replaced))
-        await self._warm_ups.rewarm(users)
+        await self._serving.serve(message)
         return Ack()
 
     async def on_model_known(self, message: ModelKnown, envelope: Envelope) -> None:
-        self._table.known.setdefault(message.model, set()).update(message.loading)
-        if not message.loading:
-            self._table.reloading.pop(message.model, None)  # its reload failed: not coming back
+        self._serving.known(message)
 
     async def on_route_labels(self, message: RouteLabels, envelope: Envelope) -> Ack:
         """A model's version labels moved: requests naming no version go their way from
         the next one on (answered once they do)."""
-        if message.stable or message.canary:
-            self._table.labelled[message.model] = LabelRoute(
-                message.stable, message.canary, message.canary_percent)
-        else:
-            self._table.labelled.pop(message.model, None)
+        self._serving.route_labels(message)
         return Ack()
 
     async def on_retire_version(self, message: RetireVersion, envelope: Envelope
                                 ) -> Ack | Retired:
-        version = self._table.served.get(message.model, {}).get(message.version)
-        reloading = self._table.reloading.setdefault(message.model, {})
-        if message.reloading:
-            reloading[message.version] = message.reloading
-        else:
-            reloading.pop(message.version, None)
-        if version is None:
-            return Ack() if message.wait else Retired(False)
-        version.retired = True
-        if not message.wait:
-            return Retired(version.busy())
-        await self._progress.wait_until(lambda: not version.busy())
-        versions = self._table.served[message.model]
-        if versions.get(message.version) is version:
-            del versions[message.version]
-        self._streams.fail(version, Unavailable(f"model '{message.model}' was unloaded"))
-        return Ack()
+        retired = await self._serving.retire(message)
+        return Ack() if retired is None else retired
 
     async def on_drain(self, message: Drain, envelope: Envelope) -> Ack:
         """Shutdown: wait (bounded) for the queues to empty, then refuse what is left and
@@ -322,50 +262,15 @@ class SchedulerActor(Actor):
 
     async def on_remote_stream_request(self, message: RemoteStreamRequest,
                                        envelope: Envelope) -> None:
-        """A BLS stream from an executor: its responses go back to ``reply_to`` as they come,
-        each as ``StreamParts``."""
-        reply_to, token = message.reply_to, message.token
-
-        def send(result: InferResponse | InferdError | None, final: bool) -> None:
-            part = to_failure(result) if isinstance(result, InferdError) else result
-            self.router.tell(reply_to, StreamParts((token,), (part,), (final,)))
-
-        key = (reply_to, token)
-        self._remote_streams[key] = None  # opening: a cancel() now is kept for it
-        try:
-            stream = await self.on_stream_infer_request(StreamInferRequest(message.request), None)
-        except InferdError as error:
-            self._remote_streams.pop(key, None)
-            self._cancelled_remote.discard(key)
-            send(error, True)
-            return
-        self._remote_streams[key] = stream
-        if key in self._cancelled_remote:  # cancelled while it was opening
-            self._cancelled_remote.discard(key)
-            stream.abandon()
-
-        async def relay() -> None:
-            try:
-                async for result, final in stream:
-                    send(result, final)
-            finally:
-                self._remote_streams.pop(key, None)
-
-        self.spawn(relay)
+        """A BLS stream from an executor, relayed back to it (``remote_streams``)."""
+        await self._remote_streams.relay(message)
 
     async def on_cancel_remote_stream(self, message: CancelRemoteStream,
                                       envelope: Envelope) -> None:
-        """A BLS stream's ``cancel()``: its request is cancelled as when a client goes away
-        (taken out of its queue, or named to its instance, which may stop); the stream still
-        relays what comes, up to its final part."""
-        key = (message.reply_to, message.token)
-        if key not in self._remote_streams:
-            return  # it ended already
-        stream = self._remote_streams[key]
-        if stream is None:
-            self._cancelled_remote.add(key)
-        else:
-            stream.abandon()
+        self._remote_streams.cancel(message)
+
+    async def _open_remote(self, request: InferRequest) -> ResponseStream:
+        return await self.on_stream_infer_request(StreamInferRequest(request), None)
 
     async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
         """Responses of decoupled requests, from their executor, handed to their streams."""
