@@ -3,7 +3,7 @@
 DATA by gRPC's 5-byte prefix (inflated where ``grpc-encoding`` says), a stream's requests as
 the RPC takes them and its replies as it writes them, and the texts of gRPC's headers
 (statuses, ``grpc-message``'s percent-encoding, ``grpc-timeout``). It owns no socket: the
-connection in ``loop_server`` reads, writes and decides when a call starts and ends.
+connection (``loop_connection``) reads, writes and decides when a call starts and ends.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from inferd.plugins.frontends.kserve_grpc.service import Method
 from inferd.protocols import hpack, http2
 
 if TYPE_CHECKING:
-    from inferd.plugins.frontends.kserve_grpc.loop_server import Connection
+    from inferd.plugins.frontends.kserve_grpc.loop_connection import Connection
 
 OK_HEADERS = hpack.encode_headers([
     (":status", "200"), ("content-type", "application/grpc"),
