@@ -61,16 +61,19 @@ def test_no_kernel_flag_lands_in_the_plugin_options(tmp_path: Path) -> None:
     options = settings_from(args).options
     fields = {field.name for field in dataclasses.fields(Settings)}
     assert not options.keys() & fields
-    assert not {"trace_config", "trace_file", "log_file", "rate_limit"} & options.keys()
+    assert not {"log_file", "rate_limit"} & options.keys()
     assert "allow_http" in options and "http_max_input_size" in options
+    # the cache's and tracing's flags are their plugins' (response_cache, tracing)
+    assert {"cache_config", "trace_config", "trace_file"} <= options.keys()
 
 
 def test_trace_flags_are_a_typed_setting(tmp_path: Path) -> None:
-    args = kernel_parser().parse_args(["--model-repository", str(tmp_path)])
+    parser = serve_parser(Plugins.load())
+    args = parser.parse_args(["--model-repository", str(tmp_path)])
     assert settings_from(args).trace == TraceConfig()
-    args = kernel_parser().parse_args(["--model-repository", str(tmp_path),
-                                       "--trace-config", "level=TIMESTAMPS",
-                                       "--trace-config", "triton,file=/t.json"])
+    args = parser.parse_args(["--model-repository", str(tmp_path),
+                              "--trace-config", "level=TIMESTAMPS",
+                              "--trace-config", "triton,file=/t.json"])
     trace = settings_from(args).trace
     assert (trace.level, trace.file) == (("TIMESTAMPS",), "/t.json")
 

@@ -216,10 +216,11 @@ def test_an_untraced_request_costs_one_lookup() -> None:
 
 def test_tritons_deprecated_trace_flags_still_work_and_trace_config_wins(
         caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
-    from inferd.kernel.cli.serve import kernel_parser, settings_from
+    from inferd.kernel.cli.serve import serve_parser, settings_from
     from inferd.kernel.observability.tracing import tracer_for
+    from inferd.kernel.runtime.plugin_manager import Plugins
 
-    args = kernel_parser().parse_args([
+    args = serve_parser(Plugins.load()).parse_args([
         "--model-repository", str(tmp_path), "--trace-file", "/x.json",
         "--trace-level", "TIMESTAMPS", "--trace-rate", "1", "--trace-log-frequency", "3",
         "--trace-config", "rate=5"])
