@@ -220,7 +220,8 @@ class ModelRepository:
             backend_uses_gpu=lambda backend: can_use_gpu(self._backends.get(backend)),
         )
         check_gpus(config, self.gpu_ids)
-        completes_later = self._auto_complete and backend_can_auto_complete(config)
+        completes_later = (self._auto_complete
+                           and backend_can_auto_complete(config, self._backends))
         if not has_config:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)
         validate(config, folder_name=name, complete=not completes_later)

@@ -174,7 +174,7 @@ def _complete(
     (or the load would fail: then an error is recorded)."""
     spec = backends.get(config.backend)
     completion = spec.load_completion() if spec is not None else None
-    wanted = auto_complete and backend_can_auto_complete(config)
+    wanted = auto_complete and backend_can_auto_complete(config, backends)
     if completion is None:
         if wanted:
             model.completion = NEEDS_SERVER
