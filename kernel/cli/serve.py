@@ -131,9 +131,9 @@ def kernel_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    """The settings of a parsed command line (``serve_parser``); ``StartupFailed`` for a
-    combination or a value tritonserver refuses at start-up."""
+def settings_from(args: argparse.Namespace, plugins: Plugins) -> Settings:
+    """The settings of a command line ``serve_parser(plugins)`` parsed; ``StartupFailed`` for
+    a combination or a value tritonserver refuses at start-up."""
     load_models = tuple(args.load_models)
     if load_models and args.model_control_mode != "explicit":
         raise StartupFailed(
@@ -158,11 +158,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if not args.repository_timeout_secs > 0:
         raise StartupFailed(f"--repository-timeout-secs={args.repository_timeout_secs:g}: a "
                             "number of seconds above 0")
+    storages = plugins.storages()
     for root in repositories:
         # A URL of a scheme no storage plugin reads is refused naming those there are.
-        if is_remote_url(root) or ("://" in root and not os.path.exists(root)):
+        if is_remote_url(root, storages) or ("://" in root and not os.path.exists(root)):
             try:
-                check_url(root)  # its form and its extra; the storage itself is asked later
+                check_url(root, storages)  # its form and its extra; the storage is asked later
             except InvalidArgument as error:
                 raise StartupFailed(error.message) from None
             continue
@@ -195,16 +196,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
         log_file_updates=args.allow_log_file_updates,
         model_config_name=args.model_config_name,
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
-        cache=_cache(options),
-        trace=_trace(options),
+        cache=_cache(options, plugins),
+        trace=_trace(options, plugins),
     )
 
 
-def _cache(options: dict[str, Any]) -> CacheConfig | None:
+def _cache(options: dict[str, Any], plugins: Plugins) -> CacheConfig | None:
     """The response cache the flags of the ``response_cache`` plugin configure (none when it
     is disabled: the flags are not there)."""
     try:
-        return parse_cache_config(options.get("cache_config", []),
+        return parse_cache_config(options.get("cache_config", []), plugins.caches(),
                                   options.get("response_cache_byte_size"))
     except CacheConfigError as error:
         raise StartupFailed(str(error)) from None
@@ -224,7 +225,7 @@ _DEPRECATED_TRACE_FLAGS = (("trace_file", "triton,file"), ("trace_level", "level
                            ("trace_log_frequency", "triton,log-frequency"))
 
 
-def _trace(options: dict[str, Any]) -> TraceConfig:
+def _trace(options: dict[str, Any], plugins: Plugins) -> TraceConfig:
     """``--trace-config`` (the ``tracing`` plugin's flags; off when it is disabled), after
     tritonserver's older ``--trace-file``, ``--trace-level``, ``--trace-rate``,
     ``--trace-count`` and ``--trace-log-frequency`` as the settings they stand for (so
@@ -241,7 +242,8 @@ def _trace(options: dict[str, Any]) -> TraceConfig:
         items.extend(f"{setting}={value}" for value in
                      (given if isinstance(given, list) else [given]))
     try:
-        return parse_trace_config([*items, *options.get("trace_config", [])])
+        return parse_trace_config([*items, *options.get("trace_config", [])],
+                                  plugins.trace_sinks())
     except ValueError as error:
         raise StartupFailed(str(error)) from None
 
@@ -279,7 +281,7 @@ USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
 def serve_main(argv: Sequence[str]) -> int:
     """``inferd serve ARGV``: the exit code (argparse exits 2 itself on a bad flag)."""
-    plugins = installed()  # the lookups by name (caches, trace modes, storage) use the same
+    plugins = installed()  # this process's, handed to everything that looks a plugin up
     args = serve_parser(plugins).parse_args(argv)
     try:
         configure_logging(LogSettings.from_arguments(args))
@@ -291,7 +293,7 @@ def serve_main(argv: Sequence[str]) -> int:
     faulthandler.enable()
     raise_open_file_limit()
     try:
-        settings = settings_from(args)
+        settings = settings_from(args, plugins)
         _report_compatibility_flags(args, settings)
         anyio.run(serve, settings, plugins, backend="asyncio",
                   backend_options={"use_uvloop": True})

@@ -102,8 +102,8 @@ class ModelRepository:
         self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir,
                                   remote_timeout)
         self._backends = backends
-        # None: the installed plugins' (inferd.kernel.actors.repository.agents)
-        self._agents = agents
+        # the server's repository agents (inferd.kernel.actors.repository.agents); None: none
+        self._agents = agents if agents is not None else AgentRegistry()
         self._auto_complete = auto_complete
         self._config_name = config_name
         # The GPUs configs may name: this machine's (inferd.kernel.runtime.devices) unless given.

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.kernel.actors.executor.warmup import warmup_samples
+from inferd.kernel.actors.repository.agents import AgentRegistry
 from inferd.kernel.actors.repository.catalog import CATALOG_FILENAME, read_catalog
 from inferd.kernel.actors.repository.fingerprints import CONFIG_FILENAME, CUSTOM_CONFIGS
 from inferd.kernel.actors.repository.folders import ModelRepository
@@ -54,13 +55,15 @@ def check_repository(
     options: dict[str, Any] | None = None,
     gpu_ids: Sequence[int] | None = None,
     cache_dir: str | Path | None = None,
+    agents: AgentRegistry | None = None,
 ) -> CheckReport:
     """Check every model under ``roots`` as ``inferd serve`` with the same settings would
     load it (``options``: the executor's, e.g. ``backend_config``). A remote root's models
     are fetched into ``cache_dir`` as a load would fetch them; a remote root that cannot be
     listed is the repository's own error (nothing under it can be checked)."""
     repository = ModelRepository(roots, backends, auto_complete=auto_complete,
-                                 gpu_ids=gpu_ids, config_name=config_name, cache_dir=cache_dir)
+                                 gpu_ids=gpu_ids, config_name=config_name, cache_dir=cache_dir,
+                                 agents=agents)
     report = CheckReport(tuple(str(root) for root in roots))
     report.errors += [Finding(why) for mirror in repository.remote.mirrors
                       if (why := mirror.check())]
