@@ -121,6 +121,7 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         cache_dir=settings.repository_cache_dir,
         remote_timeout=settings.repository_timeout_secs,
         agents=plugins.agents(),
+        storages=plugins.storages(),
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)

@@ -6,9 +6,7 @@ unset means all) and ``INFERD_DISABLE_PLUGINS`` (deny-list, applied after). ``ch
 runs at load so a misspelled hook fails loudly instead of silently never being called. Each
 registry is filled once per ``Plugins``. ``installed()`` is this process's plugins, loaded on
 first use: the entry points (``inferd serve``, ``inferd check``, the client commands) take it
-and hand it, or the registry needed, to everything that looks a plugin up; the one lookup left
-without it is a remote repository URL's scheme (``remote_storage``), which storage plugins
-themselves make.
+and hand it, or the registry needed, to everything that looks a plugin up.
 """
 
 from __future__ import annotations

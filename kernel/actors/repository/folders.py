@@ -25,7 +25,11 @@ from inferd.kernel.actors.repository.fingerprints import (
 )
 from inferd.kernel.actors.repository.mirror import CachedCopy, ModelFetch, RepositoryMirror
 from inferd.kernel.actors.repository.remote_roots import RemoteRoots
-from inferd.kernel.actors.repository.remote_storage import READ_TIMEOUT_SECS, is_remote_url
+from inferd.kernel.actors.repository.remote_storage import (
+    READ_TIMEOUT_SECS,
+    StorageRegistry,
+    is_remote_url,
+)
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.modelconfig.reading import (
     ENSEMBLE_PLATFORM,
@@ -93,14 +97,17 @@ class ModelRepository:
         cache_dir: str | Path | None = None,
         remote_timeout: float = READ_TIMEOUT_SECS,
         agents: AgentRegistry | None = None,
+        storages: StorageRegistry | None = None,
     ) -> None:
+        # the server's storage plugins (remote_storage); None: none, every root is a folder
+        storages = storages if storages is not None else StorageRegistry()
         unique: dict[str, Path] = {}
         for root in roots:
-            if not is_remote_url(str(root)):
+            if not is_remote_url(str(root), storages):
                 unique.setdefault(os.path.realpath(root), Path(root))
         self.roots: tuple[Path, ...] = tuple(unique.values())
-        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir,
-                                  remote_timeout)
+        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r), storages)],
+                                  storages, cache_dir, remote_timeout)
         self._backends = backends
         # the server's repository agents (inferd.kernel.actors.repository.agents); None: none
         self._agents = agents if agents is not None else AgentRegistry()

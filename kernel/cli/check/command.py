@@ -58,7 +58,7 @@ def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "t
         roots, plugins.backends(), auto_complete=auto_complete, config_name=config_name,
         options={"backend_config": tuple(settings),
                  "completion_timeout_secs": completion_timeout_secs},
-        cache_dir=cache_dir, agents=plugins.agents(),
+        cache_dir=cache_dir, agents=plugins.agents(), storages=plugins.storages(),
     )
     if output == "json":
         json.dump(report.to_json(with_config=show_config), out, indent=2)

@@ -26,6 +26,7 @@ from inferd.kernel.actors.repository.agents import AgentRegistry
 from inferd.kernel.actors.repository.catalog import CATALOG_FILENAME, read_catalog
 from inferd.kernel.actors.repository.fingerprints import CONFIG_FILENAME, CUSTOM_CONFIGS
 from inferd.kernel.actors.repository.folders import ModelRepository
+from inferd.kernel.actors.repository.remote_storage import StorageRegistry
 from inferd.kernel.actors.scheduler.classification import read_labels
 from inferd.kernel.backend import BackendRegistry, ModelContext
 from inferd.kernel.cli.check.ensembles import check_ensembles
@@ -56,6 +57,7 @@ def check_repository(
     gpu_ids: Sequence[int] | None = None,
     cache_dir: str | Path | None = None,
     agents: AgentRegistry | None = None,
+    storages: StorageRegistry | None = None,
 ) -> CheckReport:
     """Check every model under ``roots`` as ``inferd serve`` with the same settings would
     load it (``options``: the executor's, e.g. ``backend_config``). A remote root's models
@@ -63,7 +65,7 @@ def check_repository(
     listed is the repository's own error (nothing under it can be checked)."""
     repository = ModelRepository(roots, backends, auto_complete=auto_complete,
                                  gpu_ids=gpu_ids, config_name=config_name, cache_dir=cache_dir,
-                                 agents=agents)
+                                 agents=agents, storages=storages)
     report = CheckReport(tuple(str(root) for root in roots))
     report.errors += [Finding(why) for mirror in repository.remote.mirrors
                       if (why := mirror.check())]
