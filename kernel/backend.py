@@ -62,6 +62,14 @@ class BackendSpec:
     completion: str = ""
     completion_runs_model_code: bool = False
     runs_in_server: bool = False
+    auto_completes: bool = False
+    auto_completes_only: tuple[str, ...] = ()
+
+    def completes(self, platform: str, default_filename: str) -> bool:
+        """Whether a load of a config of ``platform`` and ``default_filename`` fills in its
+        missing inputs and outputs from the model file."""
+        return self.auto_completes and (not self.auto_completes_only or bool(
+            {platform, default_filename} & set(self.auto_completes_only)))
 
     def load_class(self) -> type[Backend]:
         backend_class: type[Backend] = load_entry(self.entry, Backend, "backend")

@@ -3,7 +3,9 @@
 Its fields are the kernel's own flags, typed, named after tritonserver's (SPEC 6.1). The
 flags a plugin declares (``inferd_add_options``: a frontend's port, address and limits, for
 instance) are not fields: they land in ``options`` by their ``dest``, and the plugin reads
-them there. Owns no parsing beyond value types; ``inferd.kernel.cli.serve`` builds it.
+them there. Two fields are read from plugins' flags because the kernel runs what they
+configure: ``cache`` (the ``response_cache`` plugin's) and ``trace`` (the ``tracing``
+plugin's). Owns no parsing beyond value types; ``inferd.kernel.cli.serve`` builds it.
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ class Settings:
     model_config_name: str = ""
     # --backend-config: (backend or "" for every backend, setting, value).
     backend_config: tuple[tuple[str, str, str], ...] = ()
-    # --cache-config: the server's response cache, None for none
-    # (inferd.kernel.actors.scheduler.cache_config).
+    # The response cache the response_cache plugin's --cache-config gives, None for none (or
+    # with that plugin disabled; inferd.kernel.actors.scheduler.cache_config).
     cache: CacheConfig | None = None
-    # --trace-config (and tritonserver's deprecated --trace-file and its kin): the tracing the
-    # server starts with (inferd.kernel.observability.trace_config; no --trace-config: none).
+    # The tracing the server starts with, from the tracing plugin's --trace-config and
+    # tritonserver's older --trace-file and kin (inferd.kernel.observability.trace_config;
+    # none given, or that plugin disabled: no tracing).
     trace: TraceConfig = field(default_factory=TraceConfig)

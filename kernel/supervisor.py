@@ -120,6 +120,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
         config_name=settings.model_config_name,
         cache_dir=settings.repository_cache_dir,
         remote_timeout=settings.repository_timeout_secs,
+        agents=plugins.agents(),
+        storages=plugins.storages(),
     )
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)

@@ -120,30 +120,6 @@ def kernel_parser() -> argparse.ArgumentParser:
     execution.add_argument("--exit-timeout-secs", type=float, default=defaults.exit_timeout_secs)
     execution.add_argument("--rate-limit", choices=("off", "execution_count"), default="off",
                            help="tritonserver's rate limiter: inferd has none, only off applies")
-    execution.add_argument("--cache-config", action="append", default=[],
-                           metavar="CACHE,SETTING=VALUE",
-                           help="the response cache, one setting per flag: local,size=BYTES, "
-                                "or redis,host=H and redis,port=P (and redis,user=, password=, "
-                                "db=, connect_timeout=, socket_timeout=, pool_size=, "
-                                "wait_timeout=, tls_enabled=, cert=, key=, cacert=, cacert_dir=)")
-    execution.add_argument("--response-cache-byte-size", type=int, default=None,
-                           metavar="BYTES", help="deprecated: --cache-config=local,size=BYTES")
-    execution.add_argument("--cache-directory", default="", metavar="PATH",
-                           help="tritonserver's folder of cache libraries: inferd's caches are "
-                                "plugins, so it is not read")
-    execution.add_argument("--trace-config", action="append", default=[],
-                           metavar="[MODE,]SETTING=VALUE",
-                           help="tracing, as tritonserver's: level=TIMESTAMPS|TENSORS, rate=N, "
-                                "count=N, mode=triton|opentelemetry, triton,file=PATH, "
-                                "triton,log-frequency=N, opentelemetry,url=URL, "
-                                "opentelemetry,resource=KEY=VALUE (repeatable)")
-    for flag, kind in (("file", str), ("level", str), ("rate", int), ("count", int),
-                       ("log-frequency", int)):
-        execution.add_argument(f"--trace-{flag}", type=kind, default=None,
-                               action="append" if flag == "level" else "store",
-                               help=f"deprecated by tritonserver: --trace-config "
-                                    f"{'triton,' if flag in ('file', 'log-frequency') else ''}"
-                                    f"{flag}=...")
     logs = parser.add_argument_group("logging")
     LogSettings.add_arguments(logs)
     add_boolean(logs, "--allow-log-file-updates", False,
@@ -155,9 +131,9 @@ def kernel_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    """The settings of a parsed command line (``serve_parser``); ``StartupFailed`` for a
-    combination or a value tritonserver refuses at start-up."""
+def settings_from(args: argparse.Namespace, plugins: Plugins) -> Settings:
+    """The settings of a command line ``serve_parser(plugins)`` parsed; ``StartupFailed`` for
+    a combination or a value tritonserver refuses at start-up."""
     load_models = tuple(args.load_models)
     if load_models and args.model_control_mode != "explicit":
         raise StartupFailed(
@@ -178,14 +154,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise StartupFailed(f"--model-config-name={name}: a name of letters, digits, '-', '_' "
                             "and '.' (it names configs/<name>.pbtxt in a model folder)")
     repositories = tuple(args.model_repositories or ("model_repository",))
+    options = _plugin_options(args)
     if not args.repository_timeout_secs > 0:
         raise StartupFailed(f"--repository-timeout-secs={args.repository_timeout_secs:g}: a "
                             "number of seconds above 0")
+    storages = plugins.storages()
     for root in repositories:
         # A URL of a scheme no storage plugin reads is refused naming those there are.
-        if is_remote_url(root) or ("://" in root and not os.path.exists(root)):
+        if is_remote_url(root, storages) or ("://" in root and not os.path.exists(root)):
             try:
-                check_url(root)  # its form and its extra; the storage itself is asked later
+                check_url(root, storages)  # its form and its extra; the storage is asked later
             except InvalidArgument as error:
                 raise StartupFailed(error.message) from None
             continue
@@ -213,19 +191,22 @@ def settings_from(args: argparse.Namespace) -> Settings:
         executor_shm_threshold=args.executor_shm_threshold,
         executor_shm_capacity=args.executor_shm_capacity,
         allow_client_shm=args.allow_client_shm,
-        options=_plugin_options(args),
+        options=options,
         logs=LogSettings.from_arguments(args),
         log_file_updates=args.allow_log_file_updates,
         model_config_name=args.model_config_name,
         backend_config=tuple(_backend_setting(text) for text in args.backend_config),
-        cache=_cache(args),
-        trace=_trace(args),
+        cache=_cache(options, plugins),
+        trace=_trace(options, plugins),
     )
 
 
-def _cache(args: argparse.Namespace) -> CacheConfig | None:
+def _cache(options: dict[str, Any], plugins: Plugins) -> CacheConfig | None:
+    """The response cache the flags of the ``response_cache`` plugin configure (none when it
+    is disabled: the flags are not there)."""
     try:
-        return parse_cache_config(args.cache_config, args.response_cache_byte_size)
+        return parse_cache_config(options.get("cache_config", []), plugins.caches(),
+                                  options.get("response_cache_byte_size"))
     except CacheConfigError as error:
         raise StartupFailed(str(error)) from None
 
@@ -244,14 +225,15 @@ _DEPRECATED_TRACE_FLAGS = (("trace_file", "triton,file"), ("trace_level", "level
                            ("trace_log_frequency", "triton,log-frequency"))
 
 
-def _trace(args: argparse.Namespace) -> TraceConfig:
-    """``--trace-config``, after tritonserver's older ``--trace-file``, ``--trace-level``,
-    ``--trace-rate``, ``--trace-count`` and ``--trace-log-frequency`` as the settings they
-    stand for (so ``--trace-config``, coming later, overrides them, as in Triton), each of
-    those with Triton's warning."""
+def _trace(options: dict[str, Any], plugins: Plugins) -> TraceConfig:
+    """``--trace-config`` (the ``tracing`` plugin's flags; off when it is disabled), after
+    tritonserver's older ``--trace-file``, ``--trace-level``, ``--trace-rate``,
+    ``--trace-count`` and ``--trace-log-frequency`` as the settings they stand for (so
+    ``--trace-config``, coming later, overrides them, as in Triton), each of those with
+    Triton's warning."""
     items: list[str] = []
     for option, setting in _DEPRECATED_TRACE_FLAGS:
-        given = getattr(args, option)
+        given = options.get(option)
         if given is None:
             continue
         logging.getLogger("inferd").warning(
@@ -260,7 +242,8 @@ def _trace(args: argparse.Namespace) -> TraceConfig:
         items.extend(f"{setting}={value}" for value in
                      (given if isinstance(given, list) else [given]))
     try:
-        return parse_trace_config([*items, *args.trace_config])
+        return parse_trace_config([*items, *options.get("trace_config", [])],
+                                  plugins.trace_sinks())
     except ValueError as error:
         raise StartupFailed(str(error)) from None
 
@@ -279,12 +262,12 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
     if args.rate_limit != "off":
         log.warning("--rate-limit=%s: inferd has no rate limiter; executions are not "
                     "limited", args.rate_limit)
-    if args.response_cache_byte_size is not None:
+    if (byte_size := settings.options.get("response_cache_byte_size")) is not None:
         log.warning("'--response-cache-byte-size' has been deprecated! It is "
-                    "'--cache-config=local,size=%d'", args.response_cache_byte_size)
-    if args.cache_directory:
+                    "'--cache-config=local,size=%d'", byte_size)
+    if cache_directory := settings.options.get("cache_directory"):
         log.info("--cache-directory=%s: inferd's response caches are plugins; the folder is "
-                 "not read", args.cache_directory)
+                 "not read", cache_directory)
     for text, (backend, setting, _) in zip(args.backend_config, settings.backend_config,
                                            strict=True):
         if setting not in USED_BACKEND_SETTINGS:
@@ -298,7 +281,7 @@ USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
 def serve_main(argv: Sequence[str]) -> int:
     """``inferd serve ARGV``: the exit code (argparse exits 2 itself on a bad flag)."""
-    plugins = installed()  # the lookups by name (caches, trace modes, storage) use the same
+    plugins = installed()  # this process's, handed to everything that looks a plugin up
     args = serve_parser(plugins).parse_args(argv)
     try:
         configure_logging(LogSettings.from_arguments(args))
@@ -310,7 +293,7 @@ def serve_main(argv: Sequence[str]) -> int:
     faulthandler.enable()
     raise_open_file_limit()
     try:
-        settings = settings_from(args)
+        settings = settings_from(args, plugins)
         _report_compatibility_flags(args, settings)
         anyio.run(serve, settings, plugins, backend="asyncio",
                   backend_options={"use_uvloop": True})

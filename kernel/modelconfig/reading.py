@@ -178,14 +178,11 @@ def normalize(
     return normalized
 
 
-def backend_can_auto_complete(config: ModelConfig) -> bool:
-    """Whether the config's backend fills in missing inputs/outputs from the model file."""
-    if config.backend in ("onnxruntime", "python", "tensorrt"):
-        return True
-    if config.platform == "tensorflow_savedmodel":
-        return True  # a GraphDef says too little of its tensors (as in Triton)
-    backend: str = config.backend
-    return backend == "pytorch" and config.default_model_filename == TORCH_EXPORT_FILENAME
+def backend_can_auto_complete(config: ModelConfig, backends: BackendRegistry) -> bool:
+    """Whether the config's backend fills in missing inputs/outputs from the model file, as
+    its ``BackendSpec`` says (``auto_completes``); a backend not registered does not."""
+    spec = backends.get(config.backend) if config.backend else None
+    return spec is not None and spec.completes(config.platform, config.default_model_filename)
 
 
 def config_to_json(config: ModelConfig) -> dict[str, Any]:

@@ -96,15 +96,11 @@ def trace_integer(text: str, flag: str, low: int, high: int = 2**32 - 1) -> int:
     return int(stripped)
 
 
-def parse_trace_config(items: Sequence[str], environ: Mapping[str, str] | None = None,
-                       sinks: TraceSinkRegistry | None = None) -> TraceConfig:
-    """Every ``--trace-config`` flag, in order, as one configuration. ``sinks`` (the modes)
-    defaults to the installed plugins' trace sinks."""
+def parse_trace_config(items: Sequence[str], sinks: TraceSinkRegistry,
+                       environ: Mapping[str, str] | None = None) -> TraceConfig:
+    """Every ``--trace-config`` flag, in order, as one configuration of one of the modes of
+    ``sinks`` (the server's plugins' trace sinks)."""
     environ = os.environ if environ is None else environ
-    if sinks is None:
-        from inferd.kernel.observability.trace_sinks import installed_sinks
-
-        sinks = installed_sinks()
     modes = sinks.names()
     levels: set[str] = set()
     off = False

@@ -107,16 +107,9 @@ class SinkWorker:
             self._thread = None
 
 
-def installed_sinks() -> TraceSinkRegistry:
-    from inferd.kernel.runtime.plugin_manager import installed
-
-    return installed().trace_sinks()
-
-
-def sink_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> TraceSink:
-    """The sink of ``config.mode``; ``ValueError`` for a mode no plugin gives, or one whose
-    packages are missing."""
-    sinks = installed_sinks() if sinks is None else sinks
+def sink_for(config: TraceConfig, sinks: TraceSinkRegistry) -> TraceSink:
+    """The sink of ``config.mode`` among the server's ``sinks``; ``ValueError`` for a mode no
+    plugin gives, or one whose packages are missing."""
     try:
         spec = sinks.require(config.mode)
     except LookupError as error:
@@ -124,7 +117,6 @@ def sink_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> Tra
     return spec.open(config)
 
 
-def spec_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None
-             ) -> TraceSinkSpec | None:
+def spec_for(config: TraceConfig, sinks: TraceSinkRegistry) -> TraceSinkSpec | None:
     """The spec of ``config.mode``, None when no plugin gives it."""
-    return (installed_sinks() if sinks is None else sinks).get(config.mode)
+    return sinks.get(config.mode)

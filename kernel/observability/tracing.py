@@ -294,14 +294,12 @@ class Tracer:
         self.sink.close()
 
 
-def tracer_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> Tracer:
+def tracer_for(config: TraceConfig, sinks: TraceSinkRegistry) -> Tracer:
     """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its mode's plugin is
-    missing or its sink cannot be made); ``sinks``: the server's plugins' (default: this
-    process's installed plugins')."""
+    missing or its sink cannot be made); ``sinks``: the server's plugins'."""
     from inferd.kernel.supervisor import StartupFailed
-    from inferd.kernel.observability.trace_sinks import NullSink, installed_sinks, sink_for
+    from inferd.kernel.observability.trace_sinks import NullSink, sink_for
 
-    sinks = installed_sinks() if sinks is None else sinks
     spec = sinks.get(config.mode)
     if not config.level and spec is None:
         return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
@@ -312,13 +310,15 @@ def tracer_for(config: TraceConfig, sinks: TraceSinkRegistry | None = None) -> T
     return Tracer(config, sink, spec)
 
 
-def disabled_tracer() -> Tracer:
+def disabled_tracer(sinks: TraceSinkRegistry | None = None) -> Tracer:
     """A tracer that never traces (the default at start-up, without ``--trace-config``); its
-    sink is the default mode's, so the trace API can still turn tracing on."""
+    sink is the default mode's of ``sinks``, so the trace API can still turn tracing on (with
+    no ``sinks``, a data plane outside a server: none, it never traces)."""
     from inferd.kernel.observability.trace_config import TraceConfig
-    from inferd.kernel.observability.trace_sinks import NullSink, installed_sinks, sink_for
+    from inferd.kernel.observability.trace_sinks import NullSink, sink_for
 
     config = TraceConfig()
-    spec = installed_sinks().get(config.mode)
-    sink: TraceSink = sink_for(config) if spec is not None else NullSink()
+    spec = sinks.get(config.mode) if sinks is not None else None
+    sink: TraceSink = sink_for(config, sinks) if sinks is not None and spec is not None \
+        else NullSink()
     return Tracer(config, sink, spec)

@@ -4,9 +4,9 @@ Plugins come from the ``inferd`` entry-point group (built-ins included). Two env
 variables filter them by entry-point name: ``INFERD_PLUGINS`` (comma-separated allow-list;
 unset means all) and ``INFERD_DISABLE_PLUGINS`` (deny-list, applied after). ``check_pending``
 runs at load so a misspelled hook fails loudly instead of silently never being called. Each
-registry is filled once per ``Plugins``; ``installed()`` is this process's plugins, loaded on
-first use, for the lookups that have no ``Plugins`` at hand (a cache name, a trace mode, a URL
-scheme, a repository agent).
+registry is filled once per ``Plugins``. ``installed()`` is this process's plugins, loaded on
+first use: the entry points (``inferd serve``, ``inferd check``, the client commands) take it
+and hand it, or the registry needed, to everything that looks a plugin up.
 """
 
 from __future__ import annotations

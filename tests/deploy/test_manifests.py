@@ -132,7 +132,7 @@ def test_the_deployment_probes_health_and_drains_within_its_grace_period(file: s
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
     for root in parsed.model_repositories:
-        if is_remote_url(root):  # fetched into a cache folder the pod may write
+        if is_remote_url(root, Plugins.load().storages()):  # fetched into a cache folder the pod may write
             assert parsed.repository_cache_dir in mounts, root
             assert not mounts[parsed.repository_cache_dir].get("readOnly"), root
         else:  # a mounted volume the server only reads

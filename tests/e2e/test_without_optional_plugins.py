@@ -33,7 +33,7 @@ def test_every_optional_feature_is_a_plugin_that_can_be_disabled() -> None:
     assert {"local_cache", "redis_cache", "triton_trace", "opentelemetry_trace",
             "fsspec_storage", "control_state", "path_control_state", "s3_control_state",
             "on_demand", "checksum_agent", "client_commands", "tensorflow", "pytorch",
-            "tensorrt"} <= set(OPTIONAL)
+            "tensorrt", "response_cache", "tracing"} <= set(OPTIONAL)
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +79,29 @@ def test_a_python_model_is_served(client: Any) -> None:
     assert result.as_numpy("OUTPUT1").tolist() == [-3, -1, 1, 3]
 
 
-@pytest.mark.parametrize("flag", ["--model-load-on-demand", "--model-control-state=x.json",
-                                  "--model-memory-budget=cpu=1GiB"])
+FEATURE_FLAGS = ["--model-load-on-demand", "--model-control-state=x.json",
+                 "--model-memory-budget=cpu=1GiB", "--cache-config=local,size=1048576",
+                 "--response-cache-byte-size=1048576", "--cache-directory=/tmp",
+                 "--trace-config=level=TIMESTAMPS", "--trace-file=/tmp/trace.json",
+                 "--trace-level=TIMESTAMPS", "--trace-rate=1", "--trace-count=1",
+                 "--trace-log-frequency=1"]
+
+
+@pytest.mark.parametrize("flag", FEATURE_FLAGS)
 def test_a_disabled_features_flag_is_not_there(tmp_path: Path, flag: str) -> None:
     finished = subprocess.run(
         [sys.executable, *INFERD_ARGUMENTS, "serve", "--model-repository", str(tmp_path), flag],
         env={**os.environ, **DISABLED}, capture_output=True, text=True,
         timeout=120, check=False)
     assert finished.returncode == 2 and "unrecognized arguments" in finished.stderr
+
+
+def test_serve_help_lists_no_disabled_features_flag() -> None:
+    def help_text(env: dict[str, str]) -> str:
+        return subprocess.run([sys.executable, *INFERD_ARGUMENTS, "serve", "--help"],
+                              env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+
+    names = {flag.split("=")[0] for flag in FEATURE_FLAGS}
+    assert names <= set(help_text({}).split())  # each is there with its plugin
+    assert not names & set(help_text(DISABLED).split())

@@ -45,10 +45,10 @@ def test_an_unknown_name_lists_the_names_there_are(plugins: Plugins) -> None:
         plugins.caches().require("memcached")
     with pytest.raises(CacheConfigError, match="unknown cache 'disk' .inferd has the caches "
                                                "local, redis"):
-        parse_cache_config(["disk,size=1"], caches=plugins.caches())
+        parse_cache_config(["disk,size=1"], plugins.caches())
     with pytest.raises(ValueError, match='invalid value for trace mode option: zipkin. '
                                          'Available options are "opentelemetry" and "triton"'):
-        parse_trace_config(["mode=zipkin"], environ={}, sinks=plugins.trace_sinks())
+        parse_trace_config(["mode=zipkin"], plugins.trace_sinks(), environ={})
     with pytest.raises(InvalidArgument, match=r"not a remote repository URL \(s3://, gs://, "
                                               r"as://, az://\)"):
         parse_url("hdfs://cluster/models", storages=plugins.storages())
@@ -84,21 +84,17 @@ def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
 
 
 def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inferd.kernel.runtime import plugin_manager
     from inferd.kernel.supervisor import StartupFailed
     from inferd.kernel.observability.trace_config import TraceConfig
     from inferd.kernel.observability.trace_sinks import NullSink
     from inferd.kernel.observability.tracing import tracer_for
 
     monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "triton_trace")
-    plugin_manager.installed.cache_clear()
-    try:
-        assert isinstance(tracer_for(TraceConfig()).sink, NullSink)  # tracing off: no sink
-        with pytest.raises(StartupFailed, match=r"mode=triton: unknown trace mode 'triton' "
-                                                r"\(available: opentelemetry\)"):
-            tracer_for(TraceConfig(level=("TIMESTAMPS",), file="/tmp/trace.json"))
-    finally:
-        plugin_manager.installed.cache_clear()
+    sinks = Plugins.load().trace_sinks()
+    assert isinstance(tracer_for(TraceConfig(), sinks).sink, NullSink)  # tracing off: no sink
+    with pytest.raises(StartupFailed, match=r"mode=triton: unknown trace mode 'triton' "
+                                            r"\(available: opentelemetry\)"):
+        tracer_for(TraceConfig(level=("TIMESTAMPS",), file="/tmp/trace.json"), sinks)
 
 
 def test_serve_refuses_a_url_no_storage_plugin_reads(tmp_path: Path) -> None:

@@ -31,7 +31,10 @@ def model(root: Path, name: str, *parameters: tuple[str, str], agent: str = "che
 
 
 def resolve(root: Path, name: str, agents: AgentRegistry | None = None) -> str:
-    repository = ModelRepository([root], installed().backends(), gpu_ids=(), agents=agents)
+    """``name`` resolved with ``agents``, by default the installed plugins' (checksum)."""
+    plugins = installed()
+    repository = ModelRepository([root], plugins.backends(), gpu_ids=(),
+                                 agents=plugins.agents() if agents is None else agents)
     return repository.resolve(name).path
 
 

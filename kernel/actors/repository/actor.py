@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import anyio
 
+from inferd.kernel.actors.repository.agents import AgentRegistry
 from inferd.kernel.actors.repository.catalog import CatalogFilter
 from inferd.kernel.actors.repository.catalog_listing import CatalogReader
 from inferd.kernel.actors.repository.folders import ModelRepository
+from inferd.kernel.actors.repository.remote_storage import StorageRegistry
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import REPOSITORY
@@ -50,11 +52,14 @@ class RepositoryActor(Actor):
         config_name: str = "",
         cache_dir: str = "",
         remote_timeout: float = 30.0,
+        agents: AgentRegistry | None = None,
+        storages: StorageRegistry | None = None,
     ) -> None:
         super().__init__(router)
         self._repository = ModelRepository(roots, backends, auto_complete=auto_complete,
                                            config_name=config_name, cache_dir=cache_dir or None,
-                                           remote_timeout=remote_timeout)
+                                           remote_timeout=remote_timeout, agents=agents,
+                                           storages=storages)
         self._catalog = CatalogReader(self._repository, backends, auto_complete=auto_complete)
 
     async def on_list_models(self, message: ListModels, envelope: Envelope) -> ModelList:

@@ -65,17 +65,13 @@ class AgentRegistry(Registry[AgentSpec]):
 
 
 def run_agents(name: str, folder: Path, versions: Sequence[int], config: ModelConfig,
-               agents: AgentRegistry | None = None) -> Path:
-    """The folder to load ``name`` from once every agent its config lists has run;
-    ``InvalidArgument`` when one refuses, fails or is not installed. ``agents`` defaults to
-    the installed plugins' agents (looked up only when the config lists one)."""
+               agents: AgentRegistry) -> Path:
+    """The folder to load ``name`` from once every agent its config lists, one of the
+    server's ``agents``, has run; ``InvalidArgument`` when one refuses, fails or is not
+    installed."""
     listed = config.model_repository_agents.agents
     if not listed:
         return folder
-    if agents is None:
-        from inferd.kernel.runtime.plugin_manager import installed
-
-        agents = installed().agents()
     for agent in listed:
         spec = agents.get(agent.name)
         if spec is None:

@@ -119,7 +119,8 @@ class CatalogReader:
         """The config completed from the model file, where that needs no model code."""
         spec = self._backends.get(config.backend) if config.backend else None
         if (spec is None or not spec.completion or spec.completion_runs_model_code
-                or not self._auto_complete or not backend_can_auto_complete(config)):
+                or not self._auto_complete
+                or not backend_can_auto_complete(config, self._backends)):
             return config
         context = ModelContext(name=name, version=version, model_dir=folder,
                                config=execution_config(config))

@@ -25,7 +25,11 @@ from inferd.kernel.actors.repository.fingerprints import (
 )
 from inferd.kernel.actors.repository.mirror import CachedCopy, ModelFetch, RepositoryMirror
 from inferd.kernel.actors.repository.remote_roots import RemoteRoots
-from inferd.kernel.actors.repository.remote_storage import READ_TIMEOUT_SECS, is_remote_url
+from inferd.kernel.actors.repository.remote_storage import (
+    READ_TIMEOUT_SECS,
+    StorageRegistry,
+    is_remote_url,
+)
 from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.modelconfig.reading import (
     ENSEMBLE_PLATFORM,
@@ -93,17 +97,20 @@ class ModelRepository:
         cache_dir: str | Path | None = None,
         remote_timeout: float = READ_TIMEOUT_SECS,
         agents: AgentRegistry | None = None,
+        storages: StorageRegistry | None = None,
     ) -> None:
+        # the server's storage plugins (remote_storage); None: none, every root is a folder
+        storages = storages if storages is not None else StorageRegistry()
         unique: dict[str, Path] = {}
         for root in roots:
-            if not is_remote_url(str(root)):
+            if not is_remote_url(str(root), storages):
                 unique.setdefault(os.path.realpath(root), Path(root))
         self.roots: tuple[Path, ...] = tuple(unique.values())
-        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r))], cache_dir,
-                                  remote_timeout)
+        self.remote = RemoteRoots([str(r) for r in roots if is_remote_url(str(r), storages)],
+                                  storages, cache_dir, remote_timeout)
         self._backends = backends
-        # None: the installed plugins' (inferd.kernel.actors.repository.agents)
-        self._agents = agents
+        # the server's repository agents (inferd.kernel.actors.repository.agents); None: none
+        self._agents = agents if agents is not None else AgentRegistry()
         self._auto_complete = auto_complete
         self._config_name = config_name
         # The GPUs configs may name: this machine's (inferd.kernel.runtime.devices) unless given.
@@ -220,7 +227,8 @@ class ModelRepository:
             backend_uses_gpu=lambda backend: can_use_gpu(self._backends.get(backend)),
         )
         check_gpus(config, self.gpu_ids)
-        completes_later = self._auto_complete and backend_can_auto_complete(config)
+        completes_later = (self._auto_complete
+                           and backend_can_auto_complete(config, self._backends))
         if not has_config:
             self._check_config_may_be_missing(name, model_dir, config, completes_later)
         validate(config, folder_name=name, complete=not completes_later)

@@ -46,6 +46,7 @@ from inferd.kernel.actors.repository.remote_objects import (
 from inferd.kernel.actors.repository.remote_storage import (
     READ_TIMEOUT_SECS,
     RemoteStorageError,
+    StorageRegistry,
     describe_error,
     open_filesystem,
     parse_url,
@@ -66,9 +67,10 @@ class RepositoryMirror:
     repository actor calls it from worker threads."""
 
     def __init__(self, url: str, cache_root: str | Path, filesystem: Any = None, *,
-                 timeout: float = READ_TIMEOUT_SECS) -> None:
+                 storages: StorageRegistry, timeout: float = READ_TIMEOUT_SECS) -> None:
         self.url = url
-        self.location = parse_url(url, timeout=timeout)
+        self._storages = storages  # the server's storage plugins, one of which reads ``url``
+        self.location = parse_url(url, timeout=timeout, storages=storages)
         self._fs = filesystem
         folder = Path(cache_root) / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
         self.models = folder / "models"
@@ -243,7 +245,7 @@ class RepositoryMirror:
     def _filesystem(self) -> Any:
         with self._lock:
             if self._fs is None:
-                self._fs = open_filesystem(self.location)
+                self._fs = open_filesystem(self.location, self._storages)
             return self._fs
 
     def _call(self, function: Any, *args: Any, empty: Any = None, **kwargs: Any) -> Any:
@@ -257,9 +259,9 @@ class RepositoryMirror:
             text = str(error).lower()
             if empty is not None and "bucket" not in text and "container" not in text:
                 return empty
-            raise RemoteStorageError(describe_error(self.url, error)) from None
+            raise RemoteStorageError(describe_error(self.url, error, self._storages)) from None
         except Exception as error:  # botocore, aiohttp, the SDKs: all mean "cannot read now"
-            raise RemoteStorageError(describe_error(self.url, error)) from None
+            raise RemoteStorageError(describe_error(self.url, error, self._storages)) from None
 
     def _relative(self, path: str, prefix: str) -> str:
         path = path.removeprefix(f"{self.location.scheme}://")

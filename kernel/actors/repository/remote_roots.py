@@ -13,20 +13,27 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd.kernel.actors.repository.mirror import RepositoryMirror, default_cache_dir
-from inferd.kernel.actors.repository.remote_storage import READ_TIMEOUT_SECS, RemoteStorageError
+from inferd.kernel.actors.repository.remote_storage import (
+    READ_TIMEOUT_SECS,
+    RemoteStorageError,
+    StorageRegistry,
+)
 
 Sample = tuple[str, dict[str, str], float]
 
 
 class RemoteRoots:
     """The mirrors of ``urls`` (duplicates once), cached under ``cache_dir`` (the default
-    when None), each request bounded by ``timeout`` seconds (``--repository-timeout-secs``)."""
+    when None), each request bounded by ``timeout`` seconds (``--repository-timeout-secs``),
+    read through ``storages`` (the server's storage plugins)."""
 
-    def __init__(self, urls: Sequence[str], cache_dir: str | Path | None = None,
+    def __init__(self, urls: Sequence[str], storages: StorageRegistry,
+                 cache_dir: str | Path | None = None,
                  timeout: float = READ_TIMEOUT_SECS) -> None:
         unique = dict.fromkeys(url.rstrip("/") for url in urls)
         cache = cache_dir or default_cache_dir()
-        self.mirrors = tuple(RepositoryMirror(url, cache, timeout=timeout) for url in unique)
+        self.mirrors = tuple(RepositoryMirror(url, cache, storages=storages, timeout=timeout)
+                             for url in unique)
 
     def names(self, max_age: float = 0.0) -> tuple[list[str], dict[str, str]]:
         """The names every root lists (a name once per root holding it), and the problems

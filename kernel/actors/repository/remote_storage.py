@@ -69,44 +69,36 @@ class StorageRegistry(Registry[StorageSpec]):
         return tuple(scheme for spec in self for scheme in spec.schemes)
 
 
-def _storages(storages: StorageRegistry | None) -> StorageRegistry:
-    if storages is not None:
-        return storages
-    from inferd.kernel.runtime.plugin_manager import installed
-
-    return installed().storages()
-
-
-def _spec(url: str, storages: StorageRegistry | None) -> StorageSpec:
-    registry = _storages(storages)
-    spec = registry.for_scheme(url.partition("://")[0])
+def _spec(url: str, storages: StorageRegistry) -> StorageSpec:
+    spec = storages.for_scheme(url.partition("://")[0])
     if spec is None:
-        listed = ", ".join(f"{scheme}://" for scheme in registry.schemes()) or "none installed"
+        listed = ", ".join(f"{scheme}://" for scheme in storages.schemes()) or "none installed"
         raise InvalidArgument(f"{url}: not a remote repository URL ({listed})")
     return spec
 
 
-def is_remote_url(root: str, storages: StorageRegistry | None = None) -> bool:
-    """Whether a ``--model-repository`` value names object storage rather than a folder."""
+def is_remote_url(root: str, storages: StorageRegistry) -> bool:
+    """Whether a ``--model-repository`` value names object storage, one of ``storages`` (the
+    server's storage plugins), rather than a folder."""
     scheme, separator, _ = root.partition("://")
-    return bool(separator) and _storages(storages).for_scheme(scheme) is not None
+    return bool(separator) and storages.for_scheme(scheme) is not None
 
 
 def parse_url(url: str, env: Mapping[str, str] | None = None, *,
               timeout: float = READ_TIMEOUT_SECS,
-              storages: StorageRegistry | None = None) -> RemoteLocation:
+              storages: StorageRegistry) -> RemoteLocation:
     """The location ``url`` names, each request bounded by ``timeout`` seconds of silence;
     ``InvalidArgument`` for a malformed one."""
     return _spec(url, storages).parse(url, env, timeout)
 
 
-def open_filesystem(location: RemoteLocation, storages: StorageRegistry | None = None) -> Any:
+def open_filesystem(location: RemoteLocation, storages: StorageRegistry) -> Any:
     """A fresh filesystem for ``location``; ``InvalidArgument`` naming the extra when its
     client library is not installed."""
     return _spec(location.url, storages).open(location)
 
 
-def check_url(url: str, storages: StorageRegistry | None = None) -> RemoteLocation:
+def check_url(url: str, storages: StorageRegistry) -> RemoteLocation:
     """``url`` parsed and its client library importable (a start-up check: no request)."""
     spec = _spec(url, storages)
     location = spec.parse(url, None, READ_TIMEOUT_SECS)
@@ -115,7 +107,7 @@ def check_url(url: str, storages: StorageRegistry | None = None) -> RemoteLocati
 
 
 def describe_error(url: str, error: BaseException,
-                   storages: StorageRegistry | None = None) -> str:
+                   storages: StorageRegistry) -> str:
     """One sentence for a failed call on the repository at ``url``, in words an operator
     acts on (the storage plugin's)."""
     if isinstance(error, InvalidArgument):

@@ -151,11 +151,11 @@ def text(value: str) -> str:
     return value
 
 
-def parse_cache_config(flags: Sequence[str], byte_size: int | None = None,
-                       environ: Mapping[str, str] | None = None,
-                       caches: CacheRegistry | None = None) -> CacheConfig | None:
-    """The cache ``--cache-config`` flags (and ``--response-cache-byte-size``) configure, or
-    None for none. ``caches`` defaults to the installed plugins' caches."""
+def parse_cache_config(flags: Sequence[str], caches: CacheRegistry,
+                       byte_size: int | None = None,
+                       environ: Mapping[str, str] | None = None) -> CacheConfig | None:
+    """The cache ``--cache-config`` flags (and ``--response-cache-byte-size``) configure, one
+    of the server's ``caches``, or None for none."""
     if byte_size is not None and flags:
         raise CacheConfigError("Incompatible flags --response-cache-byte-size and --cache-config "
                                "both provided. Please provide one or the other.")
@@ -163,10 +163,6 @@ def parse_cache_config(flags: Sequence[str], byte_size: int | None = None,
         flags = [f"{LOCAL},size={byte_size}"]
     if not flags:
         return None
-    if caches is None:
-        from inferd.kernel.runtime.plugin_manager import installed
-
-        caches = installed().caches()
     settings: dict[str, dict[str, object]] = {}
     for flag in flags:
         name, setting, value = _split(flag)

@@ -51,16 +51,12 @@ ERROR_LOG_INTERVAL_SECS = 10.0
 HASH_IN_THREAD_BYTES = 1 << 20
 
 
-async def open_cache(config: CacheConfig | None,
-                     caches: CacheRegistry | None = None) -> ResponseCache | None:
-    """The cache ``config`` describes, ready to use; ``CacheUnavailable`` if it cannot be.
-    ``caches`` defaults to the installed plugins' caches."""
+async def open_cache(config: CacheConfig | None, caches: CacheRegistry
+                     ) -> ResponseCache | None:
+    """The cache ``config`` describes, one of the server's ``caches``, ready to use;
+    ``CacheUnavailable`` if it cannot be."""
     if config is None:
         return None
-    if caches is None:
-        from inferd.kernel.runtime.plugin_manager import installed
-
-        caches = installed().caches()
     try:
         spec = caches.require(config.name)
     except LookupError as error:

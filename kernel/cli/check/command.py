@@ -38,9 +38,10 @@ def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "t
     out = out if out is not None else sys.stdout
     roots = list(repositories) or [DEFAULT_REPOSITORY]
     for root in roots:
-        if is_remote_url(root) or ("://" in root and not os.path.exists(root)):
+        if is_remote_url(root, plugins.storages()) or ("://" in root
+                                                        and not os.path.exists(root)):
             try:
-                check_url(root)  # its form, and the package that reads it
+                check_url(root, plugins.storages())  # its form, and the package that reads it
             except InferdError as error:
                 print(f"inferd check: {error.message}", file=sys.stderr)
                 return EXIT_USAGE
@@ -57,7 +58,7 @@ def run_check(repositories: Sequence[str], plugins: Plugins, *, output: str = "t
         roots, plugins.backends(), auto_complete=auto_complete, config_name=config_name,
         options={"backend_config": tuple(settings),
                  "completion_timeout_secs": completion_timeout_secs},
-        cache_dir=cache_dir,
+        cache_dir=cache_dir, agents=plugins.agents(), storages=plugins.storages(),
     )
     if output == "json":
         json.dump(report.to_json(with_config=show_config), out, indent=2)

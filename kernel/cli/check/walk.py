@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from inferd.kernel.actors.executor.warmup import warmup_samples
+from inferd.kernel.actors.repository.agents import AgentRegistry
 from inferd.kernel.actors.repository.catalog import CATALOG_FILENAME, read_catalog
 from inferd.kernel.actors.repository.fingerprints import CONFIG_FILENAME, CUSTOM_CONFIGS
 from inferd.kernel.actors.repository.folders import ModelRepository
+from inferd.kernel.actors.repository.remote_storage import StorageRegistry
 from inferd.kernel.actors.scheduler.classification import read_labels
 from inferd.kernel.backend import BackendRegistry, ModelContext
 from inferd.kernel.cli.check.ensembles import check_ensembles
@@ -54,13 +56,16 @@ def check_repository(
     options: dict[str, Any] | None = None,
     gpu_ids: Sequence[int] | None = None,
     cache_dir: str | Path | None = None,
+    agents: AgentRegistry | None = None,
+    storages: StorageRegistry | None = None,
 ) -> CheckReport:
     """Check every model under ``roots`` as ``inferd serve`` with the same settings would
     load it (``options``: the executor's, e.g. ``backend_config``). A remote root's models
     are fetched into ``cache_dir`` as a load would fetch them; a remote root that cannot be
     listed is the repository's own error (nothing under it can be checked)."""
     repository = ModelRepository(roots, backends, auto_complete=auto_complete,
-                                 gpu_ids=gpu_ids, config_name=config_name, cache_dir=cache_dir)
+                                 gpu_ids=gpu_ids, config_name=config_name, cache_dir=cache_dir,
+                                 agents=agents, storages=storages)
     report = CheckReport(tuple(str(root) for root in roots))
     report.errors += [Finding(why) for mirror in repository.remote.mirrors
                       if (why := mirror.check())]
@@ -174,7 +179,7 @@ def _complete(
     (or the load would fail: then an error is recorded)."""
     spec = backends.get(config.backend)
     completion = spec.load_completion() if spec is not None else None
-    wanted = auto_complete and backend_can_auto_complete(config)
+    wanted = auto_complete and backend_can_auto_complete(config, backends)
     if completion is None:
         if wanted:
             model.completion = NEEDS_SERVER

@@ -16,6 +16,7 @@ ONNXRUNTIME_BACKEND = BackendSpec(
     default_filename="model.onnx",
     gpu_packages=("onnxruntime-gpu",),
     completion="inferd.plugins.backends.onnxruntime.backend:complete_offline",
+    auto_completes=True,
     # Native and thread-safe: its CPU instances run in the server's process by default.
     runs_in_server=True,
 )

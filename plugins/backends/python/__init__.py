@@ -18,6 +18,7 @@ PYTHON_BACKEND = BackendSpec(
     # code run at once instead of taking turns on one interpreter lock.
     process_per_instance=True,
     completion="inferd.plugins.backends.python.offline:complete_offline",
+    auto_completes=True,
     completion_runs_model_code=True,
 )
 

@@ -20,6 +20,9 @@ PYTORCH_BACKEND = BackendSpec(
     gpu_packages=("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime"),
     # Native and thread-safe: its CPU instances run in the server's process by default.
     runs_in_server=True,
+    # A torch.export file carries its tensors' names and shapes; TorchScript does not.
+    auto_completes=True,
+    auto_completes_only=("model.pt2",),
 )
 
 

@@ -19,6 +19,9 @@ TENSORFLOW_BACKEND = BackendSpec(
     isolate=True,
     # PyPI's `tensorflow` is the CUDA build on Linux; `tensorflow-cpu` has no GPU support.
     gpu_packages=("tensorflow",),
+    # A SavedModel's signature names its tensors; a GraphDef says too little (as in Triton).
+    auto_completes=True,
+    auto_completes_only=("tensorflow_savedmodel",),
 )
 
 

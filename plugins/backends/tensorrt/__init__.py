@@ -15,6 +15,7 @@ TENSORRT_BACKEND = BackendSpec(
     platforms=("tensorrt_plan",),
     default_filename="model.plan",
     gpu_packages=("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
+    auto_completes=True,  # from the engine's bindings
 )
 
 

@@ -13,6 +13,7 @@ from inferd.kernel.observability.trace_config import TraceConfig
 from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.kernel.settings import Settings
 
+PLUGINS = Plugins.load()
 FRONTEND_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "zmq": 8003}
 
 
@@ -28,12 +29,12 @@ def test_frontends_declare_their_ports_and_addresses(tmp_path: Path) -> None:
                                 for flag in ("port", "address")}
     parser = serve_parser(Plugins.load())
     args = parser.parse_args(["--model-repository", str(tmp_path)])
-    assert listening(settings_from(args)) == {
+    assert listening(settings_from(args, PLUGINS)) == {
         name: ("0.0.0.0", port) for name, port in FRONTEND_PORTS.items()}
     args = parser.parse_args(
         ["--model-repository", str(tmp_path), "--grpc-port=9000", "--http-address", "::1"])
-    assert listening(settings_from(args))["grpc"] == ("0.0.0.0", 9000)
-    assert listening(settings_from(args))["http"] == ("::1", 8000)
+    assert listening(settings_from(args, PLUGINS))["grpc"] == ("0.0.0.0", 9000)
+    assert listening(settings_from(args, PLUGINS))["http"] == ("::1", 8000)
 
 
 def test_address_binds_every_frontend_unless_its_own_flag_says_otherwise(
@@ -42,7 +43,7 @@ def test_address_binds_every_frontend_unless_its_own_flag_says_otherwise(
     args = serve_parser(Plugins.load()).parse_args(
         ["--model-repository", str(tmp_path), "--address", "127.0.0.1",
          "--metrics-address", "0.0.0.0"])
-    assert listening(settings_from(args)) == {
+    assert listening(settings_from(args, PLUGINS)) == {
         "http": ("127.0.0.1", 8000), "grpc": ("127.0.0.1", 8001),
         "metrics": ("0.0.0.0", 8002), "zmq": ("127.0.0.1", 8003)}
 
@@ -58,27 +59,30 @@ def test_help_shows_every_listening_default() -> None:
 
 def test_no_kernel_flag_lands_in_the_plugin_options(tmp_path: Path) -> None:
     args = serve_parser(Plugins.load()).parse_args(["--model-repository", str(tmp_path)])
-    options = settings_from(args).options
+    options = settings_from(args, PLUGINS).options
     fields = {field.name for field in dataclasses.fields(Settings)}
     assert not options.keys() & fields
-    assert not {"trace_config", "trace_file", "log_file", "rate_limit"} & options.keys()
+    assert not {"log_file", "rate_limit"} & options.keys()
     assert "allow_http" in options and "http_max_input_size" in options
+    # the cache's and tracing's flags are their plugins' (response_cache, tracing)
+    assert {"cache_config", "trace_config", "trace_file"} <= options.keys()
 
 
 def test_trace_flags_are_a_typed_setting(tmp_path: Path) -> None:
-    args = kernel_parser().parse_args(["--model-repository", str(tmp_path)])
-    assert settings_from(args).trace == TraceConfig()
-    args = kernel_parser().parse_args(["--model-repository", str(tmp_path),
-                                       "--trace-config", "level=TIMESTAMPS",
-                                       "--trace-config", "triton,file=/t.json"])
-    trace = settings_from(args).trace
+    parser = serve_parser(Plugins.load())
+    args = parser.parse_args(["--model-repository", str(tmp_path)])
+    assert settings_from(args, PLUGINS).trace == TraceConfig()
+    args = parser.parse_args(["--model-repository", str(tmp_path),
+                              "--trace-config", "level=TIMESTAMPS",
+                              "--trace-config", "triton,file=/t.json"])
+    trace = settings_from(args, PLUGINS).trace
     assert (trace.level, trace.file) == (("TIMESTAMPS",), "/t.json")
 
 
 def test_allow_client_shm_is_off_unless_given(tmp_path: Path) -> None:
     def allowed(*flags: str) -> bool:
         args = kernel_parser().parse_args(["--model-repository", str(tmp_path), *flags])
-        return settings_from(args).allow_client_shm
+        return settings_from(args, PLUGINS).allow_client_shm
 
     # tritonserver's default since 2.68 (server#8721).
     assert (Settings().allow_client_shm, allowed()) == (False, False)

@@ -21,6 +21,7 @@ from inferd.kernel.modelconfig.reading import (
     validate_ensemble,
 )
 from inferd.kernel.modelconfig.validation import MAX_INSTANCES
+from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.protocols.errors import InvalidArgument
 
 SIMPLE = """
@@ -58,6 +59,11 @@ def registry() -> BackendRegistry:
     backends.add(BackendSpec(name="custom", entry="x:y", platforms=("custom_plat",),
                              default_filename="model.custom"))
     return backends
+
+
+def built_in() -> BackendRegistry:
+    """The backends of the installed plugins, as they declare themselves."""
+    return Plugins.load().backends()
 
 
 def normalized(text: str, folder: str = "simple", files: tuple[str, ...] = ()) -> ModelConfig:
@@ -196,19 +202,36 @@ def test_backend_and_platform_infer_each_other(text: str, backend: str, platform
 def test_a_tensorflow_platform_picks_its_own_file_and_only_savedmodels_auto_complete() -> None:
     graphdef = normalized('platform: "tensorflow_graphdef"', files=("model.savedmodel",))
     assert graphdef.default_model_filename == "model.graphdef"
-    assert not backend_can_auto_complete(graphdef)
+    assert not backend_can_auto_complete(graphdef, built_in())
     savedmodel = normalized('backend: "tensorflow"', files=("model.graphdef", "model.savedmodel"))
     assert (savedmodel.platform, savedmodel.default_model_filename) == (
         "tensorflow_savedmodel", "model.savedmodel")
-    assert backend_can_auto_complete(savedmodel)
+    assert backend_can_auto_complete(savedmodel, built_in())
 
 
 def test_explicit_backend_picks_its_file_that_exists() -> None:
     config = normalized('backend: "pytorch"', files=("model.pt2",))
     assert config.default_model_filename == "model.pt2"
     assert config.platform == ""
-    assert backend_can_auto_complete(config)
-    assert not backend_can_auto_complete(normalized('backend: "pytorch"', files=("model.pt",)))
+    assert backend_can_auto_complete(config, built_in())
+    assert not backend_can_auto_complete(normalized('backend: "pytorch"', files=("model.pt",)),
+                                         built_in())
+
+
+def test_whether_a_backend_auto_completes_is_what_its_spec_says() -> None:
+    config = normalized('backend: "custom"', files=("model.custom",))
+    assert not backend_can_auto_complete(config, registry())
+    completing = BackendRegistry()
+    completing.add(BackendSpec(name="custom", entry="x:y", platforms=("custom_plat",),
+                               default_filename="model.custom", auto_completes=True))
+    assert backend_can_auto_complete(config, completing)
+    narrowed = BackendRegistry()
+    narrowed.add(BackendSpec(name="custom", entry="x:y", platforms=("custom_plat",),
+                             default_filename="model.custom", auto_completes=True,
+                             auto_completes_only=("other_plat",)))
+    assert not backend_can_auto_complete(config, narrowed)
+    assert {name for name in built_in().names() if backend_can_auto_complete(
+        normalized(f'backend: "{name}"'), built_in())} >= {"onnxruntime", "python", "tensorrt"}
 
 
 def test_instance_groups_get_names_counts_and_kinds() -> None:

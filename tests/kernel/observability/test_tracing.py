@@ -35,7 +35,8 @@ class ListSink:
         pass
 
 
-TRITON = installed().trace_sinks().require("triton")  # the mode's plugin says what it does
+SINKS = installed().trace_sinks()  # the installed plugins' modes: triton and opentelemetry
+TRITON = SINKS.require("triton")  # the mode's plugin says what it does
 
 
 def tracer(spec: TraceSinkSpec | None = TRITON, **fields: object) -> tuple[Tracer, ListSink]:
@@ -180,12 +181,13 @@ def test_the_file_sink_keeps_the_file_a_json_array_and_indexes_by_frequency(
          ("bsp_max_export_batch_size", "512")))),
 ])
 def test_trace_config_reads_tritons_flags(flags: list[str], expected: TraceConfig) -> None:
-    assert parse_trace_config(flags, environ={}) == expected
+    assert parse_trace_config(flags, SINKS, environ={}) == expected
 
 
 def test_trace_config_reads_the_batch_processor_environment() -> None:
-    config = parse_trace_config(["mode=opentelemetry", "opentelemetry,bsp_schedule_delay=9"],
-                                environ={"OTEL_BSP_MAX_QUEUE_SIZE": "7"})
+    config = parse_trace_config(
+        ["mode=opentelemetry", "opentelemetry,bsp_schedule_delay=9"], SINKS,
+        environ={"OTEL_BSP_MAX_QUEUE_SIZE": "7"})
     assert config.option("bsp_schedule_delay") == "9"
     assert config.option("bsp_max_queue_size") == "7"
 
@@ -202,7 +204,7 @@ def test_trace_config_reads_the_batch_processor_environment() -> None:
 ])
 def test_bad_trace_config_flags_are_refused(flag: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        parse_trace_config([flag], environ={})
+        parse_trace_config([flag], SINKS, environ={})
 
 
 def test_an_untraced_request_costs_one_lookup() -> None:
@@ -216,14 +218,16 @@ def test_an_untraced_request_costs_one_lookup() -> None:
 
 def test_tritons_deprecated_trace_flags_still_work_and_trace_config_wins(
         caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
-    from inferd.kernel.cli.serve import kernel_parser, settings_from
+    from inferd.kernel.cli.serve import serve_parser, settings_from
     from inferd.kernel.observability.tracing import tracer_for
+    from inferd.kernel.runtime.plugin_manager import Plugins
 
-    args = kernel_parser().parse_args([
+    plugins = Plugins.load()
+    args = serve_parser(plugins).parse_args([
         "--model-repository", str(tmp_path), "--trace-file", "/x.json",
         "--trace-level", "TIMESTAMPS", "--trace-rate", "1", "--trace-log-frequency", "3",
         "--trace-config", "rate=5"])
-    traces = tracer_for(settings_from(args).trace)
+    traces = tracer_for(settings_from(args, plugins).trace, plugins.trace_sinks())
     assert (traces.config.file, traces.config.level, traces.config.rate,
             traces.config.log_frequency) == ("/x.json", ("TIMESTAMPS",), 5, 3)
     assert "'--trace-file' has been deprecated" in caplog.text

@@ -25,8 +25,10 @@ async def never(message: Message, timeout: float) -> Message:
 
 
 def setup(tmp_path: Path, *flags: str) -> PolicySetup:
-    parser = serve_parser(Plugins.load())
-    settings = settings_from(parser.parse_args(["--model-repository", str(tmp_path), *flags]))
+    plugins = Plugins.load()
+    parser = serve_parser(plugins)
+    settings = settings_from(parser.parse_args(["--model-repository", str(tmp_path), *flags]),
+                             plugins)
     return PolicySetup(settings.options, settings.model_control_mode, never)
 
 

@@ -22,14 +22,17 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
 
 
 def registry() -> BackendRegistry:
+    """Stand-ins for the built-in backends, declaring what their plugins declare."""
     backends = BackendRegistry()
     backends.add(BackendSpec(name="onnxruntime", entry="x:y", platforms=("onnxruntime_onnx",),
-                             default_filename="model.onnx"))
-    backends.add(BackendSpec(name="python", entry="x:y", default_filename="model.py"))
+                             default_filename="model.onnx", auto_completes=True))
+    backends.add(BackendSpec(name="python", entry="x:y", default_filename="model.py",
+                             auto_completes=True))
     backends.add(BackendSpec(name="tensorrt", entry="x:y", platforms=("tensorrt_plan",),
-                             default_filename="model.plan"))
+                             default_filename="model.plan", auto_completes=True))
     backends.add(BackendSpec(name="pytorch", entry="x:y", platforms=("pytorch_libtorch",),
-                             default_filename="model.pt"))
+                             default_filename="model.pt", auto_completes=True,
+                             auto_completes_only=("model.pt2",)))
     return backends
 
 

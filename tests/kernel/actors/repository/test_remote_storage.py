@@ -19,23 +19,32 @@ import pytest
 
 from inferd.kernel.actors.repository.fingerprints import version_fingerprints
 from inferd.kernel.actors.repository.mirror import RepositoryMirror
+from inferd.kernel.actors.repository import remote_storage
 from inferd.kernel.actors.repository.remote_storage import (
+    RemoteLocation,
     check_url,
     describe_error,
     is_remote_url,
     open_filesystem,
-    parse_url,
 )
+from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.protocols.errors import InvalidArgument, NotFound
+
+STORAGES = Plugins.load().storages()  # the installed plugins': s3, gs, as and az
+
+
+def parse_url(url: str, env: dict[str, str] | None = None) -> RemoteLocation:
+    """The kernel's ``parse_url`` with the installed plugins' storages."""
+    return remote_storage.parse_url(url, env, storages=STORAGES)
 
 # ---------------------------------------------------------------------- URL forms
 
 
 def test_which_roots_are_remote() -> None:
     for url in ("s3://b/p", "S3://b/p", "gs://b", "as://a/c/p", "az://c/p"):
-        assert is_remote_url(url)
+        assert is_remote_url(url, STORAGES)
     for path in ("model_repository", "/srv/models", "file:///srv/models", "http://h/p", "s3:/x"):
-        assert not is_remote_url(path)
+        assert not is_remote_url(path, STORAGES)
 
 
 def test_s3_bucket_and_path_use_botocore_s_own_endpoint_and_credentials() -> None:
@@ -107,7 +116,8 @@ def test_malformed_urls_are_refused(url: str) -> None:
 def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch, url: str, module: str,
                                   extra: str) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # import fails as when not installed
-    for call in (check_url, lambda u: open_filesystem(parse_url(u, env={}))):
+    for call in (lambda u: check_url(u, STORAGES),
+                 lambda u: open_filesystem(parse_url(u, env={}), STORAGES)):
         with pytest.raises(InvalidArgument) as refused:
             call(url)
         assert f"pip install 'inferd[{extra}]'" in refused.value.message
@@ -150,7 +160,7 @@ def test_storage_failures_are_one_sentence_naming_the_url_and_cause() -> None:
             "the credentials were refused",
     }
     for error, cause in cases.items():
-        sentence = describe_error(url, error)
+        sentence = describe_error(url, error, STORAGES)
         assert sentence.startswith(f"the model repository {url} cannot be read: "), sentence
         assert cause in sentence, sentence
 
@@ -220,7 +230,7 @@ def fetch(mirror: RepositoryMirror, name: str, versions: list[int]) -> Path:
 
 def test_listing_never_downloads_and_polls_are_one_listing(store: ObjectStore,
                                                            tmp_path: Path) -> None:
-    mirror = RepositoryMirror(URL, tmp_path, filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES)
     assert mirror.names() == (("m", "other"), {})
     fingerprints, problems = mirror.fingerprints()
     assert set(fingerprints) == {"m", "other"} and not problems
@@ -236,7 +246,7 @@ def test_listing_never_downloads_and_polls_are_one_listing(store: ObjectStore,
 def test_a_load_fetches_the_shared_files_and_the_chosen_versions_only(
     store: ObjectStore, tmp_path: Path
 ) -> None:
-    mirror = RepositoryMirror(URL, tmp_path, filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES)
     folder = fetch(mirror, "m", [2])
     assert (folder / "config.pbtxt").read_bytes() == b'name: "m"\n'
     assert (folder / "labels.txt").is_file()
@@ -251,9 +261,9 @@ def test_a_load_fetches_the_shared_files_and_the_chosen_versions_only(
 def test_only_changed_files_are_fetched_again_even_by_a_new_mirror(
     store: ObjectStore, tmp_path: Path
 ) -> None:
-    folder = fetch(RepositoryMirror(URL, tmp_path, filesystem=store), "m", [1, 2])
+    folder = fetch(RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES), "m", [1, 2])
     before = version_fingerprints(folder, [1, 2])
-    again = RepositoryMirror(URL, tmp_path, filesystem=store)  # a restarted server
+    again = RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES)  # a restarted server
     store.calls.clear()
     fetch(again, "m", [1, 2])
     assert again.fetched_files == 0 and "get_file" not in store.calls
@@ -268,7 +278,7 @@ def test_only_changed_files_are_fetched_again_even_by_a_new_mirror(
 def test_files_and_versions_gone_from_the_bucket_leave_the_cache(
     store: ObjectStore, tmp_path: Path
 ) -> None:
-    mirror = RepositoryMirror(URL, tmp_path, filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES)
     folder = fetch(mirror, "m", [1, 2])
     del store.objects["bucket/repo/m/labels.txt"]
     del store.objects["bucket/repo/m/1/model.onnx"]
@@ -286,7 +296,7 @@ def test_files_and_versions_gone_from_the_bucket_leave_the_cache(
 def test_a_hostile_key_is_refused_and_nothing_is_written(store: ObjectStore, tmp_path: Path,
                                                          key: str) -> None:
     store.put(f"bucket/repo/m/{key}", b"outside")
-    mirror = RepositoryMirror(URL, tmp_path / "cache", filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path / "cache", filesystem=store, storages=STORAGES)
     with pytest.raises(InvalidArgument) as refused:
         fetch(mirror, "m", [1])
     assert "is refused" in refused.value.message and URL in refused.value.message
@@ -295,7 +305,7 @@ def test_a_hostile_key_is_refused_and_nothing_is_written(store: ObjectStore, tmp
 
 
 def test_a_failing_listing_is_never_an_empty_bucket(store: ObjectStore, tmp_path: Path) -> None:
-    mirror = RepositoryMirror(URL, tmp_path, filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES)
     assert mirror.names()[0] == ("m", "other")
     store.down = True
     names, problems = mirror.names()
@@ -316,7 +326,7 @@ def test_a_failing_listing_is_never_an_empty_bucket(store: ObjectStore, tmp_path
 def test_a_key_that_is_both_a_file_and_a_folder_is_refused(store: ObjectStore,
                                                            tmp_path: Path) -> None:
     store.put("bucket/repo/m/1", b"a file where the version folder is")
-    mirror = RepositoryMirror(URL, tmp_path, filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path, filesystem=store, storages=STORAGES)
     with pytest.raises(InvalidArgument) as refused:
         fetch(mirror, "m", [1])
     assert "a file and a folder of the same name" in refused.value.message
@@ -324,7 +334,7 @@ def test_a_key_that_is_both_a_file_and_a_folder_is_refused(store: ObjectStore,
 
 def test_a_cache_that_cannot_be_written_is_named(store: ObjectStore, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
-    mirror = RepositoryMirror(URL, tmp_path / "file", filesystem=store)
+    mirror = RepositoryMirror(URL, tmp_path / "file", filesystem=store, storages=STORAGES)
     with pytest.raises(InvalidArgument) as refused:
         fetch(mirror, "m", [1])
     assert refused.value.message.startswith(

@@ -22,32 +22,35 @@ from inferd.kernel.actors.scheduler.cache_key import (
     request_key,
 )
 from inferd.plugins.caches.local import ByteBoundedLRU
+from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.plugins.caches.redis import RedisSettings
 from inferd.protocols.messages import InferRequest, InferResponse
 from inferd.protocols.tensors import from_numpy
 
 # ------------------------------------------------------------------------ --cache-config
 
+CACHES = Plugins.load().caches()  # the installed plugins' caches: local and redis
+
 
 def test_local_and_redis_configs() -> None:
-    local = parse_cache_config(["local,size=1048576"])
+    local = parse_cache_config(["local,size=1048576"], CACHES)
     assert local is not None and (local.name, local.settings.size) == ("local", 1048576)
     redis = parse_cache_config(["redis,host=cache", "redis,port=6380", "redis,db=2",
                                 "redis,password=p=w", "redis,tls_enabled=true",
-                                "redis,wait_timeout=0"], environ={})
+                                "redis,wait_timeout=0"], CACHES, environ={})
     assert redis is not None and redis.settings == RedisSettings(
         host="cache", port=6380, db=2, password="p=w", tls_enabled=True, wait_timeout=0)
-    assert parse_cache_config([]) is None
-    deprecated = parse_cache_config([], byte_size=2048)
+    assert parse_cache_config([], CACHES) is None
+    deprecated = parse_cache_config([], CACHES, byte_size=2048)
     assert deprecated is not None and deprecated.settings.size == 2048
 
 
 def test_redis_credentials_come_from_the_environment_unless_given() -> None:
     environ = {"TRITONCACHE_REDIS_USERNAME": "env-user", "TRITONCACHE_REDIS_PASSWORD": "env-pw"}
-    config = parse_cache_config(["redis,host=h", "redis,port=1"], environ=environ)
+    config = parse_cache_config(["redis,host=h", "redis,port=1"], CACHES, environ=environ)
     assert config is not None and config.settings is not None
     assert (config.settings.user, config.settings.password) == ("env-user", "env-pw")
-    config = parse_cache_config(["redis,host=h", "redis,port=1", "redis,user=flag"],
+    config = parse_cache_config(["redis,host=h", "redis,port=1", "redis,user=flag"], CACHES,
                                 environ=environ)
     assert config is not None and config.settings is not None and config.settings.user == "flag"
     assert "env-pw" not in config.settings.described()
@@ -70,13 +73,13 @@ def test_redis_credentials_come_from_the_environment_unless_given() -> None:
 ])
 def test_bad_cache_configs_say_why(flags: list[str], message: str) -> None:
     with pytest.raises(CacheConfigError) as raised:
-        parse_cache_config(flags, environ={})
+        parse_cache_config(flags, CACHES, environ={})
     assert message in str(raised.value)
 
 
 def test_the_deprecated_size_flag_excludes_cache_config() -> None:
     with pytest.raises(CacheConfigError, match="Incompatible flags --response-cache-byte-size"):
-        parse_cache_config(["local,size=10"], byte_size=10)
+        parse_cache_config(["local,size=10"], CACHES, byte_size=10)
 
 
 # ------------------------------------------------------------------------ keys
