@@ -19,7 +19,6 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.modelconfig.validation import (
     ENSEMBLE_PLATFORM,
     PLATFORM_BACKENDS,
@@ -27,6 +26,7 @@ from inferd.kernel.modelconfig.validation import (
     validate,
     validate_ensemble,
 )
+from inferd.kernel.sdk.backends import BackendRegistry
 from inferd.protocols.errors import InvalidArgument
 
 __all__ = [

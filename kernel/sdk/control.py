@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferd.kernel.runtime.registry import Registry
 from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
+from inferd.kernel.sdk.registry import Registry
 from inferd.protocols.messages import IndexEntry, Message
 
 __all__ = [

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferd.kernel.runtime.registry import Registry
+from inferd.kernel.sdk.registry import Registry
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import check_model_name
 

@@ -46,18 +46,19 @@ from inferd.kernel.actors.scheduler.label_routing import LabelRoute
 from inferd.kernel.actors.scheduler.progress import Progress
 from inferd.kernel.actors.scheduler.readiness import instances_ready
 from inferd.kernel.actors.scheduler.requests import Queued, Slot, failure_reason
-from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache, scope_for
-from inferd.kernel.actors.scheduler.routing import RoutingTable
+from inferd.kernel.actors.scheduler.response_cache import CacheScope, scope_for
 from inferd.kernel.actors.scheduler.samples import version_samples
 from inferd.kernel.actors.scheduler.version import Version, sequences_of
+from inferd.kernel.actors.scheduler.version_table import RoutingTable
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.modelconfig.reading import config_to_json_text
 from inferd.kernel.observability.latency_summary import LatencySummaries
-from inferd.kernel.observability.metrics_config import MetricsConfig
-from inferd.kernel.observability.tracing import CURRENT
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, gpu_of
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.caches import ResponseCache
+from inferd.kernel.sdk.metrics_config import MetricsConfig
+from inferd.kernel.sdk.tracing import CURRENT
 from inferd.protocols.device_tensors import on_device
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
@@ -83,9 +84,9 @@ from inferd.protocols.messages import (
     ModelMetadataRequest,
     ModelReadyRequest,
     RemoteStreamRequest,
+    Retired,
     RetireVersion,
     RouteLabels,
-    Retired,
     ServeVersion,
     Statistics,
     StatisticsRequest,

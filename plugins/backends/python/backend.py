@@ -37,7 +37,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import Backend, Emit, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import config_to_json, forks_after_initialize
+from inferd.kernel.sdk.modelconfig import config_to_json, forks_after_initialize
 from inferd.plugins.backends.python import forked, scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.plugins.backends.python.pb_errors import exception_text
