@@ -2,7 +2,7 @@
 server's process and every process below it (its executors), from ``/proc``; a GPU's used
 and total memory through NVML (the gpu extra), where there is one; the size of a model's
 files. Readers return None where the system has no answer, never raise. The memory budget
-(``inferd.kernel.actors.control.budget``) measures a load's footprint with them.
+(``inferd.plugins.on_demand.budget``) measures a load's footprint with them.
 """
 
 from __future__ import annotations
