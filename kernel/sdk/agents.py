@@ -1,6 +1,7 @@
-"""The contract of repository agents (Triton's ``model_repository_agents``): plugins that see a
-model's files before it loads and may change or refuse them, registered by name
-(``inferd_register_repository_agents``; the built-in ``checksum`` is
+"""The contract of repository agents: plugins that see a model's files before it loads.
+
+Triton's ``model_repository_agents``: an agent may change or refuse a model's files; agents
+are registered by name (``inferd_register_repository_agents``; the built-in ``checksum`` is
 ``inferd.plugins.agents.checksum``).
 
 An agent is a function of an ``AgentModel`` (the model's folder, versions, config and the

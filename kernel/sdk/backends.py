@@ -1,6 +1,8 @@
-"""The backend contract every framework plugin implements, the registry plugins fill, and
-what every backend handles (from ``inferd.protocols``: the request and response messages and
-``Tensor``, the errors an instance returns, the datatype and tensor helpers).
+"""The backend contract: what every framework plugin implements, and the registry it fills.
+
+Re-exported beside it, what every backend handles (from ``inferd.protocols``: the request and
+response messages and ``Tensor``, the errors an instance returns, the datatype and tensor
+helpers).
 
 Three levels, as in Triton: a ``Backend`` is created once per executor process; it loads a
 ``Model`` (one version of one model) from a ``ModelContext``; the model creates one

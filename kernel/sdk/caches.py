@@ -1,5 +1,7 @@
-"""The contract of a response cache plugin (``inferd_register_caches``; the built-in ``local``
-and ``redis``): the ``ResponseCache`` it opens, the ``CacheCounters`` of Triton's cache metrics,
+"""The contract of a response cache plugin, and the readers of its settings.
+
+A cache plugin (``inferd_register_caches``; the built-in ``local`` and ``redis``) gives the
+``ResponseCache`` it opens, the ``CacheCounters`` of Triton's cache metrics,
 ``CacheUnavailable`` (a cache that failed or did not answer: the request is served uncached),
 ``CacheConfigError`` (a ``--cache-config`` the server cannot start with), the ``CacheSpec`` it
 registers by the name ``--cache-config`` gives, and the readers it builds its settings with.

@@ -1,6 +1,8 @@
-"""The registry of the ``inferd`` command's client commands, which plugins fill
-(``inferd_register_commands``; the built-ins are ``inferd.plugins.cli``), and the words every
-command shares: exit codes and the examples epilog.
+"""The contract of client commands: their registry, and the exit codes every command shares.
+
+Plugins fill the registry of the ``inferd`` command's client commands
+(``inferd_register_commands``; the built-ins are ``inferd.plugins.cli``); every command shares
+the exit codes and the examples epilog.
 
 A ``CommandSpec`` names a typer command function by import path, so registering imports
 neither typer nor the command: ``inferd.kernel.cli.app`` imports them when a client command

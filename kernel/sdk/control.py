@@ -1,6 +1,8 @@
-"""The contract of a control policy: an optional feature that takes part in the model
-lifecycle without owning it (the built-ins: models on demand and the memory budget,
-``inferd.plugins.on_demand``; the control-state record, ``inferd.plugins.control_state``).
+"""The contract of a control policy: an optional part of the model lifecycle.
+
+A control policy takes part in the model lifecycle without owning it (the built-ins: models
+on demand and the memory budget, ``inferd.plugins.on_demand``; the control-state record,
+``inferd.plugins.control_state``).
 
 The control actor keeps the lifecycle (which versions load, serve and go); at a few points of
 it, it calls every policy a plugin opened: around a load (``around_load``: a budget makes room

@@ -1,6 +1,8 @@
-"""What a backend does with its model's config: complete it from the model file's signature
-and check it against it (Triton's rules shared by every framework), print it as Triton's JSON,
-read ``config.pbtxt`` text, and the python backend's fork parameter.
+"""What a backend does with its model's config: completion, JSON, text, the fork parameter.
+
+Complete a config from the model file's signature and check it against it (Triton's rules
+shared by every framework), print it as Triton's JSON, read ``config.pbtxt`` text, and the
+python backend's fork parameter.
 
 Owns Triton's rules that do not depend on the framework: filling a tensor entry's datatype
 and dims from the model (dropping the batch dimension, and the dims ``[1]`` reshaped to

@@ -1,5 +1,7 @@
-"""The one registry type plugins fill (backends, frontends, caches, trace sinks, storage,
-control-state stores, commands, repository agents), and how a spec's entry becomes code.
+"""The one registry type plugins fill, and how a spec's entry becomes code.
+
+Every kind of plugin has a registry of this type (backends, frontends, caches, trace sinks,
+storage, control-state stores, commands, repository agents, control policies).
 
 A plugin registers a frozen spec naming its implementation by import path
 (``"package.module:Name"``) so that registering imports nothing heavy; ``import_entry`` imports

@@ -1,5 +1,7 @@
-"""The contract of repository storage plugins (``inferd_register_repository_storage``): object
-storage that ``--model-repository=<scheme>://...`` roots are read through (the built-in
+"""The contract of repository storage plugins: the object stores repository roots name.
+
+A storage plugin (``inferd_register_repository_storage``) reads the
+``--model-repository=<scheme>://...`` roots of its URL schemes (the built-in
 ``inferd.plugins.storage.fsspec`` reads ``s3://``, ``gs://``, ``as://`` and ``az://``).
 
 ``RemoteLocation`` is where a root lives, ``RemoteStorageError`` a root that cannot be read

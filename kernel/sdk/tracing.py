@@ -1,5 +1,7 @@
-"""The contract of trace sinks (``inferd_register_trace_sinks``: the built-in ``triton`` JSON
-files and ``opentelemetry`` spans, ``inferd.plugins.tracing``) and the records they receive.
+"""The contract of trace sinks, and the trace records they receive.
+
+Trace sinks are registered by trace mode (``inferd_register_trace_sinks``: the built-in
+``triton`` JSON files and ``opentelemetry`` spans, ``inferd.plugins.tracing``).
 
 A sink gets each ended ``Trace`` (what one sampled request recorded: Triton's timestamps, its
 tensors where the mode captures them, its ensemble steps' traces) and hands it to a
