@@ -44,7 +44,6 @@ import grpc.aio
 
 from inferd.kernel.sdk import log_context
 from inferd.kernel.sdk.request_log import request_failed
-from inferd.plugins.frontends.kserve_grpc.limits import Http2Limits
 from inferd.plugins.frontends.kserve_grpc.loop_calls import (
     OK_HEADERS,
     OK_TRAILERS,
@@ -53,6 +52,7 @@ from inferd.plugins.frontends.kserve_grpc.loop_calls import (
     status_trailers,
     timeout_secs,
 )
+from inferd.plugins.frontends.kserve_grpc.limits import Http2Limits
 from inferd.plugins.frontends.kserve_grpc.service import SERVICE_NAME, Method
 from inferd.protocols import hpack, http2
 from inferd.protocols.http2_guard import PingPolicy
