@@ -46,7 +46,7 @@ UNFINISHED = "a build started and did not finish; rebuild with make setup"
 # The modules one inference request crosses, each kept only where bench/performance/compiled.py
 # shows it faster compiled. Left interpreted: the message kinds (the wire codec checks decoded
 # values against their type hints, which compiled classes no longer carry in full);
-# kernel/actors/executor/batch_plan.py (backends subclass its generic dataclass, which mypyc
+# kernel/sdk/_batch_plan.py (backends subclass its generic dataclass, which mypyc
 # cannot compile into anything importable and subscriptable); kernel/actors/scheduler/progress.py
 # (tests subclass it); kernel/actors/executor/instance_slot.py (compiled, an awaited generic
 # ``InstanceSlot.run`` failed a batch with "None object expected", and ``named_call`` copies a
@@ -70,7 +70,7 @@ COMPILED = [
     "kernel/actors/scheduler/queue_policy.py",
     "kernel/actors/scheduler/requests.py",
     "kernel/actors/scheduler/response_order.py",
-    "kernel/actors/scheduler/routing.py",
+    "kernel/actors/scheduler/version_table.py",
     "kernel/actors/scheduler/version.py",
     "kernel/actors/scheduler/dispatch.py",
     "kernel/actors/scheduler/request_validation.py",
@@ -79,7 +79,7 @@ COMPILED = [
     "kernel/dataplane/data_plane.py",
     "kernel/actors/scheduler/actor.py",
     "kernel/actors/scheduler/remote_streams.py",
-    "kernel/actors/executor/batched_instance.py",
+    "kernel/sdk/batching.py",
 ]
 if os.environ.get("INFERD_COMPILE_ONLY"):
     _only = os.environ["INFERD_COMPILE_ONLY"].split(",")

@@ -1,4 +1,4 @@
-"""The inferd microkernel: actor runtime, router, supervisor, plugin manager, hookspecs,
+"""The inferd microkernel: actor runtime, router, supervisor, plugin manager, the plugin SDK,
 settings, CLI, and the actors (repository, control, scheduler, executor)."""
 
 import os

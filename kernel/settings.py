@@ -15,7 +15,7 @@ from typing import Any
 
 from inferd.kernel.actors.scheduler.cache_config import CacheConfig
 from inferd.kernel.observability.logs import LogSettings
-from inferd.kernel.observability.trace_config import TraceConfig
+from inferd.kernel.sdk.tracing import TraceConfig
 
 CPU_EXECUTOR_CHOICES = ("server", "process")
 """``--cpu-executor``: where the CPU instances of native backends run."""

@@ -24,15 +24,8 @@ from inferd.kernel.actors.control.policies import open_policies, unserved_models
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
 from inferd.kernel.actors.repository.actor import RepositoryActor
 from inferd.kernel.actors.scheduler.actor import SchedulerActor
-from inferd.kernel.cli.table import format_table
-from inferd.kernel.actors.scheduler.response_cache import (
-    CacheUnavailable,
-    ResponseCache,
-    open_cache,
-)
+from inferd.kernel.actors.scheduler.response_cache import open_cache
 from inferd.kernel.dataplane.data_plane import DataPlane
-from inferd.kernel.frontend import Frontend
-from inferd.kernel.observability.metrics_config import metrics_config_from_options
 from inferd.kernel.observability.tracing import tracer_for
 from inferd.kernel.runtime import link_memory
 from inferd.kernel.runtime.addresses import CONTROL, EXECUTORS, SCHEDULER
@@ -45,6 +38,10 @@ from inferd.kernel.runtime.run_folder import (
     create_run_folder,
     hold_temporary_files,
 )
+from inferd.kernel.sdk.caches import CacheUnavailable, ResponseCache
+from inferd.kernel.sdk.frontends import Frontend, StartupFailed
+from inferd.kernel.sdk.metrics_config import metrics_config_from_options
+from inferd.kernel.sdk.table import format_table
 from inferd.kernel.settings import Settings
 from inferd.protocols import build
 from inferd.protocols.messages import (
@@ -75,10 +72,6 @@ EXTENSIONS = (
     "trace",
 )
 UNLOAD_TIMEOUT_SECS = 30.0
-
-
-class StartupFailed(Exception):
-    """The server could not start; the message says every reason."""
 
 
 async def serve(settings: Settings, plugins: Plugins) -> None:

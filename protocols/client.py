@@ -10,7 +10,7 @@ nothing of how the server works and imports nothing from the kernel or the plugi
 The one exception to "``inferd.protocols`` opens no sockets": a client is useless without its
 transport, and users install and import it alone, so each client keeps its own small one
 here, on pyzmq's public socket API (blocking, or ``zmq.asyncio``). The server's event-loop
-socket (``inferd.kernel.runtime.loop_socket``) is kernel machinery and is not shared with it.
+socket (``inferd.kernel.sdk.loop_socket``) is the server's and is not shared with it.
 """
 
 from __future__ import annotations

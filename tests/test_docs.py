@@ -1,7 +1,7 @@
 """The README and docs/ stay what they promise: the README short, opening with the two
 commands CI and people run; every relative link resolving to a file and a heading, both as
 GitHub shows the Markdown and as MkDocs builds it; no table cell grown into a paragraph;
-every page in the site's navigation; every hook of ``kernel/hookspecs.py`` on the
+every page in the site's navigation; every hook of ``kernel/sdk/hooks.py`` on the
 extending page. ``make docs`` (``mkdocs build --strict``) checks the site itself."""
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def test_every_page_is_in_the_navigation_and_every_entry_is_a_page() -> None:
 
 
 def test_every_hook_is_on_the_extending_page() -> None:
-    hookspecs = (ROOT / "kernel" / "hookspecs.py").read_text(encoding="utf-8")
+    hookspecs = (ROOT / "kernel" / "sdk" / "hooks.py").read_text(encoding="utf-8")
     hooks = re.findall(r"@hookspec[^\n]*\ndef (\w+)", hookspecs)
     assert hooks
     page = (DOCS / "extending.md").read_text(encoding="utf-8")
@@ -173,9 +173,9 @@ def test_the_architecture_pages_source_tree_is_current() -> None:
     assert finished.returncode == 0, finished.stdout + finished.stderr
 
 
-SDK_MODULES = ("inferd.kernel.sdk", "inferd.kernel.sdk.backends", "inferd.kernel.sdk.frontends",
-               "inferd.kernel.sdk.control", "inferd.kernel.sdk.control_state",
-               "inferd.kernel.sdk.testing")
+SDK_MODULES = ("inferd.kernel.sdk", *sorted(
+    f"inferd.kernel.sdk.{path.stem}" for path in (ROOT / "kernel" / "sdk").glob("*.py")
+    if not path.stem.startswith("_")))
 
 
 @pytest.mark.parametrize("module", SDK_MODULES)

@@ -80,8 +80,8 @@ def zero_copy(gpu: bool, repository: Path) -> str:
 
 def _instance(repository: Path, model: str) -> Any:
     """An instance of ``model`` loaded by the pytorch backend in this process."""
-    from inferd.kernel.backend import ModelContext
     from inferd.kernel.modelconfig.reading import parse_config_text
+    from inferd.kernel.sdk.backends import ModelContext
     from inferd.plugins.backends.pytorch.backend import PyTorchBackend
 
     folder = repository / model
@@ -305,7 +305,7 @@ def _load(world: World, model: str, batch: np.ndarray, concurrency: int, seconds
 
 
 def throughput(world: World, batches: list[int], concurrency: int, seconds: float) -> str:
-    from inferd.kernel.cli.table import format_table
+    from inferd.kernel.sdk.table import format_table
 
     width = int(world.io_width("wide_cpu"))
     devices = ["cpu", "gpu"] if world.gpu else ["cpu"]

@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--server-args", default="")
     args = parser.parse_args()
 
-    from inferd.kernel.observability.memory_meter import resident_bytes
+    from inferd.kernel.sdk.memory_meter import resident_bytes
 
     with serving.temporary_folder("inferd-bench-on-demand-") as work:
         repository = work / "repository"

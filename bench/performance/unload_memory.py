@@ -32,7 +32,7 @@ import numpy as np
 import tritonclient.http as httpclient
 
 from bench.common import serving
-from inferd.kernel.observability.memory_meter import resident_bytes
+from inferd.kernel.sdk.memory_meter import resident_bytes
 from tests.e2e.large_models import INPUTS, SIDE, WEIGHT_BYTES, WRITERS
 
 ROOT = Path(__file__).resolve().parents[2]

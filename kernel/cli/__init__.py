@@ -1,3 +1,4 @@
-"""The ``inferd`` command: its entry point (``main``), ``serve`` and its flag types (``serve``,
-``flags``), ``check``, and the typer app of the client commands (``app``). Plugins add client
-commands through the registry of ``commands``."""
+"""The ``inferd`` command: its entry point (``main``), ``serve``, ``check``, and the typer app
+of the client commands (``app``). Plugins add client commands through the SDK's registry
+(``inferd.kernel.sdk.commands``), whose flag types (``inferd.kernel.sdk.flags``) ``serve``
+uses too."""

@@ -4,7 +4,7 @@
 unload, infer, stats), mounted when ``run`` is called.
 
 A plugin's command cannot take the name of a kernel command (``check``, ``serve``). Exit
-codes are ``inferd.kernel.cli.commands``': 0 ok, 1 the server said no, 2 usage, 3 cannot
+codes are ``inferd.kernel.sdk.commands``': 0 ok, 1 the server said no, 2 usage, 3 cannot
 connect.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from inferd.kernel.cli.commands import EXIT_CODES, OK, CommandRegistry, examples
+from inferd.kernel.sdk.commands import EXIT_CODES, OK, CommandRegistry, examples
 
 app = typer.Typer(
     name="inferd",

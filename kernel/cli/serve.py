@@ -19,24 +19,23 @@ from typing import Any
 import anyio
 
 from inferd.kernel.actors.repository.remote_storage import check_url, is_remote_url
-from inferd.kernel.actors.scheduler.cache_config import (
-    CacheConfig,
-    CacheConfigError,
-    parse_cache_config,
-)
-from inferd.kernel.cli.flags import (
+from inferd.kernel.actors.scheduler.cache_config import CacheConfig, parse_cache_config
+from inferd.kernel.observability.logs import LogSettings, configure_logging
+from inferd.kernel.observability.trace_config import parse_trace_config
+from inferd.kernel.runtime.plugin_manager import Plugins, installed
+from inferd.kernel.sdk.caches import CacheConfigError
+from inferd.kernel.sdk.flags import (
     ALL_ADDRESSES_DEST,
     ANY_ADDRESS,
     add_boolean,
     backend_setting,
     byte_count,
 )
-from inferd.kernel.observability.logs import LogSettings, configure_logging
-from inferd.kernel.observability.trace_config import TraceConfig, parse_trace_config
-from inferd.kernel.runtime.open_file_limit import raise_open_file_limit
-from inferd.kernel.runtime.plugin_manager import Plugins, installed
+from inferd.kernel.sdk.frontends import StartupFailed
+from inferd.kernel.sdk.open_file_limit import raise_open_file_limit
+from inferd.kernel.sdk.tracing import TraceConfig
 from inferd.kernel.settings import CPU_EXECUTOR_CHOICES, Settings
-from inferd.kernel.supervisor import StartupFailed, serve
+from inferd.kernel.supervisor import serve
 from inferd.protocols.errors import InvalidArgument
 
 
@@ -275,7 +274,7 @@ def _report_compatibility_flags(args: argparse.Namespace, settings: Settings) ->
                         backend or "", "" if backend else "s", setting)
 
 
-# The --backend-config settings inferd's backends read (inferd.kernel.modelconfig.completion).
+# The --backend-config settings inferd's backends read (inferd.kernel.sdk.modelconfig).
 USED_BACKEND_SETTINGS = ("default-max-batch-size",)
 
 

@@ -1,4 +1,4 @@
-"""The protocol-agnostic data plane every frontend adapts (``data_plane``), and what frontends
-share: the response streams of a request, the KServe shared-memory extension
-(``system_shared_memory`` and ``cuda_shared_memory``: client regions, not the process link's
-``link_memory``), and TLS."""
+"""The protocol-agnostic data plane every frontend adapts (``data_plane``: what
+``inferd.kernel.sdk.frontends.DataPlane`` describes), the response streams of a request, and
+the KServe shared-memory extension (``system_shared_memory`` and ``cuda_shared_memory``: client
+regions, not the process link's ``link_memory``)."""

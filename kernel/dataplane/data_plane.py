@@ -15,7 +15,7 @@ already wrote them on the device, returning them without their data. When a CUDA
 windows went to executors closes, it tells them (``CloseDeviceRegions``). Frontends stay thin:
 decode, ``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
 that decides the status. Once a request's model name is checked, the data plane notes its
-model, version and id in the frontend's log context (``inferd.kernel.observability.log_context``),
+model, version and id in the frontend's log context (``inferd.kernel.sdk.log_context``),
 so the frontend's one error line names them.
 """
 
@@ -26,7 +26,6 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
-from inferd.kernel.sdk.control import UnservedModels
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.dataplane.system_shared_memory import (
     CLIENT_SHM_DISABLED,
@@ -34,11 +33,12 @@ from inferd.kernel.dataplane.system_shared_memory import (
     check_input_size,
     output_too_small,
 )
-from inferd.kernel.observability import log_context
 from inferd.kernel.observability.tracing import Tracer, disabled_tracer
 from inferd.kernel.runtime import link_memory
 from inferd.kernel.runtime.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk import log_context
+from inferd.kernel.sdk.control import UnservedModels
 from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.messages import (

@@ -20,9 +20,9 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.modelconfig.ensemble_graph import check_ensemble_graph, validate_ensemble
 from inferd.kernel.modelconfig.validation import ENSEMBLE_PLATFORM, PLATFORM_BACKENDS, validate
+from inferd.kernel.sdk.backends import BackendRegistry
 from inferd.protocols.errors import InvalidArgument
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""What the server tells about itself: metrics and their settings, per-version statistics and
-latency summaries, the machine's and the GPUs' figures, logs (the set-up, the line layouts, the
-context a line knows, the failed-request line), and request tracing (its settings and where ended
-traces go)."""
+"""What the server tells about itself: per-version statistics and latency summaries, logs (the
+set-up, the line layouts), and request tracing (sampling, the trace API's settings, the flag).
+What plugins share of it is the SDK's: the metrics settings, the machine's and the GPUs'
+figures, the log context and the failed-request line, the trace records and sinks
+(``inferd.kernel.sdk``)."""

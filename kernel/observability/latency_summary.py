@@ -17,7 +17,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from inferd.kernel.observability.metrics_config import Quantiles
+from inferd.kernel.sdk.metrics_config import Quantiles
 
 MAX_AGE_SECS = 60.0
 MAX_OBSERVATIONS = 4096

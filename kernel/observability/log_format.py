@@ -4,7 +4,7 @@
 for verbose); ``ISO8601``: the same after a UTC timestamp with milliseconds; ``json``
 (an inferd extension): one JSON object per line with ``time`` (ISO 8601, UTC, microseconds),
 ``level``, ``process``, ``pid``, ``logger`` and ``message``, the ``model``, ``version`` and
-``request_id`` of the work in hand where known (``inferd.kernel.observability.log_context``,
+``request_id`` of the work in hand where known (``inferd.kernel.sdk.log_context``,
 overridden by a record's own ``extra=``), every other ``extra=`` field, and an exception as
 ``traceback``. A message's newlines are escaped in json, so a line is always one record. No I/O.
 """
@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from inferd.kernel.observability import log_context
+from inferd.kernel.sdk import log_context
 
 # What every LogRecord has: the rest of a record's attributes came with ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {

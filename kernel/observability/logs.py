@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from inferd.kernel.cli.flags import add_boolean
 from inferd.kernel.observability.log_format import formatter
+from inferd.kernel.sdk.flags import add_boolean
 from inferd.protocols.logging_api import LOG_FORMATS
 from inferd.protocols.messages import ApplyLogSettings, LogSettingsReply
 

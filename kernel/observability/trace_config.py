@@ -2,7 +2,7 @@
 
 Each flag is ``<setting>=<value>`` for a global setting (``level``, repeatable, ``rate``,
 ``count``, ``mode``) or ``<mode>,<setting>=<value>`` for a mode's own, the modes and their
-settings being those the trace-sink plugins registered (``inferd.kernel.observability.trace_sinks``;
+settings being those the trace-sink plugins registered (``inferd.kernel.sdk.tracing``;
 the built-in ``triton`` takes ``file=PATH`` and ``log-frequency=N``, ``opentelemetry`` its URL,
 resource attributes and batch span processor settings, completed by its plugin). A malformed
 or unknown setting is a start-up error (``ValueError`` with the flag in its message). Owns
@@ -13,44 +13,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inferd.kernel.cli.flags import split_setting
+from inferd.kernel.sdk.flags import split_setting
+from inferd.kernel.sdk.tracing import DEFAULT_MODE, DEFAULT_RATE, TraceConfig, trace_integer
 
 if TYPE_CHECKING:
-    from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
+    from inferd.kernel.sdk.tracing import TraceSinkRegistry
 
-DEFAULT_MODE = "triton"
-DEFAULT_RATE = 1000
 _GLOBAL = ("level", "rate", "count", "mode")
-
-
-@dataclass(frozen=True, slots=True)
-class TraceConfig:
-    """The start-up trace settings; ``level`` empty is OFF. ``options`` are the chosen mode's
-    settings other than ``file`` and ``log-frequency``, in the order the settings endpoint
-    shows them."""
-
-    level: tuple[str, ...] = ()
-    rate: int = DEFAULT_RATE
-    count: int = -1
-    log_frequency: int = 0
-    file: str = ""
-    mode: str = DEFAULT_MODE
-    options: tuple[tuple[str, str], ...] = ()
-
-    def option(self, name: str, default: str = "") -> str:
-        return next((value for key, value in self.options if key == name), default)
-
-    def resource(self) -> dict[str, str]:
-        """``opentelemetry,resource=key=value`` as attributes over Triton's service name."""
-        attributes = {"service.name": "triton-inference-server"}
-        for key, value in self.options:
-            if key == "resource":
-                name, _, text = value.partition("=")
-                attributes[name] = text
-        return attributes
 
 
 def _modes_text(modes: Sequence[str]) -> str:
@@ -84,16 +55,6 @@ def _level(text: str, flag: str) -> str:
     if word == "tensors":
         return "TENSORS"
     raise ValueError(f"--trace-config {flag}: invalid value for trace level option: {text}")
-
-
-def trace_integer(text: str, flag: str, low: int, high: int = 2**32 - 1) -> int:
-    """``text`` as a whole number from ``low`` to ``high``, ``ValueError`` naming ``flag``."""
-    stripped = text.strip()
-    digits = stripped[1:] if stripped[:1] in "+-" else stripped
-    if not digits.isascii() or not digits.isdigit() or not low <= int(stripped) <= high:
-        raise ValueError(f"--trace-config {flag}: expected a whole number from {low} to {high}, "
-                         f"got {text!r}")
-    return int(stripped)
 
 
 def parse_trace_config(items: Sequence[str], sinks: TraceSinkRegistry,

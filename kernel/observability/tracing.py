@@ -9,172 +9,45 @@ one request in ``trace_rate`` while ``trace_count`` lasts and returns a ``Trace`
 that began it puts it in ``CURRENT`` for the request's task (the scheduler and the ensemble
 runner read it there, so an untraced request pays one context-variable read), stamps its own
 timestamps and calls ``end``. An ended trace, with the child traces of its ensemble steps, goes
-to a sink (a plugin's, ``inferd.kernel.observability.trace_sinks``) that writes files or exports
-spans on its own thread: tracing never blocks a request. Owns no protocol and no I/O of its own.
+to a sink (a plugin's: the contract, ``Trace`` and ``TraceSetting`` are the SDK's,
+``inferd.kernel.sdk.tracing``) that writes files or exports spans on its own thread: tracing
+never blocks a request. Also looks a mode's sink up in the registry (``sink_for``: an unknown
+mode is a ``ValueError`` listing those there are). Owns no protocol and no I/O of its own.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Awaitable
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
+from inferd.kernel.sdk.frontends import StartupFailed
+from inferd.kernel.sdk.tracing import (
+    Trace,
+    TraceConfig,
+    TraceSetting,
+    TraceSink,
+    TraceSinkRegistry,
+    TraceSinkSpec,
+)
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import TraceSettingReply, TraceSettingRequest
-
-if TYPE_CHECKING:
-    from inferd.kernel.observability.trace_config import TraceConfig
-    from inferd.kernel.observability.trace_sinks import (
-        TraceSink,
-        TraceSinkRegistry,
-        TraceSinkSpec,
-    )
-    from inferd.protocols.messages import InferRequest, InferResponse, Tensor
-
-CURRENT: ContextVar[Trace | None] = ContextVar("inferd_trace", default=None)
-T = TypeVar("T")
 
 _FIELDS = ("level", "rate", "count", "log_frequency")
 _CLEARED = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count",
             "log_frequency": "log_frequency"}
 
 
-class TraceSetting:
-    """One setting in force (global or a model's): its values, which of them the model set
-    itself, and its sampling counters. Replaced, never changed, by an update (Triton does
-    the same: traces already sampled finish under the setting they were sampled with)."""
+class NullSink:
+    """Drops every trace (a server whose trace modes were all removed)."""
 
-    __slots__ = ("level", "rate", "count", "log_frequency", "file", "mode", "specified",
-                 "seen", "created", "collected", "stream", "retired", "invalid_reason", "spec")
+    def write(self, trace: Trace) -> None:
+        return None
 
-    def __init__(self, level: tuple[str, ...], rate: int, count: int, log_frequency: int,
-                 file: str, mode: str, specified: frozenset[str] = frozenset(),
-                 spec: TraceSinkSpec | None = None) -> None:
-        self.level, self.rate, self.count = level, rate, count
-        self.log_frequency, self.file, self.mode = log_frequency, file, mode
-        self.specified = specified
-        self.spec = spec  # what the mode's plugin says it does (None: nothing special)
-        self.seen = 0  # requests counted for the rate
-        self.created = 0  # traces sampled
-        self.collected = 0  # traces ended (the sink's counter)
-        self.stream: list[str] = []  # ended traces not yet written (the sink's buffer)
-        self.retired = False  # set by the sink, on its own thread
-        if not level:
-            self.invalid_reason = "tracing is disabled"
-        elif rate == 0:
-            self.invalid_reason = "sample rate must be non-zero"
-        elif spec is not None and spec.writes_file and not file:
-            self.invalid_reason = "trace file name is not given"
-        else:
-            self.invalid_reason = ""
+    def retire(self, setting: TraceSetting) -> None:
+        return None
 
-    def sample(self, force: bool = False) -> bool:
-        """Whether to trace the next request; ``force`` (a request carrying an OpenTelemetry
-        context) is traced whatever the rate and count, and is counted as Triton counts it."""
-        if not self.level:
-            return False
-        if self.rate == 0:
-            return force
-        if (self.invalid_reason or self.count == 0) and not force:
-            return False
-        self.seen += 1
-        hit = self.seen % self.rate == 0 and self.count != 0
-        if hit:
-            if self.count > 0:
-                self.count -= 1
-            self.created += 1
-        return hit or force
-
-
-class Trace:
-    """What one sampled request (or one ensemble step of it) records: Triton's timestamps as
-    (name, steady-clock ns) in the order they happened, and at level TENSORS its input and
-    output tensors. ``children`` (on the root only) are every step's trace, nested ones
-    included, each naming its parent."""
-
-    __slots__ = ("id", "parent_id", "model", "version", "request_id", "stamps", "tensors",
-                 "timestamps", "capture_tensors", "root", "children", "setting", "started_ns",
-                 "ended_ns", "traceparent", "_tracer")
-
-    def __init__(self, tracer: Tracer, setting: TraceSetting, model: str,
-                 parent: Trace | None = None) -> None:
-        self._tracer = tracer
-        self.id = next(tracer.ids)
-        self.parent_id = parent.id if parent is not None else 0
-        self.model = model
-        self.version = -1
-        self.request_id = ""
-        self.stamps: list[tuple[str, int]] = []
-        self.tensors: list[tuple[str, Tensor]] = []
-        self.timestamps = "TIMESTAMPS" in setting.level
-        self.capture_tensors = ("TENSORS" in setting.level and setting.spec is not None
-                                and setting.spec.captures_tensors)
-        self.root: Trace = parent.root if parent is not None else self
-        self.children: list[Trace] = []
-        self.setting = setting
-        self.started_ns = time.perf_counter_ns()
-        self.ended_ns = 0
-        self.traceparent = ""  # the W3C context a client sent (opentelemetry mode)
-
-    def stamp(self, name: str, ns: int | None = None) -> None:
-        if self.timestamps:
-            self.stamps.append((name, time.perf_counter_ns() if ns is None else ns))
-
-    def child(self, model: str) -> Trace:
-        """The trace of an ensemble step of this request."""
-        trace = Trace(self._tracer, self.setting, model, self)
-        self.root.children.append(trace)
-        return trace
-
-    def request_started(self, model: str, version: int, request: InferRequest,
-                        arrived_ns: int) -> None:
-        """The request reached its model version (REQUEST_START, then QUEUE_START)."""
-        self.model, self.version, self.request_id = model, version, request.id
-        self.stamp("REQUEST_START", arrived_ns)
-        if self.capture_tensors:
-            self.tensors += [("TENSOR_QUEUE_INPUT", tensor) for tensor in request.inputs]
-        self.stamp("QUEUE_START")
-
-    def request_finished(self, compute_start_ns: int, compute_ns: tuple[int, int, int],
-                         result: InferResponse | BaseException | None) -> None:
-        """The model answered: the compute timestamps from where the executor started the
-        batch and its phases, the outputs, then REQUEST_END."""
-        if compute_start_ns:
-            input_ns, infer_ns, output_ns = compute_ns
-            self.stamp("COMPUTE_START", compute_start_ns)
-            self.stamp("COMPUTE_INPUT_END", compute_start_ns + input_ns)
-            self.stamp("COMPUTE_OUTPUT_START", compute_start_ns + input_ns + infer_ns)
-            self.stamp("COMPUTE_END", compute_start_ns + input_ns + infer_ns + output_ns)
-        self.outputs(result)
-        self.stamp("REQUEST_END")
-
-    def outputs(self, result: InferResponse | BaseException | None) -> None:
-        outputs = getattr(result, "outputs", None)
-        if self.capture_tensors and outputs:
-            self.tensors += [("TENSOR_BACKEND_OUTPUT", tensor) for tensor in outputs]
-
-    def end(self) -> None:
-        """The request is answered (its frontend sent the response): hand the trace over."""
-        self.ended_ns = time.perf_counter_ns()
-        if self.root is self:
-            self._tracer.finished(self)
-
-
-async def traced(trace: Trace | None, awaitable: Awaitable[T]) -> T:
-    """Await ``awaitable`` (not started yet) with ``trace`` as the request's trace; a request
-    that fails ends its trace here (one that succeeds is ended by its frontend, once sent)."""
-    if trace is None:
-        return await awaitable
-    token = CURRENT.set(trace)
-    try:
-        return await awaitable
-    except BaseException:
-        trace.end()
-        raise
-    finally:
-        CURRENT.reset(token)
+    def close(self) -> None:
+        return None
 
 
 class Tracer:
@@ -297,9 +170,6 @@ class Tracer:
 def tracer_for(config: TraceConfig, sinks: TraceSinkRegistry) -> Tracer:
     """The server's tracer for ``Settings.trace`` (``StartupFailed`` when its mode's plugin is
     missing or its sink cannot be made); ``sinks``: the server's plugins'."""
-    from inferd.kernel.supervisor import StartupFailed
-    from inferd.kernel.observability.trace_sinks import NullSink, sink_for
-
     spec = sinks.get(config.mode)
     if not config.level and spec is None:
         return Tracer(config, NullSink())  # the default mode's plugin removed: no traces
@@ -314,11 +184,23 @@ def disabled_tracer(sinks: TraceSinkRegistry | None = None) -> Tracer:
     """A tracer that never traces (the default at start-up, without ``--trace-config``); its
     sink is the default mode's of ``sinks``, so the trace API can still turn tracing on (with
     no ``sinks``, a data plane outside a server: none, it never traces)."""
-    from inferd.kernel.observability.trace_config import TraceConfig
-    from inferd.kernel.observability.trace_sinks import NullSink, sink_for
-
     config = TraceConfig()
     spec = sinks.get(config.mode) if sinks is not None else None
     sink: TraceSink = sink_for(config, sinks) if sinks is not None and spec is not None \
         else NullSink()
     return Tracer(config, sink, spec)
+
+
+def sink_for(config: TraceConfig, sinks: TraceSinkRegistry) -> TraceSink:
+    """The sink of ``config.mode`` among the server's ``sinks``; ``ValueError`` for a mode no
+    plugin gives, or one whose packages are missing."""
+    try:
+        spec = sinks.require(config.mode)
+    except LookupError as error:
+        raise ValueError(f"--trace-config mode={config.mode}: {error}") from None
+    return spec.open(config)
+
+
+def spec_for(config: TraceConfig, sinks: TraceSinkRegistry) -> TraceSinkSpec | None:
+    """The spec of ``config.mode``, None when no plugin gives it."""
+    return sinks.get(config.mode)

@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from inferd.kernel.backend import BackendSpec
+from inferd.kernel.sdk.backends import BackendSpec
 from inferd.protocols.errors import Unavailable
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")

@@ -20,17 +20,17 @@ from typing import Any
 
 import pluggy
 
-from inferd.kernel import hookspecs
-from inferd.kernel.actors.repository.agents import AgentRegistry
-from inferd.kernel.actors.repository.remote_storage import StorageRegistry
-from inferd.kernel.actors.scheduler.cache_config import CacheRegistry
-from inferd.kernel.backend import BackendRegistry
-from inferd.kernel.cli.commands import CommandRegistry
-from inferd.kernel.frontend import FrontendRegistry
-from inferd.kernel.observability.trace_sinks import TraceSinkRegistry
-from inferd.kernel.runtime.registry import Registry
+from inferd.kernel.sdk import hooks as hookspecs
+from inferd.kernel.sdk.agents import AgentRegistry
+from inferd.kernel.sdk.backends import BackendRegistry
+from inferd.kernel.sdk.caches import CacheRegistry
+from inferd.kernel.sdk.commands import CommandRegistry
 from inferd.kernel.sdk.control import ControlPolicyRegistry
 from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
+from inferd.kernel.sdk.frontends import FrontendRegistry
+from inferd.kernel.sdk.registry import Registry
+from inferd.kernel.sdk.storage import StorageRegistry
+from inferd.kernel.sdk.tracing import TraceSinkRegistry
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import anyio
 import zmq
 
 from inferd.kernel.runtime import link_memory
-from inferd.kernel.runtime.loop_socket import LoopSocket
+from inferd.kernel.sdk.loop_socket import LoopSocket
 from inferd.protocols import wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import Envelope, ExecutorHello, ReleaseSegments

@@ -1,45 +1,52 @@
-"""The plugin SDK: everything a plugin may import from the kernel, and nothing else.
+"""The plugin SDK: the contracts every kind of plugin implements, defined here, and the
+helpers plugins use. A plugin author reads this one package.
 
 A plugin (built-in under ``inferd.plugins`` or pip-installed) imports the kernel only through
 this package; ``tests/plugins/test_sdk_boundary.py`` fails when a module under ``plugins/``
-imports any other kernel module. What it may use besides: ``inferd.protocols`` (messages,
-errors, codecs), the standard library, and third-party packages. The hooks themselves are
-documented in ``inferd.kernel.hookspecs``, the plugin author's manual.
+imports any other kernel module, and when a module of this package imports the kernel outside
+it (the SDK imports ``inferd.protocols``, the standard library and third-party packages; the
+few kernel names it re-exports are listed in that test). The kernel imports its contracts
+from here. What a plugin may use besides: ``inferd.protocols`` (messages, errors, codecs), the
+standard library, and third-party packages. The hooks themselves are documented in
+``inferd.kernel.sdk.hooks``, the plugin author's manual.
 
-Four modules, so that a hook module stays light (the server and every executor process
-import every plugin's hook module at start-up):
+One module per plugin kind, each defining its contract and its registry:
 
-- ``inferd.kernel.sdk`` (this one): ``hookimpl``, every registry and spec a hook fills, the
-  contracts a plugin implements (``Backend``/``Model``/``Instance``, ``Frontend``,
-  ``ResponseCache``, ``TraceSink``, ``ControlStateStore``, a repository storage's
-  ``RemoteLocation``, a repository agent's ``AgentModel``) and the small helpers they need
-  (option types, setting readers, trace records, the control-state record's format, the
-  memory meter). Imports nothing heavy.
-- ``inferd.kernel.sdk.control``: the contract of a control policy (an optional feature that
-  takes part in the model lifecycle: models on demand and the memory budget).
-- ``inferd.kernel.sdk.backends``: what backends use inside executors (batched-instance
-  helpers, config completion, thread settings, devices, config JSON).
-- ``inferd.kernel.sdk.frontends``: what frontends use in the server's event loop (the data
-  plane, settings, the start-up error, log context, request logging, TLS, limits, streams,
-  the loop socket, metrics).
+- ``hooks``: every hook (the hookspecs) and ``hookimpl``; ``registry``: the ``Registry`` type
+  every registry below is.
+- ``backends``: ``Backend``/``Model``/``Instance``, ``ModelContext``, ``BackendSpec``, with the
+  messages, errors and tensor helpers every backend handles; beside it the backend's helpers,
+  ``batching`` (one execute over a batch), ``process_threads``, ``modelconfig`` (completion,
+  config JSON and text) and ``devices``.
+- ``frontends``: ``Frontend``, ``FrontendSpec``, ``StartupFailed`` and the protocols of what a
+  frontend is given (``DataPlane``, ``Settings``); beside it ``tls``, ``gpu_metrics``,
+  ``process_metrics``, ``metrics_config``, ``request_log``, ``log_context``,
+  ``open_file_limit`` and ``loop_socket``.
+- ``caches``: ``ResponseCache``; ``tracing``: ``TraceSink`` and the ``Trace`` records;
+  ``storage``: repository storage's ``RemoteLocation``; ``agents``: a repository agent's
+  ``AgentModel``; ``control_state``: ``ControlStateStore`` and the record's format;
+  ``control``: a control policy; ``commands``: ``inferd <name>`` client commands, with
+  ``flags`` (option types) and ``table``; ``memory_meter``: what a process holds.
+- ``testing``: a real server for a plugin's own tests.
+
+This module re-exports the names a hook module needs (``hookimpl``, every registry and
+spec, the contracts), so ``from inferd.kernel.sdk import ...`` stays enough for most plugins.
 """
 
 from __future__ import annotations
 
-from inferd.kernel.actors.repository.agents import (
-    AgentModel,
-    AgentRefused,
-    AgentRegistry,
-    AgentSpec,
+from inferd.kernel.sdk.agents import AgentModel, AgentRefused, AgentRegistry, AgentSpec
+from inferd.kernel.sdk.backends import (
+    Backend,
+    BackendRegistry,
+    BackendSpec,
+    CancelledRequests,
+    Emit,
+    Instance,
+    Model,
+    ModelContext,
 )
-from inferd.kernel.actors.repository.remote_storage import (
-    READ_TIMEOUT_SECS,
-    RemoteLocation,
-    RemoteStorageError,
-    StorageRegistry,
-    StorageSpec,
-)
-from inferd.kernel.actors.scheduler.cache_config import (
+from inferd.kernel.sdk.caches import (
     CacheConfigError,
     CacheCounters,
     CacheRegistry,
@@ -52,17 +59,7 @@ from inferd.kernel.actors.scheduler.cache_config import (
     text,
     whole_number,
 )
-from inferd.kernel.backend import (
-    Backend,
-    BackendRegistry,
-    BackendSpec,
-    CancelledRequests,
-    Emit,
-    Instance,
-    Model,
-    ModelContext,
-)
-from inferd.kernel.cli.commands import (
+from inferd.kernel.sdk.commands import (
     CANNOT_CONNECT,
     EXIT_CODES,
     OK,
@@ -72,7 +69,12 @@ from inferd.kernel.cli.commands import (
     CommandSpec,
     examples,
 )
-from inferd.kernel.cli.flags import (
+from inferd.kernel.sdk.control_state import (
+    ControlStateStore,
+    ControlStateStoreRegistry,
+    ControlStateStoreSpec,
+)
+from inferd.kernel.sdk.flags import (
     ListenFlags,
     add_boolean,
     boolean_word,
@@ -81,24 +83,30 @@ from inferd.kernel.cli.flags import (
     positive_count,
     positive_seconds,
 )
-from inferd.kernel.cli.table import format_table
-from inferd.kernel.frontend import Frontend, FrontendRegistry, FrontendSpec
-from inferd.kernel.hookspecs import hookimpl
-from inferd.kernel.observability.memory_meter import MemoryMeter, folder_bytes
-from inferd.kernel.sdk.control_state import (
-    ControlStateStore,
-    ControlStateStoreRegistry,
-    ControlStateStoreSpec,
+from inferd.kernel.sdk.frontends import Frontend, FrontendRegistry, FrontendSpec, StartupFailed
+from inferd.kernel.sdk.hooks import hookimpl
+from inferd.kernel.sdk.memory_meter import MemoryMeter, folder_bytes
+from inferd.kernel.sdk.storage import (
+    READ_TIMEOUT_SECS,
+    RemoteLocation,
+    RemoteStorageError,
+    StorageRegistry,
+    StorageSpec,
 )
-from inferd.kernel.observability.trace_config import TraceConfig, trace_integer
-from inferd.kernel.observability.trace_sinks import (
+from inferd.kernel.sdk.table import format_table
+from inferd.kernel.sdk.tracing import (
     CLOSE_TIMEOUT_SECS,
+    CURRENT,
     SinkWorker,
+    Trace,
+    TraceConfig,
+    TraceSetting,
     TraceSink,
     TraceSinkRegistry,
     TraceSinkSpec,
+    trace_integer,
+    traced,
 )
-from inferd.kernel.observability.tracing import CURRENT, Trace, TraceSetting, traced
 
 __all__ = [
     "format_table",
@@ -111,7 +119,7 @@ __all__ = [
     "ResponseCache", "Sample", "boolean", "port_number", "text", "whole_number",
     "CommandRegistry", "CommandSpec", "examples",
     "ControlStateStore", "ControlStateStoreRegistry", "ControlStateStoreSpec",
-    "Frontend", "FrontendRegistry", "FrontendSpec",
+    "Frontend", "FrontendRegistry", "FrontendSpec", "StartupFailed",
     "hookimpl",
     "MemoryMeter", "folder_bytes",
     "ListenFlags", "add_boolean", "boolean_word", "byte_count", "parse_boolean", "positive_count",

@@ -1,6 +1,8 @@
-"""The contract of a control policy: an optional feature that takes part in the model
-lifecycle without owning it (the built-ins: models on demand and the memory budget,
-``inferd.plugins.on_demand``; the control-state record, ``inferd.plugins.control_state``).
+"""The contract of a control policy: an optional part of the model lifecycle.
+
+A control policy takes part in the model lifecycle without owning it (the built-ins: models
+on demand and the memory budget, ``inferd.plugins.on_demand``; the control-state record,
+``inferd.plugins.control_state``).
 
 The control actor keeps the lifecycle (which versions load, serve and go); at a few points of
 it, it calls every policy a plugin opened: around a load (``around_load``: a budget makes room
@@ -19,8 +21,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferd.kernel.runtime.registry import Registry
 from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
+from inferd.kernel.sdk.registry import Registry
 from inferd.protocols.messages import IndexEntry, Message
 
 __all__ = [

@@ -1,4 +1,6 @@
-"""The control-state record of ``--model-control-state`` (an inferd extension): which models
+"""The contract of control-state stores, and the format of the record they keep.
+
+The control-state record of ``--model-control-state`` (an inferd extension) says which models
 EXPLICIT-mode replicas agree to serve, with the overrides that reproduce each load.
 
 The contract of its stores: the record's format, ``ControlStateStore`` and the registry of
@@ -33,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferd.kernel.runtime.registry import Registry
+from inferd.kernel.sdk.registry import Registry
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import check_model_name
 

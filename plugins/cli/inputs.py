@@ -139,7 +139,7 @@ def config_override(path: str) -> str:
         return text
     from google.protobuf import json_format
 
-    from inferd.kernel.sdk.backends import parse_config_text
+    from inferd.kernel.sdk.modelconfig import parse_config_text
     from inferd.protocols.errors import InferdError
 
     try:

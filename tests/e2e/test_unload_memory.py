@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.kernel.observability.memory_meter import process_tree, resident_bytes
+from inferd.kernel.sdk.memory_meter import process_tree, resident_bytes
 from tests.e2e.inferd_harness import ServerHandle, metric, wait_for
 from tests.e2e.large_models import INPUTS, OUTPUTS, SIDE, WEIGHT_BYTES, WRITERS, write_python
 

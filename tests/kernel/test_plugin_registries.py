@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.sdk.control_state import RecordError
-from inferd.plugins.control_state.opening import open_store
 from inferd.kernel.actors.repository.remote_storage import is_remote_url, parse_url
-from inferd.kernel.actors.scheduler.cache_config import CacheConfigError, parse_cache_config
+from inferd.kernel.actors.scheduler.cache_config import parse_cache_config
 from inferd.kernel.observability.trace_config import parse_trace_config
 from inferd.kernel.runtime.plugin_manager import Plugins
-from inferd.kernel.runtime.registry import Registry
+from inferd.kernel.sdk.caches import CacheConfigError
+from inferd.kernel.sdk.control_state import RecordError
+from inferd.kernel.sdk.registry import Registry
+from inferd.plugins.control_state.opening import open_store
 from inferd.protocols.errors import InvalidArgument
 
 
@@ -75,7 +76,7 @@ def test_an_empty_registry_says_so() -> None:
 
 def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
     from inferd.kernel.cli.app import mount
-    from inferd.kernel.cli.commands import CommandRegistry, CommandSpec
+    from inferd.kernel.sdk.commands import CommandRegistry, CommandSpec
 
     commands = CommandRegistry()
     commands.add(CommandSpec("serve", "inferd.plugins.cli.commands:models"))
@@ -84,10 +85,10 @@ def test_a_plugin_command_cannot_take_a_kernel_commands_name() -> None:
 
 
 def test_a_trace_mode_whose_plugin_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inferd.kernel.supervisor import StartupFailed
-    from inferd.kernel.observability.trace_config import TraceConfig
-    from inferd.kernel.observability.trace_sinks import NullSink
     from inferd.kernel.observability.tracing import tracer_for
+    from inferd.kernel.sdk.frontends import StartupFailed
+    from inferd.kernel.observability.tracing import NullSink
+    from inferd.kernel.sdk.tracing import TraceConfig
 
     monkeypatch.setenv("INFERD_DISABLE_PLUGINS", "triton_trace")
     sinks = Plugins.load().trace_sinks()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.actors.repository.agents import AgentRegistry, AgentSpec
 from inferd.kernel.actors.repository.folders import ModelRepository
 from inferd.kernel.runtime.plugin_manager import installed
+from inferd.kernel.sdk.agents import AgentRegistry, AgentSpec
 from inferd.protocols.errors import InvalidArgument
 
 WEIGHTS = b"weights"
@@ -71,7 +71,7 @@ def test_an_agent_no_plugin_gives_is_named_with_those_there_are(tmp_path: Path) 
 
 def replace_folder(model: object) -> str:
     """An agent that has the model load from a folder of its own."""
-    from inferd.kernel.actors.repository.agents import AgentModel
+    from inferd.kernel.sdk.agents import AgentModel
 
     assert isinstance(model, AgentModel)
     assert model.versions == (1,) and model.parameters == {"to": "elsewhere"}

@@ -16,8 +16,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import BackendRegistry, Instance, Model, ModelContext
 from inferd.kernel.modelconfig.reading import normalize
+from inferd.kernel.sdk.backends import BackendRegistry, Instance, Model, ModelContext
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.plugins.backends.python.backend import PythonBackend

@@ -19,7 +19,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import BackendRegistry, ModelContext
+from inferd.kernel.sdk.backends import BackendRegistry, ModelContext
 from inferd.plugins.backends.pytorch import PYTORCH_BACKEND, inferd_register_backends
 from inferd.plugins.backends.pytorch.naming import (
     NamingConvention,

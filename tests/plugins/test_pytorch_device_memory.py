@@ -21,7 +21,7 @@ import pytest
 
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
 from inferd.kernel.actors.executor.instance_slot import InstanceSlot, execute_batch
-from inferd.kernel.backend import NONE_CANCELLED
+from inferd.kernel.sdk.backends import NONE_CANCELLED
 from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.messages import DeviceWindow, InferBatch, InferRequest, InferResponse
 from tests.kernel.dataplane.test_cuda_shared_memory import FakeCuda

@@ -15,8 +15,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.executor.process_threads import Pools, ProcessThreads
-from inferd.kernel.backend import ModelContext
+from inferd.kernel.sdk.backends import ModelContext
+from inferd.kernel.sdk.process_threads import Pools, ProcessThreads
 from inferd.plugins.backends.tensorflow.backend import (
     PROCESS_THREADS,
     ExecutionPlan,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from enum import Enum
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import ModelContext
 from inferd.kernel.modelconfig.reading import parse_config_text
+from inferd.kernel.sdk.backends import ModelContext
 from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.plugins.backends.tensorrt.backend import TensorRTBackend
 from inferd.protocols.errors import InvalidArgument, Unavailable, Unsupported

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import BackendRegistry, ModelContext
+from inferd.kernel.sdk.backends import BackendRegistry, ModelContext
 from inferd.plugins.backends.testing import (
     TESTING_BACKEND,
     TESTING_NATIVE_BACKEND,
@@ -176,7 +176,7 @@ def test_crash_modes_end_the_process_on_the_first_batch(mode: str, returncode: i
         f"""
         from pathlib import Path
         from tritonclient.grpc import model_config_pb2
-        from inferd.kernel.backend import ModelContext
+        from inferd.kernel.sdk.backends import ModelContext
         from inferd.plugins.backends.testing.backends import TestingBackend
 
         config = model_config_pb2.ModelConfig(name="c")

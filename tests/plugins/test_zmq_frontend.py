@@ -13,8 +13,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from inferd.kernel.frontend import FrontendRegistry
 from inferd.kernel.observability.tracing import disabled_tracer
+from inferd.kernel.sdk.frontends import FrontendRegistry
 from inferd.kernel.settings import Settings
 from inferd.plugins.frontends.zmq import inferd_register_frontends
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend

@@ -58,7 +58,13 @@ from inferd.kernel.actors.executor.memory_return import (
     unloading,
 )
 from inferd.kernel.actors.executor.warmup import Execution, warm_up, warmup_samples
-from inferd.kernel.backend import (
+from inferd.kernel.modelconfig.sequence_plan import client_config, execution_config
+from inferd.kernel.observability.logs import LogSettings, configure_logging
+from inferd.kernel.runtime.actor import Actor
+from inferd.kernel.runtime.addresses import INLINE_EXECUTOR, SCHEDULER
+from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk import log_context
+from inferd.kernel.sdk.backends import (
     Backend,
     BackendRegistry,
     CancelledRequests,
@@ -66,12 +72,6 @@ from inferd.kernel.backend import (
     Model,
     ModelContext,
 )
-from inferd.kernel.modelconfig.sequence_plan import client_config, execution_config
-from inferd.kernel.observability import log_context
-from inferd.kernel.observability.logs import LogSettings, configure_logging
-from inferd.kernel.runtime.actor import Actor
-from inferd.kernel.runtime.addresses import INLINE_EXECUTOR, SCHEDULER
-from inferd.kernel.runtime.router import Router
 from inferd.protocols.errors import (
     InferdError,
     Internal,

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from inferd.kernel.backend import Instance
 from inferd.kernel.dataplane.cuda_shared_memory import CudaCallFailed, CudaRuntime, present_runtime
 from inferd.kernel.dataplane.system_shared_memory import output_too_small
 from inferd.kernel.runtime.devices import local_device_id
+from inferd.kernel.sdk.backends import Instance
 from inferd.protocols.device_tensors import device_tensor, on_device, window_of
 from inferd.protocols.errors import InferdError, Internal
 from inferd.protocols.messages import DeviceWindow, InferRequest, InferResponse, Tensor

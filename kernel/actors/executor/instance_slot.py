@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
-from inferd.kernel.backend import NO_WINDOWS, NONE_CANCELLED, CancelledRequests, Instance
-from inferd.kernel.observability import log_context
+from inferd.kernel.sdk import log_context
+from inferd.kernel.sdk.backends import NO_WINDOWS, NONE_CANCELLED, CancelledRequests, Instance
 from inferd.protocols.device_tensors import on_device
 from inferd.protocols.errors import InferdError, Internal, to_failure
 from inferd.protocols.messages import (

@@ -26,8 +26,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.kernel.observability.memory_meter import resident_bytes
-from inferd.kernel.observability.process_metrics import process_usage
+from inferd.kernel.sdk.memory_meter import resident_bytes
+from inferd.kernel.sdk.process_metrics import process_usage
 from inferd.protocols.messages import VersionUnloaded
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.repository.folders import read_model_data
 from inferd.kernel.actors.scheduler.request_validation import ModelSignature, check_required_inputs
-from inferd.kernel.backend import Instance
+from inferd.kernel.sdk.backends import Instance
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 from inferd.protocols.tensors import config_type_to_datatype, deserialize_bytes, numpy_dtype

@@ -34,7 +34,6 @@ from inferd.kernel.actors.executor import execution_env
 from inferd.kernel.actors.executor.actor import ExecutorActor
 from inferd.kernel.actors.executor_pool import placement, returned_memory
 from inferd.kernel.actors.executor_pool.processes import ExecutorProcesses
-from inferd.kernel.backend import BackendRegistry, BackendSpec
 from inferd.kernel.modelconfig.validation import (
     EXECUTOR_PARAMETER,
     FORK_PARAMETER,
@@ -42,7 +41,6 @@ from inferd.kernel.modelconfig.validation import (
     forks_after_initialize,
 )
 from inferd.kernel.observability.logs import as_reply, configure_logging, updated
-from inferd.kernel.observability.process_metrics import process_usage
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import (
     EXECUTORS,
@@ -55,6 +53,8 @@ from inferd.kernel.runtime.addresses import (
 from inferd.kernel.runtime.devices import pinned_environment
 from inferd.kernel.runtime.process_link import ProcessLink
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.backends import BackendRegistry, BackendSpec
+from inferd.kernel.sdk.process_metrics import process_usage
 from inferd.kernel.settings import Settings
 from inferd.protocols.errors import (
     SHUTTING_DOWN,

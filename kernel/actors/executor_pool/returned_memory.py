@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from inferd.kernel.observability.memory_meter import resident_bytes
+from inferd.kernel.sdk.memory_meter import resident_bytes
 from inferd.protocols.messages import VersionUnloaded
 
 log = logging.getLogger(__name__)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import anyio
 
-from inferd.kernel.actors.repository.agents import AgentRegistry
+from inferd.kernel.sdk.agents import AgentRegistry
 from inferd.kernel.actors.repository.catalog import CatalogFilter
 from inferd.kernel.actors.repository.catalog_listing import CatalogReader
 from inferd.kernel.actors.repository.folders import ModelRepository
-from inferd.kernel.actors.repository.remote_storage import StorageRegistry
-from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.sdk.storage import StorageRegistry
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import REPOSITORY
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.backends import BackendRegistry
 from inferd.protocols.messages import (
     Catalog,
     Catalogs,

@@ -8,60 +8,21 @@ remote model's after its files were fetched): each may return another folder to 
 or raise ``AgentRefused``; the load then fails with ``model '<name>': repository agent
 '<agent>': <its message>``, which the repository index shows as the model's reason. An agent
 no plugin registered fails the load the same way, naming the agents there are. Owns the
-contract and the order; the agents own their I/O.
+order; the contract is the SDK's (``inferd.kernel.sdk.agents``), the agents own their I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.kernel.runtime.registry import Registry, available, import_entry
+from inferd.kernel.sdk.agents import AgentModel, AgentRefused, AgentRegistry
+from inferd.kernel.sdk.registry import available
 from inferd.protocols.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-
-class AgentRefused(InvalidArgument):
-    """An agent refuses the load; the message says why (Triton's words where it has them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentModel:
-    """What an agent sees of one load: the model's name, its folder (its files, relative to
-    which Triton's agents name paths), the versions about to load, its config, and this
-    agent's ``parameters`` from the config."""
-
-    name: str
-    folder: Path
-    versions: tuple[int, ...]
-    config: ModelConfig
-    parameters: Mapping[str, str]
-
-
-Agent = Callable[[AgentModel], "Path | str | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSpec:
-    """``name`` is the config's ``agents [{ name: ... }]``; ``entry`` is
-    ``"package.module:function"``, an ``Agent``, imported when a config first names it."""
-
-    name: str
-    entry: str
-
-    def load_function(self) -> Agent:
-        function: Agent = import_entry(self.entry)
-        return function
-
-
-class AgentRegistry(Registry[AgentSpec]):
-    """Filled by ``inferd_register_repository_agents`` hooks: ``registry.add(AgentSpec(...))``."""
-
-    kind = "repository agent"
 
 
 def run_agents(name: str, folder: Path, versions: Sequence[int], config: ModelConfig,

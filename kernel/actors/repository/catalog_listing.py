@@ -25,9 +25,9 @@ from inferd.kernel.actors.repository.catalog import (
 )
 from inferd.kernel.actors.repository.folders import ModelRepository
 from inferd.kernel.actors.scheduler.request_validation import ModelSignature
-from inferd.kernel.backend import BackendRegistry, ModelContext
 from inferd.kernel.modelconfig.reading import ModelConfig, backend_can_auto_complete
 from inferd.kernel.modelconfig.sequence_plan import client_config, execution_config
+from inferd.kernel.sdk.backends import BackendRegistry, ModelContext
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import CatalogEntry
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from inferd.kernel.actors.repository.agents import AgentRegistry, run_agents
+from inferd.kernel.actors.repository.agents import run_agents
 from inferd.kernel.actors.repository.fingerprints import (
     CONFIG_FILENAME,
     CUSTOM_CONFIGS,
@@ -25,12 +25,7 @@ from inferd.kernel.actors.repository.fingerprints import (
 )
 from inferd.kernel.actors.repository.mirror import CachedCopy, ModelFetch, RepositoryMirror
 from inferd.kernel.actors.repository.remote_roots import RemoteRoots
-from inferd.kernel.actors.repository.remote_storage import (
-    READ_TIMEOUT_SECS,
-    StorageRegistry,
-    is_remote_url,
-)
-from inferd.kernel.backend import BackendRegistry
+from inferd.kernel.actors.repository.remote_storage import is_remote_url
 from inferd.kernel.modelconfig.reading import (
     ENSEMBLE_PLATFORM,
     ModelConfig,
@@ -42,13 +37,16 @@ from inferd.kernel.modelconfig.reading import (
     validate,
 )
 from inferd.kernel.modelconfig.support import check_supported
+from inferd.kernel.modelconfig.validation import check_gpus
 from inferd.kernel.modelconfig.version_labels import (
     LABELS_FILENAME,
     read_labels_file,
     selected_versions,
 )
-from inferd.kernel.modelconfig.validation import check_gpus
 from inferd.kernel.runtime.devices import can_use_gpu, visible_gpus
+from inferd.kernel.sdk.agents import AgentRegistry
+from inferd.kernel.sdk.backends import BackendRegistry
+from inferd.kernel.sdk.storage import READ_TIMEOUT_SECS, StorageRegistry
 from inferd.protocols.errors import InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import ResolvedModel
 from inferd.protocols.names import check_model_name, model_name_problem

@@ -44,13 +44,11 @@ from inferd.kernel.actors.repository.remote_objects import (
     size_text,
 )
 from inferd.kernel.actors.repository.remote_storage import (
-    READ_TIMEOUT_SECS,
-    RemoteStorageError,
-    StorageRegistry,
     describe_error,
     open_filesystem,
     parse_url,
 )
+from inferd.kernel.sdk.storage import READ_TIMEOUT_SECS, RemoteStorageError, StorageRegistry
 from inferd.protocols.errors import InvalidArgument, NotFound
 from inferd.protocols.names import model_name_problem, quoted
 

@@ -13,11 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd.kernel.actors.repository.mirror import RepositoryMirror, default_cache_dir
-from inferd.kernel.actors.repository.remote_storage import (
-    READ_TIMEOUT_SECS,
-    RemoteStorageError,
-    StorageRegistry,
-)
+from inferd.kernel.sdk.storage import READ_TIMEOUT_SECS, RemoteStorageError, StorageRegistry
 
 Sample = tuple[str, dict[str, str], float]
 

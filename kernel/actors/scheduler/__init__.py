@@ -18,10 +18,11 @@ without sockets or an event loop.
   (``inferd.kernel.modelconfig.sequence_plan``);
 - ``response_order``: ``preserve_ordering``, responses leaving in queue order (``ResponseOrder``);
 - ``decoupled``: the open streams of decoupled models' requests, by token;
-- ``routing``: which version a request goes to (``RoutingTable``);
+- ``version_table``: which version a request goes to (``RoutingTable``);
 - ``samples``: a version's Prometheus samples;
 - ``request_validation``, ``classification``: a request checked against its model, and an output
   answered as its top classes;
-- ``response_cache``, ``cache_key``, ``cache_config``: the response cache;
+- ``response_cache``, ``cache_key``, ``cache_config``: the response cache (its plugins'
+  contract is ``inferd.kernel.sdk.caches``);
 - ``cuda_windows``: which of a request's CUDA shared memory stays on the device;
 - ``ensembles``: what the scheduler keeps of a served ensemble and how it runs one request."""

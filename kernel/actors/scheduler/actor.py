@@ -45,18 +45,19 @@ from inferd.kernel.actors.scheduler.progress import Progress
 from inferd.kernel.actors.scheduler.readiness import instances_ready
 from inferd.kernel.actors.scheduler.remote_streams import RemoteStreams
 from inferd.kernel.actors.scheduler.requests import Queued, failure_reason
-from inferd.kernel.actors.scheduler.response_cache import CacheScope, ResponseCache
-from inferd.kernel.actors.scheduler.routing import RoutingTable
+from inferd.kernel.actors.scheduler.response_cache import CacheScope
 from inferd.kernel.actors.scheduler.samples import version_samples
 from inferd.kernel.actors.scheduler.serving import VersionServing
 from inferd.kernel.actors.scheduler.version import Version
+from inferd.kernel.actors.scheduler.version_table import RoutingTable
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.modelconfig.reading import config_to_json_text
-from inferd.kernel.observability.metrics_config import MetricsConfig
-from inferd.kernel.observability.tracing import CURRENT
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, gpu_of
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.caches import ResponseCache
+from inferd.kernel.sdk.metrics_config import MetricsConfig
+from inferd.kernel.sdk.tracing import CURRENT
 from inferd.protocols.device_tensors import on_device
 from inferd.protocols.errors import (
     SHUTTING_DOWN,

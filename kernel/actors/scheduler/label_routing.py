@@ -7,7 +7,7 @@ a running credit, and a request that brings it to 100 goes to the canary (and sp
 so 10 % sends every tenth request there. A label whose version does not take requests (it
 is loading, or it failed) is passed over: the canary's share goes to stable, and without a
 live stable version a request goes where Triton sends it, to the highest live version.
-Pure bookkeeping; the routing table (``inferd.kernel.actors.scheduler.routing``) holds one
+Pure bookkeeping; the routing table (``inferd.kernel.actors.scheduler.version_table``) holds one
 per labelled model.
 """
 

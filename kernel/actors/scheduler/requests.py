@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferd.kernel.dataplane.streams import ResponseStream
-from inferd.kernel.observability.tracing import Trace
+from inferd.kernel.sdk.tracing import Trace
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferRequest, InferResponse
 

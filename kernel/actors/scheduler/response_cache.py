@@ -27,13 +27,7 @@ from dataclasses import dataclass, field
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.scheduler.cache_config import CacheConfig, CacheRegistry
-from inferd.kernel.actors.scheduler.cache_config import (  # the contract, here too
-    CacheCounters as CacheCounters,
-)
-from inferd.kernel.actors.scheduler.cache_config import CacheUnavailable as CacheUnavailable
-from inferd.kernel.actors.scheduler.cache_config import ResponseCache as ResponseCache
-from inferd.kernel.actors.scheduler.cache_config import Sample as Sample
+from inferd.kernel.actors.scheduler.cache_config import CacheConfig
 from inferd.kernel.actors.scheduler.cache_key import (
     config_digest,
     decode_entry,
@@ -41,6 +35,12 @@ from inferd.kernel.actors.scheduler.cache_key import (
     request_key,
 )
 from inferd.kernel.observability.statistics import VersionStatistics
+from inferd.kernel.sdk.caches import (
+    CacheRegistry,
+    CacheUnavailable,
+    ResponseCache,
+    Sample,
+)
 from inferd.protocols.messages import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from inferd.kernel.actors.scheduler.response_cache import cache_samples
 from inferd.kernel.actors.scheduler.version import Version
-from inferd.kernel.observability.metrics_config import MetricsConfig
 from inferd.kernel.observability.statistics import COMPUTE_PHASES
+from inferd.kernel.sdk.metrics_config import MetricsConfig
 
 Sample = tuple[str, dict[str, str], float]
 

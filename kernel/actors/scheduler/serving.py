@@ -26,11 +26,12 @@ from inferd.kernel.actors.scheduler.ensembles.warming import EnsembleWarmUps
 from inferd.kernel.actors.scheduler.label_routing import LabelRoute
 from inferd.kernel.actors.scheduler.progress import Progress
 from inferd.kernel.actors.scheduler.requests import Slot
-from inferd.kernel.actors.scheduler.response_cache import ResponseCache, scope_for
-from inferd.kernel.actors.scheduler.routing import RoutingTable
+from inferd.kernel.actors.scheduler.response_cache import scope_for
+from inferd.kernel.actors.scheduler.version_table import RoutingTable
 from inferd.kernel.actors.scheduler.version import Version, sequences_of
 from inferd.kernel.observability.latency_summary import LatencySummaries
-from inferd.kernel.observability.metrics_config import MetricsConfig
+from inferd.kernel.sdk.caches import ResponseCache
+from inferd.kernel.sdk.metrics_config import MetricsConfig
 from inferd.protocols.errors import Unavailable
 from inferd.protocols.messages import (
     ModelKnown,

@@ -20,9 +20,9 @@ from typing import TextIO
 from inferd.kernel.actors.repository.remote_storage import check_url, is_remote_url
 from inferd.kernel.cli.check.report import CheckReport, ModelReport, config_text
 from inferd.kernel.cli.check.walk import check_repository
-from inferd.kernel.cli.flags import backend_setting
 from inferd.kernel.runtime.plugin_manager import Plugins
-from inferd.kernel.cli.table import format_table
+from inferd.kernel.sdk.flags import backend_setting
+from inferd.kernel.sdk.table import format_table
 from inferd.protocols.errors import InferdError
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2

@@ -25,8 +25,8 @@ from inferd.kernel.cli.check.report import (
     Finding,
     ModelReport,
 )
-from inferd.kernel.modelconfig.completion import shapes_agree
 from inferd.kernel.modelconfig.reading import ENSEMBLE_PLATFORM, ModelConfig, validate_ensemble
+from inferd.kernel.sdk.modelconfig import shapes_agree
 from inferd.protocols.errors import InferdError
 
 

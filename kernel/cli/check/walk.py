@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from inferd.kernel.actors.executor.warmup import warmup_samples
-from inferd.kernel.actors.repository.agents import AgentRegistry
+from inferd.kernel.sdk.agents import AgentRegistry
 from inferd.kernel.actors.repository.catalog import CATALOG_FILENAME, read_catalog
 from inferd.kernel.actors.repository.fingerprints import CONFIG_FILENAME, CUSTOM_CONFIGS
 from inferd.kernel.actors.repository.folders import ModelRepository
-from inferd.kernel.actors.repository.remote_storage import StorageRegistry
+from inferd.kernel.sdk.storage import StorageRegistry
 from inferd.kernel.actors.scheduler.classification import read_labels
-from inferd.kernel.backend import BackendRegistry, ModelContext
 from inferd.kernel.cli.check.ensembles import check_ensembles
 from inferd.kernel.cli.check.report import (
     CHECKED,
@@ -44,6 +43,7 @@ from inferd.kernel.cli.check.report import (
 from inferd.kernel.modelconfig.reading import ModelConfig, backend_can_auto_complete, validate
 from inferd.kernel.modelconfig.sequence_plan import SequencePlan, client_config, execution_config
 from inferd.kernel.modelconfig.support import check_supported
+from inferd.kernel.sdk.backends import BackendRegistry, ModelContext
 from inferd.protocols.errors import InferdError
 
 

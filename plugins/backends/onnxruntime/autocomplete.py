@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.sdk.backends import (
+from inferd.kernel.sdk.modelconfig import (
     DEFAULT_MAX_BATCH_SIZE,
     DYNAMIC,
     batchable,

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import default_max_batch_size, local_device_id
+from inferd.kernel.sdk.devices import local_device_id
+from inferd.kernel.sdk.modelconfig import default_max_batch_size
 from inferd.plugins.backends.onnxruntime.autocomplete import (
     BACKEND,
     complete_config,

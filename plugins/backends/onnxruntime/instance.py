@@ -4,7 +4,7 @@ Owns what is onnxruntime's own in running a batch: the execution plan read from 
 BYTES inputs fed as text, one ``session.run`` per group of compatible requests, and mapping
 onnxruntime's failures to errors. The batch skeleton (name checks, reshapes, grouping,
 concatenation, splitting outputs into one response per request, phase timing) is
-``inferd.kernel.actors.executor.batched_instance``'s. It imports no onnxruntime itself (it is handed
+``inferd.kernel.sdk.batching``'s. It imports no onnxruntime itself (it is handed
 a session) and never raises out of ``execute``: every failure becomes that request's error.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.kernel.sdk.backends import BatchPlan, ConfiguredTensor, NamedTensorInstance
+from inferd.kernel.sdk.batching import BatchPlan, ConfiguredTensor, NamedTensorInstance
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument
 from inferd.protocols.messages import Tensor
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import Backend, Emit, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import forks_after_initialize
+from inferd.kernel.sdk.modelconfig import forks_after_initialize
 from inferd.plugins.backends.python import forked, scope
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.plugins.backends.python.model_code import (

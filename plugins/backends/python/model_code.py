@@ -25,7 +25,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import ModelContext
-from inferd.kernel.sdk.backends import config_to_json
+from inferd.kernel.sdk.modelconfig import config_to_json
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.protocols.errors import InvalidArgument
 

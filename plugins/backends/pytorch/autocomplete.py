@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.sdk.backends import check_shape, fill_tensor_entry
+from inferd.kernel.sdk.modelconfig import check_shape, fill_tensor_entry
 from inferd.plugins.backends.pytorch.naming import bind_program
 from inferd.plugins.backends.pytorch.programs import TensorSignature
 from inferd.plugins.backends.pytorch.tensors import type_name

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import local_device_id
+from inferd.kernel.sdk.devices import local_device_id
 from inferd.plugins.backends.pytorch.autocomplete import (
     complete_exported,
     copy_config,

@@ -8,7 +8,7 @@ copied only when the program may write to a read-only buffer), calling the progr
 into numpy (views of CPU tensors), or, for an output a request asks in CUDA shared memory on
 a GPU, copying it there device-to-device, and Triton's failure texts. The
 batch skeleton (name checks, reshapes, grouping, concatenation, splitting outputs into one
-response per request, phase timing) is ``inferd.kernel.actors.executor.batched_instance``'s. It is
+response per request, phase timing) is ``inferd.kernel.sdk.batching``'s. It is
 handed torch and the program (it imports neither) and never raises out of ``execute``.
 """
 
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.sdk.backends import BatchPlan, BatchedInstance, PreparedRequest, written_window
+from inferd.kernel.sdk.batching import BatchedInstance, BatchPlan, PreparedRequest
+from inferd.kernel.sdk.devices import written_window
 from inferd.plugins.backends.pytorch.programs import Program
 from inferd.plugins.backends.pytorch.tensors import (
     config_type_of,

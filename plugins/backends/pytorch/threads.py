@@ -1,7 +1,7 @@
 """Torch's CPU thread pools, which are per process, set once for every model in it.
 
 Owns Triton's ``INTRA_OP_THREAD_COUNT`` / ``INTER_OP_THREAD_COUNT`` parameters and how torch
-sizes its pools; the once-per-process rules are ``inferd.kernel.actors.executor.process_threads``'s.
+sizes its pools; the once-per-process rules are ``inferd.kernel.sdk.process_threads``'s.
 Torch accepts an intra-op size at any time, an inter-op size only before it first runs parallel
 work, so a late inter-op value is reported, not applied.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from inferd.kernel.sdk.backends import Pools, ProcessThreads
+from inferd.kernel.sdk.process_threads import Pools, ProcessThreads
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig

@@ -26,20 +26,17 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import (
-    BatchPlan,
-    ConfiguredTensor,
+from inferd.kernel.sdk.batching import BatchPlan, ConfiguredTensor, NamedTensorInstance
+from inferd.kernel.sdk.devices import local_device_id
+from inferd.kernel.sdk.modelconfig import (
     DEFAULT_MAX_BATCH_SIZE,
-    NamedTensorInstance,
-    ProcessThreads,
     SignatureTensor,
     batchable,
     check_shape,
     complete_declared,
     default_max_batch_size,
-    local_device_id,
-    thread_parameter,
 )
+from inferd.kernel.sdk.process_threads import ProcessThreads, thread_parameter
 from inferd.plugins.backends.tensorflow import graphs
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.sdk.backends import DYNAMIC, Pools
+from inferd.kernel.sdk.modelconfig import DYNAMIC
+from inferd.kernel.sdk.process_threads import Pools
 from inferd.protocols.errors import InvalidArgument, Unavailable
 
 MISSING_TENSORFLOW = (

@@ -20,13 +20,8 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.sdk import Backend, Instance, Model, ModelContext
-from inferd.kernel.sdk.backends import (
-    BatchPlan,
-    ConfiguredTensor,
-    NamedTensorInstance,
-    check_shape,
-    fill_tensor_entry,
-)
+from inferd.kernel.sdk.batching import BatchPlan, ConfiguredTensor, NamedTensorInstance
+from inferd.kernel.sdk.modelconfig import check_shape, fill_tensor_entry
 from inferd.plugins.backends.tensorrt import engine as trt_engine
 from inferd.protocols.errors import InferdError, Internal, InvalidArgument, Unavailable
 from inferd.protocols.messages import Tensor

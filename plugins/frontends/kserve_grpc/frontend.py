@@ -23,20 +23,16 @@ import anyio.abc
 import grpc
 import grpc.aio
 
-from inferd.kernel.sdk.frontends import (
-    StartupFailed,
-    default_connection_cap,
-    log_context,
-    read_certificates,
-    read_key_pair,
-    request_failed,
-)
-from inferd.kernel.sdk import Frontend
+from inferd.kernel.sdk import Frontend, log_context
+from inferd.kernel.sdk.frontends import StartupFailed
+from inferd.kernel.sdk.open_file_limit import default_connection_cap
+from inferd.kernel.sdk.request_log import request_failed
+from inferd.kernel.sdk.tls import read_certificates, read_key_pair
 from inferd.plugins.frontends.kserve_grpc import (
     DEFAULT_HANDSHAKE_TIMEOUT_SECS,
+    DEFAULT_IMPLEMENTATION,
     DEFAULT_KEEPALIVE_TIME_MS,
     DEFAULT_KEEPALIVE_TIMEOUT_MS,
-    DEFAULT_IMPLEMENTATION,
     DEFAULT_MAX_CONNECTION_IDLE_SECS,
     LISTEN,
 )

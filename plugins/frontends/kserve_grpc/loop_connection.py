@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, cast
 import grpc
 import grpc.aio
 
-from inferd.kernel.sdk.frontends import log_context, request_failed
+from inferd.kernel.sdk import log_context
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.plugins.frontends.kserve_grpc.loop_calls import (
     OK_HEADERS,
     OK_TRAILERS,

@@ -1,7 +1,7 @@
 """How one unary RPC of the KServe gRPC frontend ends: ``async with Rpc(context, name):`` sets
 the request's log context and, when the RPC raised, aborts it with the gRPC status the
 error's code maps to (``inferd.protocols.errors``), INTERNAL for any other exception, and
-writes the request's one error line (``inferd.kernel.observability.request_log``); with verbose
+writes the request's one error line (``inferd.kernel.sdk.request_log``); with verbose
 logging each call's opening line is Triton's (``log_call``). The one place this
 frontend turns exceptions into statuses; a stream request's failure is a response instead
 (``streams``). It knows nothing of what the RPC does.
@@ -18,7 +18,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from inferd.kernel.sdk.frontends import log_context, request_failed
+from inferd.kernel.sdk import log_context
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.protocols.errors import InferdError, grpc_status_name, http_status
 
 log = logging.getLogger(__name__)

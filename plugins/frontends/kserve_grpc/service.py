@@ -22,7 +22,8 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from inferd.kernel.sdk.frontends import log_context, request_failed
+from inferd.kernel.sdk import log_context
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.protocols import kserve_grpc_wire as wire
 
 if TYPE_CHECKING:

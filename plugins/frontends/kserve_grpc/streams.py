@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from inferd.kernel.sdk.frontends import log_context, request_failed
-from inferd.kernel.sdk import CURRENT
+from inferd.kernel.sdk import CURRENT, log_context
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.protocols import kserve_grpc as convert
 from inferd.protocols import kserve_grpc_wire as wire
 from inferd.protocols.errors import SHUTTING_DOWN, InferdError, Unavailable, http_status

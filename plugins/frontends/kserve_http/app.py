@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from inferd.kernel.sdk.frontends import log_context
-from inferd.kernel.sdk import CURRENT
+from inferd.kernel.sdk import CURRENT, log_context
 from inferd.plugins.frontends.kserve_http.connection import CONNECTION, ClientWatch
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,

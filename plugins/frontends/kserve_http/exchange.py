@@ -2,7 +2,7 @@
 (method, path arguments, headers, whole body) and the response it returns (status, body parts
 or a stream, headers, whether it may be compressed, its trace), and the one way an error
 becomes a response: ``{"error": ...}`` with its status, plus the request's one error line
-(``inferd.kernel.observability.request_log``).
+(``inferd.kernel.sdk.request_log``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from inferd.kernel.sdk import Trace
-from inferd.kernel.sdk.frontends import request_failed
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.protocols import json_bodies
 
 # Bodies (or outputs) above this are decoded, encoded and compressed in a worker thread, so a
@@ -57,6 +57,6 @@ def error_response(status: int, message: str) -> HttpResponse:
 
 def failed(status: int, message: str, error: BaseException | None = None) -> HttpResponse:
     """A request's error answer, and its one log line
-    (``inferd.kernel.observability.request_log``)."""
+    (``inferd.kernel.sdk.request_log``)."""
     request_failed(status, message, exc_info=error)
     return error_response(status, message)

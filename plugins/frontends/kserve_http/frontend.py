@@ -23,7 +23,9 @@ import anyio.abc
 import uvicorn
 
 from inferd.kernel.sdk import Frontend
-from inferd.kernel.sdk.frontends import StartupFailed, default_connection_cap, server_context
+from inferd.kernel.sdk.frontends import StartupFailed
+from inferd.kernel.sdk.open_file_limit import default_connection_cap
+from inferd.kernel.sdk.tls import server_context
 from inferd.plugins.frontends.kserve_http import DEFAULT_IMPLEMENTATION, LISTEN
 from inferd.plugins.frontends.kserve_http.app import KserveHttpApp
 from inferd.plugins.frontends.kserve_http.connection import (

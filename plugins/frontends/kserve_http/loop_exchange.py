@@ -12,8 +12,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
-from inferd.kernel.sdk import CURRENT
-from inferd.kernel.sdk.frontends import log_context
+from inferd.kernel.sdk import CURRENT, log_context
 from inferd.plugins.frontends.kserve_http.app import (
     JOIN_BODY_BELOW,
     WRITE_SLICE_BYTES,

@@ -18,8 +18,9 @@ from urllib.parse import unquote
 
 import anyio
 
-from inferd.kernel.sdk.frontends import ResponseStream, log_context, request_failed
-from inferd.kernel.sdk import Trace, traced
+from inferd.kernel.sdk import Trace, log_context, traced
+from inferd.kernel.sdk.frontends import ResponseStream
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.plugins.frontends.kserve_http.exchange import (
     OFFLOAD_BYTES,
     HttpRequest,
@@ -31,8 +32,7 @@ from inferd.plugins.frontends.kserve_http.exchange import (
 from inferd.protocols import generate as generate_codec
 from inferd.protocols import kserve_http as codec
 from inferd.protocols import kserve_http_admin as admin
-from inferd.protocols import logging_api
-from inferd.protocols import trace_api
+from inferd.protocols import logging_api, trace_api
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     ErrorCode,

@@ -2,7 +2,7 @@
 registers it and tritonserver's metrics flags (``--allow-metrics``, ``--metrics-port``,
 ``--metrics-address``, ``--allow-gpu-metrics``,
 ``--allow-cpu-metrics``, ``--metrics-interval-ms``, ``--metrics-config``; read by
-``inferd.kernel.observability.metrics_config``), and imports nothing else."""
+``inferd.kernel.sdk.metrics_config``), and imports nothing else."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import anyio
 import anyio.abc
 
 from inferd.kernel.sdk import Frontend
-from inferd.kernel.sdk.frontends import metrics_config_from_options
+from inferd.kernel.sdk.metrics_config import metrics_config_from_options
 from inferd.plugins.frontends.metrics import LISTEN
 from inferd.plugins.frontends.metrics.interval import IntervalMetrics
 from inferd.protocols import prometheus

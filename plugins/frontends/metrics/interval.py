@@ -7,13 +7,14 @@ only meaningful from the second one on (the first reading is taken at start)."""
 from __future__ import annotations
 
 import logging
-
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from inferd.kernel.sdk.frontends import CpuUtilization, GpuMetrics, MetricsConfig, machine_memory
+from inferd.kernel.sdk.gpu_metrics import GpuMetrics
+from inferd.kernel.sdk.metrics_config import MetricsConfig
+from inferd.kernel.sdk.process_metrics import CpuUtilization, machine_memory
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Owns the socket, its framing (``[client routing id, b"", *wire frames]``), one t
 request (kept by the client's routing id and message id, so a client's ``Cancel`` naming
 that message stops it: the request leaves its queue, and no reply is sent), and the single
 place where this protocol turns exceptions into ``Failure`` replies
-(each logged once: ``inferd.kernel.observability.request_log``).
+(each logged once: ``inferd.kernel.sdk.request_log``).
 It decides nothing about models or inference: each request goes to the data plane as it
 arrived and the data plane's reply goes back unchanged. It must never let one request (a
 malformed one, a failing one, one for a client that vanished) stop the receive loop.
@@ -24,8 +24,9 @@ import anyio
 import anyio.abc
 import zmq
 
-from inferd.kernel.sdk import Frontend, traced
-from inferd.kernel.sdk.frontends import LoopSocket, log_context, request_failed
+from inferd.kernel.sdk import Frontend, log_context, traced
+from inferd.kernel.sdk.loop_socket import LoopSocket
+from inferd.kernel.sdk.request_log import request_failed
 from inferd.plugins.frontends.zmq import LISTEN
 from inferd.protocols import wire
 from inferd.protocols.errors import (
@@ -41,11 +42,11 @@ from inferd.protocols.errors import (
 )
 from inferd.protocols.messages import (
     Cancel,
+    CatalogRequest,
     Envelope,
     Failure,
     HealthRequest,
     IndexRequest,
-    CatalogRequest,
     InferRequest,
     LabelsRequest,
     LoadRequest,

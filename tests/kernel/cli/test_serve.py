@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-
-from inferd.kernel.cli.flags import ListenFlags
 from inferd.kernel.cli.serve import kernel_parser, serve_parser, settings_from
-from inferd.kernel.observability.trace_config import TraceConfig
 from inferd.kernel.runtime.plugin_manager import Plugins
+from inferd.kernel.sdk.flags import ListenFlags
+from inferd.kernel.sdk.tracing import TraceConfig
 from inferd.kernel.settings import Settings
 
 PLUGINS = Plugins.load()

@@ -8,7 +8,6 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
 from inferd.kernel.modelconfig.reading import (
     ModelConfig,
     backend_can_auto_complete,
@@ -22,6 +21,7 @@ from inferd.kernel.modelconfig.reading import (
 )
 from inferd.kernel.modelconfig.validation import MAX_INSTANCES
 from inferd.kernel.runtime.plugin_manager import Plugins
+from inferd.kernel.sdk.backends import BackendRegistry, BackendSpec
 from inferd.protocols.errors import InvalidArgument
 
 SIMPLE = """

@@ -9,8 +9,8 @@ import os
 import re
 import sys
 
-from inferd.kernel.observability import log_context
 from inferd.kernel.observability.log_format import formatter
+from inferd.kernel.sdk import log_context
 
 
 def record(message: str = "hello %s", args: tuple[object, ...] = ("world",),

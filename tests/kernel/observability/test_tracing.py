@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.kernel.observability.trace_config import TraceConfig, parse_trace_config
-from inferd.kernel.observability.trace_sinks import TraceSinkSpec
-from inferd.kernel.observability.tracing import Trace, TraceSetting, Tracer
+from inferd.kernel.observability.trace_config import parse_trace_config
+from inferd.kernel.observability.tracing import Tracer
 from inferd.kernel.runtime.plugin_manager import installed
+from inferd.kernel.sdk.tracing import Trace, TraceConfig, TraceSetting, TraceSinkSpec
 from inferd.plugins.tracing.triton import TritonFileSink, trace_entries
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.messages import InferRequest, InferResponse, Tensor
-from inferd.protocols.messages import TraceSettingRequest
+from inferd.protocols.messages import InferRequest, InferResponse, Tensor, TraceSettingRequest
 
 
 class ListSink:

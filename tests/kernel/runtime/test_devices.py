@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.backend import BackendSpec
 from inferd.kernel.runtime.devices import (
     PINNED_GPU_ENV,
     can_use_gpu,
@@ -22,6 +21,7 @@ from inferd.kernel.runtime.devices import (
     pinned_environment,
     visible_gpus,
 )
+from inferd.kernel.sdk.backends import BackendSpec
 from inferd.protocols.errors import Unavailable
 
 

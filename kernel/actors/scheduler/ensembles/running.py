@@ -42,7 +42,7 @@ from inferd.kernel.actors.scheduler.ensembles.steps import (
 from inferd.kernel.actors.scheduler.request_validation import check_request
 from inferd.kernel.actors.scheduler.response_cache import CacheScope
 from inferd.kernel.dataplane.streams import ResponseStream
-from inferd.kernel.observability.tracing import CURRENT
+from inferd.kernel.sdk.tracing import CURRENT
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
     InferdError,

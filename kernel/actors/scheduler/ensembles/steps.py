@@ -31,7 +31,7 @@ from inferd.kernel.actors.scheduler.ensembles.served import (
     ensemble_state,
 )
 from inferd.kernel.actors.scheduler.request_validation import check_request
-from inferd.kernel.observability.tracing import CURRENT
+from inferd.kernel.sdk.tracing import CURRENT
 from inferd.protocols.errors import InferdError, Internal
 from inferd.protocols.messages import InferRequest, InferResponse, Tensor
 

@@ -448,7 +448,7 @@ async def test_an_executor_nobody_lived_in_changes_nothing(tmp_path: Path) -> No
 async def test_a_load_is_written_to_the_record_and_a_removal_there_is_followed(
     tmp_path: Path,
 ) -> None:
-    record = LocalStore(str(tmp_path / "desired.json"))
+    record = LocalStore(str(tmp_path / "control_state.json"))
     async with running(tmp_path, ("a", "b"), record=record,
                        record_poll_secs=0.02) as harness:
         assert await harness.router.ask(CONTROL, LoadStartupModels()) == StartupReport({})
@@ -456,7 +456,7 @@ async def test_a_load_is_written_to_the_record_and_a_removal_there_is_followed(
         written, _ = record.read()
         assert set(written.models) == {"a"}
         # Another replica loads b and unloads a: this one follows.
-        other = LocalStore(str(tmp_path / "desired.json"))
+        other = LocalStore(str(tmp_path / "control_state.json"))
         other.update(lambda current: {"b": Entry()}, {})
         assert await harness.until_entry("b", "READY") == ("1", "READY", "")
         assert await harness.until_entry("a", "UNAVAILABLE") == ("1", "UNAVAILABLE", "unloaded")

@@ -29,10 +29,10 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.actors.executor import instance_slot
 from inferd.kernel.actors.executor.actor import ExecutorActor
 from inferd.kernel.actors.executor.instance_slot import INLINE_BELOW_NS, TRY_LOOP_AFTER_RUNS
-from inferd.kernel.backend import BackendRegistry, BackendSpec
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, cpu_executor
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.backends import BackendRegistry, BackendSpec
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.testing import TESTING_BACKEND
 from inferd.plugins.backends.testing.backends import FAILURE_MESSAGE, LOAD_FAILURE_MESSAGE

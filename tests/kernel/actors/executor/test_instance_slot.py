@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from inferd.kernel.actors.executor.instance_slot import INLINE_BELOW_NS, InstanceSlot
-from inferd.kernel.backend import Instance
+from inferd.kernel.sdk.backends import Instance
 from inferd.protocols.errors import InferdError
 from inferd.protocols.messages import InferRequest, InferResponse
 

@@ -28,7 +28,6 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.executor.instance_ids import number_of
 from inferd.kernel.actors.executor_pool.actor import ExecutorPoolActor
-from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import (
     CONTROL,
@@ -39,6 +38,7 @@ from inferd.kernel.runtime.addresses import (
 )
 from inferd.kernel.runtime.process_link import LinkMemory, ProcessLink
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.backends import BackendRegistry
 from inferd.kernel.settings import Settings
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.testing import TESTING_BACKEND

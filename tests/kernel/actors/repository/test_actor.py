@@ -22,9 +22,9 @@ import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.repository.actor import RepositoryActor
-from inferd.kernel.backend import BackendRegistry
 from inferd.kernel.runtime.addresses import REPOSITORY
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.backends import BackendRegistry
 from inferd.plugins.backends.python import PYTHON_BACKEND
 from inferd.plugins.backends.testing import TESTING_BACKEND
 from inferd.protocols.errors import InvalidArgument, NotFound, Unsupported

@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.actors.repository.fingerprints import version_fingerprints
 from inferd.kernel.actors.repository.folders import ModelRepository
-from inferd.kernel.backend import BackendRegistry, BackendSpec
+from inferd.kernel.sdk.backends import BackendRegistry, BackendSpec
 from inferd.protocols.errors import InvalidArgument, NotFound
 
 SIMPLE = """

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.scheduler.cache_config import CacheConfigError, parse_cache_config
+from inferd.kernel.actors.scheduler.cache_config import parse_cache_config
 from inferd.kernel.actors.scheduler.cache_key import (
     IN_KEY_APART,
     NOT_IN_KEY,
@@ -21,6 +21,7 @@ from inferd.kernel.actors.scheduler.cache_key import (
     encode_entry,
     request_key,
 )
+from inferd.kernel.sdk.caches import CacheConfigError
 from inferd.plugins.caches.local import ByteBoundedLRU
 from inferd.kernel.runtime.plugin_manager import Plugins
 from inferd.plugins.caches.redis import RedisSettings

@@ -31,13 +31,13 @@ from inferd.kernel.actors.executor.device_memory import DeviceMemory, written_wi
 from inferd.kernel.actors.executor.instance_slot import InstanceSlot, batch_result, execute_batch
 from inferd.kernel.actors.scheduler.actor import SchedulerActor
 from inferd.kernel.actors.scheduler.cuda_windows import for_executor, on_host
-from inferd.kernel.backend import NONE_CANCELLED, Instance
 from inferd.kernel.dataplane.cuda_shared_memory import CudaRegistry
 from inferd.kernel.dataplane.data_plane import DataPlane
 from inferd.kernel.dataplane.system_shared_memory import SharedMemoryRegistry
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, cpu_executor, gpu_executor
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.backends import NONE_CANCELLED, Instance
 from inferd.protocols import wire
 from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.errors import ErrorCode, InferdError

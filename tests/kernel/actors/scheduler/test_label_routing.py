@@ -9,8 +9,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.kernel.actors.scheduler.label_routing import LabelRoute
 from inferd.kernel.actors.scheduler.queue_policy import QueuePolicy
 from inferd.kernel.actors.scheduler.request_validation import ModelSignature
-from inferd.kernel.actors.scheduler.routing import RoutingTable
 from inferd.kernel.actors.scheduler.version import Version, batcher_of
+from inferd.kernel.actors.scheduler.version_table import RoutingTable
 
 CONFIG = """
 name: "m"

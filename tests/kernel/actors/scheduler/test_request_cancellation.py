@@ -22,10 +22,10 @@ from inferd.kernel.actors.scheduler.request_validation import ModelSignature
 from inferd.kernel.actors.scheduler.requests import Queued, Slot
 from inferd.kernel.actors.scheduler.sequence_batcher import SequenceBatch, SequenceBatcher
 from inferd.kernel.actors.scheduler.version import Version, batcher_of
-from inferd.kernel.backend import CancelledRequests
 from inferd.kernel.dataplane.streams import ResponseStream
 from inferd.kernel.modelconfig.sequence_plan import SequencePlan
 from inferd.kernel.runtime.addresses import SCHEDULER
+from inferd.kernel.sdk.backends import CancelledRequests
 from inferd.plugins.backends.python import triton_python_backend_utils as pb_utils
 from inferd.protocols.errors import DeadlineExceeded, Unavailable
 from inferd.protocols.messages import (

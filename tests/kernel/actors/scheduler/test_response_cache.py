@@ -15,15 +15,13 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.actors.scheduler.cache_key import request_key
 from inferd.kernel.actors.scheduler.response_cache import (
-    CacheCounters,
-    CacheScope,
     HASH_IN_THREAD_BYTES,
-    CacheUnavailable,
-    Sample,
+    CacheScope,
     scope_for,
 )
 from inferd.kernel.modelconfig.validation import validate
 from inferd.kernel.observability.statistics import VersionStatistics
+from inferd.kernel.sdk.caches import CacheCounters, CacheUnavailable, Sample
 from inferd.plugins.caches.local import LocalCache
 from inferd.plugins.caches.redis import RedisSettings
 from inferd.plugins.caches.redis_client import RedisCache

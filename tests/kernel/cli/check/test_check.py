@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.backend import BackendRegistry, BackendSpec
 from inferd.kernel.cli.check.report import (
     CHECKED,
     COMPLETED,
@@ -22,6 +21,7 @@ from inferd.kernel.cli.check.report import (
 from inferd.kernel.cli.check.walk import check_repository
 from inferd.kernel.cli.main import main
 from inferd.kernel.runtime.plugin_manager import Plugins
+from inferd.kernel.sdk.backends import BackendRegistry, BackendSpec
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "model_repository"
 SIMPLE_ONNX = EXAMPLE / "simple" / "1" / "model.onnx"
