@@ -57,6 +57,8 @@ COMPILED = [
     "protocols/wire_flat.py",
     "protocols/tensors.py",
     "protocols/kserve_http.py",
+    "protocols/kserve_http_inputs.py",
+    "protocols/kserve_http_response.py",
     "protocols/kserve_http_scan.py",
     "protocols/json_bodies.py",
     "protocols/kserve_grpc.py",
