@@ -8,22 +8,23 @@ shared-memory extension's part of it: an input or requested output naming a regi
 ``shared_memory_*`` parameters makes a ``SharedMemoryInferRequest``, and an output written into
 a region is answered without data, as Triton does. Every malformed body is refused with an
 ``InvalidArgument`` naming the problem, before anything is allocated from the client's numbers.
-JSON tensor data is ``inferd.protocols.json_tensors``; every other REST body (repository,
-metadata, statistics, catalog, shared-memory registration) is
-``inferd.protocols.kserve_http_admin``. Pure: no sockets, no HTTP framing, no compression
-(``inferd.protocols.content_coding``).
+This module reads the request as a whole (its header, its parameters, the plain-header fast
+path of ``kserve_http_scan``); its ``inputs`` and ``outputs`` arrays are
+``inferd.protocols.kserve_http_inputs``' and the response ``inferd.protocols.kserve_http_response``'
+(re-exported here: callers import this one module). JSON tensor data is
+``inferd.protocols.json_tensors``; every other REST body (repository, metadata, statistics,
+catalog, shared-memory registration) is ``inferd.protocols.kserve_http_admin``. Pure: no
+sockets, no HTTP framing, no compression (``inferd.protocols.content_coding``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from inferd.protocols import build
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.json_bodies import (
     check_sequence_parameters,
-    dumps,
     json_boolean,
     json_object,
     json_type,
@@ -31,16 +32,18 @@ from inferd.protocols.json_bodies import (
     non_negative_int,
     parse_json,
 )
+from inferd.protocols.kserve_http_inputs import request_inputs, requested_outputs
+from inferd.protocols.kserve_http_response import (
+    HEADER_LENGTH_HEADER as HEADER_LENGTH_HEADER,
+    EncodedResponse as EncodedResponse,
+    OutputEncoding as OutputEncoding,
+    encode_infer_response as encode_infer_response,
+)
 from inferd.protocols.kserve_http_scan import PlainInferHeader, scan_plain_infer_request
-from inferd.protocols.json_tensors import json_values, tensor_from_json
 from inferd.protocols.messages import (
     InferRequest,
-    InferResponse,
     SharedMemoryInferRequest,
-    SharedMemoryInferResponse,
     SharedMemoryInput,
-    SharedMemoryOutput,
-    SharedMemoryRef,
     Tensor,
 )
 from inferd.protocols.tensors import (
@@ -48,50 +51,14 @@ from inferd.protocols.tensors import (
     checked_shape,
     element_size,
     tensor_from_buffer,
-    tensor_to_buffer,
 )
 
-HEADER_LENGTH_HEADER = "Inference-Header-Content-Length"
 # The plain header's scan pays only compiled: interpreted, it is slower than json.loads (C)
 # and the walk over its dicts together.
 SCAN_PLAIN: Final = "inferd.protocols.kserve_http_scan" in build.install().compiled
 RESERVED_PREFIX = "triton_"
 
 _REQUEST_FIELDS = frozenset({"id", "parameters", "inputs", "outputs"})
-_INPUT_FIELDS = frozenset({"name", "shape", "datatype", "parameters", "data"})
-_OUTPUT_FIELDS = frozenset({"name", "parameters"})
-SHARED_MEMORY_REGION = "shared_memory_region"
-SHARED_MEMORY_BYTE_SIZE = "shared_memory_byte_size"
-SHARED_MEMORY_OFFSET = "shared_memory_offset"
-_SHARED_MEMORY_PARAMETERS = frozenset(
-    {SHARED_MEMORY_REGION, SHARED_MEMORY_BYTE_SIZE, SHARED_MEMORY_OFFSET}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class OutputEncoding:
-    """How each output of the response travels: binary (after the JSON header) or as JSON
-    ``data``. Outputs the request did not name use ``default_binary``."""
-
-    binary: dict[str, bool] = field(default_factory=dict)
-    default_binary: bool = False
-
-    def is_binary(self, name: str) -> bool:
-        return self.binary.get(name, self.default_binary)
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedResponse:
-    """A response ready to send: extra headers and the body as parts, sent in order."""
-
-    headers: tuple[tuple[str, str], ...]
-    parts: tuple[bytes | memoryview, ...]
-
-    @property
-    def length(self) -> int:
-        return sum(len(part) if isinstance(part, bytes) else part.nbytes for part in self.parts)
-
-# ----------------------------------------------------------------------------- infer request
 
 
 def parse_header_length(value: str | None, body_length: int) -> int | None:
@@ -176,8 +143,8 @@ def parse_infer_request(
         document.get("parameters", {})
     )
     binary = view[header_length:]
-    inputs = _inputs(document.get("inputs"), binary, max_input_size)
-    outputs = _outputs(document.get("outputs", []))
+    inputs = request_inputs(document.get("inputs"), binary, max_input_size)
+    outputs = requested_outputs(document.get("outputs", []))
     in_shared_memory = any(isinstance(item, SharedMemoryInput) for item in inputs)
     request = InferRequest(
         model=model,
@@ -257,217 +224,3 @@ def _request_parameters(value: Any) -> tuple[dict[str, Any], int, int, bool]:
 def _tensors_only(inputs: tuple[Tensor | SharedMemoryInput, ...]) -> tuple[Tensor, ...]:
     """``inputs``, which hold no shared-memory input, as the tensors they are."""
     return tuple(item for item in inputs if isinstance(item, Tensor))
-
-
-def _inputs(
-    value: Any, binary: memoryview, max_input_size: int
-) -> tuple[Tensor | SharedMemoryInput, ...]:
-    if not isinstance(value, list):
-        if value is None:
-            raise InvalidArgument("the inference request has no 'inputs'")
-        raise InvalidArgument(f"the request 'inputs' must be an array, not {json_type(value)}")
-    tensors: list[Tensor | SharedMemoryInput] = []
-    offset = 0
-    for index, item in enumerate(value):
-        entry = json_object(item, f"request input {index}")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"request input {index} has no 'name' string")
-        what = f"input '{name}'"
-        no_unknown_fields(entry, _INPUT_FIELDS, what)
-        datatype = entry.get("datatype")
-        if not isinstance(datatype, str):
-            raise InvalidArgument(f"{what} has no 'datatype' string")
-        try:
-            size = element_size(datatype)
-        except InvalidArgument:
-            raise InvalidArgument(f"{what} has unknown datatype '{datatype}'") from None
-        shape = entry.get("shape")
-        if not isinstance(shape, list):
-            raise InvalidArgument(f"{what} has no 'shape' array")
-        dims, count = checked_shape(name, shape)
-        parameters = json_object(entry.get("parameters", {}), f"the 'parameters' of {what}")
-        _check_content_fields(entry, parameters)
-        location = _shared_memory_location(parameters, what)
-        if location is not None:
-            no_unknown_fields(parameters, _SHARED_MEMORY_PARAMETERS, f"the 'parameters' of {what}")
-            tensors.append(SharedMemoryInput(name, datatype, dims, location))
-            continue
-        if size is not None and count * size > max_input_size:
-            raise InvalidArgument(
-                f"{what} of shape {list(dims)} and datatype {datatype} needs {count * size} "
-                f"bytes, more than the maximum input size of {max_input_size} bytes"
-            )
-        binary_size = _input_parameters(parameters, what)
-        if binary_size is not None:
-            available = binary.nbytes - offset
-            if binary_size > available:
-                raise InvalidArgument(
-                    f"{what} has binary_data_size {binary_size} but only {available} bytes of "
-                    "binary data remain in the request body (truncated body, or wrong "
-                    f"{HEADER_LENGTH_HEADER})"
-                )
-            tensor = tensor_from_buffer(name, datatype, dims, binary[offset : offset + binary_size])
-            offset += binary_size
-        else:
-            tensor = tensor_from_json(name, datatype, dims, count, entry["data"], max_input_size)
-        tensors.append(tensor)
-    if offset != binary.nbytes:
-        raise InvalidArgument(
-            f"the request body has {binary.nbytes - offset} bytes after the binary data of its "
-            f"inputs (binary_data_size values, or {HEADER_LENGTH_HEADER}, are wrong)"
-        )
-    return tuple(tensors)
-
-
-def _check_content_fields(entry: dict[str, Any], parameters: dict[str, Any]) -> None:
-    """Triton's rule and words: an input gives its values in exactly one way."""
-    given = [field for field, found in (("data", "data" in entry),
-                                        ("binary_data_size", "binary_data_size" in parameters),
-                                        (SHARED_MEMORY_REGION, SHARED_MEMORY_REGION in parameters))
-             if found]
-    if len(given) != 1:
-        which = " ".join(f"'{field}'" for field in given)
-        raise InvalidArgument(
-            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
-            "'parameters', 'shared_memory_region' in 'parameters'. But "
-            + (f"set {which}" if given else "no field is set"))
-
-
-def _input_parameters(parameters: dict[str, Any], what: str) -> int | None:
-    no_unknown_fields(parameters, frozenset({"binary_data_size"}), f"the 'parameters' of {what}")
-    if "binary_data_size" not in parameters:
-        return None
-    return non_negative_int(parameters["binary_data_size"], f"'binary_data_size' of {what}")
-
-
-def _shared_memory_location(parameters: dict[str, Any], what: str) -> SharedMemoryRef | None:
-    """The region an input or output's parameters name, or ``None`` when they name none.
-    Triton's rules: the region needs a byte size, and an offset or a byte size needs a
-    region."""
-    if SHARED_MEMORY_REGION not in parameters:
-        for key in (SHARED_MEMORY_BYTE_SIZE, SHARED_MEMORY_OFFSET):
-            if key in parameters:
-                raise InvalidArgument(
-                    f"'{key}' can not be specified without '{SHARED_MEMORY_REGION}' "
-                    f"parameter for {what}"
-                )
-        return None
-    region = parameters[SHARED_MEMORY_REGION]
-    if not isinstance(region, str) or not region:
-        raise InvalidArgument(f"'{SHARED_MEMORY_REGION}' of {what} must be a non-empty string")
-    if SHARED_MEMORY_BYTE_SIZE not in parameters:
-        raise InvalidArgument(
-            f"'{SHARED_MEMORY_BYTE_SIZE}' must be specified along with "
-            f"'{SHARED_MEMORY_REGION}' parameter for {what}"
-        )
-    byte_size = non_negative_int(
-        parameters[SHARED_MEMORY_BYTE_SIZE], f"'{SHARED_MEMORY_BYTE_SIZE}' of {what}"
-    )
-    offset = non_negative_int(
-        parameters.get(SHARED_MEMORY_OFFSET, 0), f"'{SHARED_MEMORY_OFFSET}' of {what}"
-    )
-    return SharedMemoryRef(region, byte_size, offset)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestedOutputs:
-    """A request's ``outputs``: the names, and per name whether it goes binary, the
-    shared-memory region it goes to and its classification count."""
-
-    names: tuple[str, ...]
-    binary: dict[str, bool]
-    regions: dict[str, SharedMemoryRef]
-    classification: dict[str, int]
-
-
-def _outputs(value: Any) -> RequestedOutputs:
-    if not isinstance(value, list):
-        raise InvalidArgument(f"the request 'outputs' must be an array, not {json_type(value)}")
-    names: list[str] = []
-    binary: dict[str, bool] = {}
-    regions: dict[str, SharedMemoryRef] = {}
-    classes: dict[str, int] = {}
-    for index, item in enumerate(value):
-        entry = json_object(item, f"requested output {index}")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"requested output {index} has no 'name' string")
-        what = f"requested output '{name}'"
-        no_unknown_fields(entry, _OUTPUT_FIELDS, what)
-        if name in binary:
-            raise InvalidArgument(f"output '{name}' already exists in request")
-        parameters = json_object(entry.get("parameters", {}), f"the 'parameters' of {what}")
-        location = _shared_memory_location(parameters, what)
-        no_unknown_fields(
-            parameters, _SHARED_MEMORY_PARAMETERS | {"binary_data", "classification"},
-            f"the 'parameters' of {what}"
-        )
-        names.append(name)
-        binary[name] = json_boolean(parameters.get("binary_data", False),
-                                    f"'binary_data' of {what}")
-        # As Triton: 0 asks for the values themselves.
-        count = non_negative_int(parameters.get("classification", 0),
-                                  f"'classification' of {what}")
-        if count:
-            classes[name] = count
-        if location is not None:
-            if binary[name]:
-                raise InvalidArgument(
-                    "Output can't set both 'shared_memory_region' and 'binary_data'"
-                )
-            if count:
-                raise InvalidArgument(
-                    "Output can't set both 'shared_memory_region' and 'classification'"
-                )
-            regions[name] = location
-    return RequestedOutputs(tuple(names), binary, regions, classes)
-
-
-# ---------------------------------------------------------------------------- infer response
-
-
-def encode_infer_response(
-    response: InferResponse | SharedMemoryInferResponse, encoding: OutputEncoding
-) -> EncodedResponse:
-    """The response as JSON, or as a JSON header followed by the binary outputs in order (then
-    ``Inference-Header-Content-Length`` gives the header's length). An output written into
-    shared memory has its name, datatype and shape only (Triton's ``FinalizeResponse``)."""
-    outputs = []
-    buffers: list[bytes | memoryview] = []
-    any_binary = False
-    for tensor in response.outputs:
-        entry: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype,
-            "shape": [int(dim) for dim in tensor.shape],
-        }
-        if isinstance(tensor, SharedMemoryOutput):
-            pass
-        elif encoding.is_binary(tensor.name):
-            any_binary = True
-            buffer = tensor_to_buffer(tensor)
-            size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
-            entry["parameters"] = {"binary_data_size": size}
-            if size:
-                buffers.append(buffer)
-        else:
-            entry["data"] = json_values(tensor)
-        outputs.append(entry)
-    document: dict[str, Any] = {}
-    if response.id:
-        document["id"] = response.id
-    document["model_name"] = response.model
-    document["model_version"] = response.version
-    if response.parameters:
-        document["parameters"] = response.parameters
-    document["outputs"] = outputs
-    header = dumps(document)
-    if not any_binary:
-        return EncodedResponse((("content-type", "application/json"),), (header,))
-    headers = (
-        ("content-type", "application/octet-stream"),
-        (HEADER_LENGTH_HEADER.lower(), str(len(header))),
-    )
-    return EncodedResponse(headers, (header, *buffers))
-

@@ -190,3 +190,24 @@ def test_the_manifest_lists_setup_pys_modules_and_their_extensions() -> None:
     for module, digest in manifest["extensions"].items():
         extension = build.extension_of(module)
         assert extension is not None and build.source_hash(extension) == digest, module
+
+
+def test_a_stale_extension_named_as_a_package_never_loads(tmp_path: Path) -> None:
+    # A module that became a package of its name (protocols/http2.py -> protocols/http2/)
+    # leaves, in a tree built before, an extension module of the old name beside the folder
+    # (removed by the next build, but a build that cannot run leaves it): the package loads.
+    packages = _copy_packages(tmp_path)
+    protocols = packages / "inferd" / "protocols"
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    names = sorted(init.parent.name for init in protocols.glob("*/__init__.py"))
+    assert names
+    for name in names:
+        (protocols / f"{name}{suffix}").write_bytes(b"not a library")
+    imports = "".join(f"import inferd.protocols.{name}\n" for name in names)
+    files = ", ".join(f"inferd.protocols.{name}.__file__" for name in names)
+    probe = PROBE.replace("print(", f"{imports}print({files}, ", 1)
+    output = subprocess.run([sys.executable, "-c", probe, str(packages)], check=True,
+                            capture_output=True, text=True, cwd=packages).stdout
+    loaded = output.split()[:len(names)]
+    assert [Path(file).relative_to(protocols).as_posix() for file in loaded] == [
+        f"{name}/__init__.py" for name in names]
