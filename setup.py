@@ -81,6 +81,7 @@ COMPILED = [
     "kernel/actors/scheduler/request_validation.py",
     "kernel/observability/statistics.py",
     "kernel/runtime/router.py",
+    "kernel/runtime/process_link.py",
     "kernel/dataplane/data_plane.py",
     "kernel/actors/scheduler/actor.py",
     "kernel/actors/scheduler/remote_streams.py",

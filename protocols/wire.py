@@ -18,10 +18,19 @@ peer can never hand the kernel a message of the wrong shape. msgpack arrays deco
 so a list inside a ``dict`` value comes back as a tuple. Anything malformed raises
 ``InvalidArgument``. This module owns the frame layout, the header, tensor descriptors and
 nested messages. Pure: it never touches sockets (routing frames are the transport's business).
+
+The process link (``inferd.kernel.runtime.process_link``) uses a denser form of the same header,
+``encode_link``/``decode_link``, since it pays per frame and per message on every request: a
+message is one head frame, ``[LINK_VERSION, buffer count (uint32 LE)] + header``, followed by
+only its large tensors' frames; a tensor under ``INLINE_BELOW`` bytes travels inside the header
+(a msgpack bin in place of the buffer index), so a message of small tensors is a single frame,
+and several messages can follow one another in one multipart message (each head says how many
+frames are its own). Either decoder takes a bin there as the tensor's bytes.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +51,11 @@ from inferd.protocols.wire_flat import FLAT_DECODERS, FLAT_ENCODERS, FLAT_PREFIX
 from inferd.protocols.wire_kinds import build_message, codec_for_instance
 
 VERSION = b"\x01"
+LINK_VERSION = 2
+# A tensor smaller than this crosses the process link inside its message's header: copying
+# it there costs less than a frame of its own on both sides.
+INLINE_BELOW = 16 * 1024
+_LINK_HEAD = struct.Struct("<BI")  # LINK_VERSION, how many buffer frames follow the head
 
 _TENSOR_EXT = 1
 _MESSAGE_EXT = 2
@@ -81,11 +95,12 @@ class FrameEncoder:
     reference cycle, which would keep every tensor alive until the garbage collector runs.
     """
 
-    __slots__ = ("depth", "descriptor_packer", "frames", "spill")
+    __slots__ = ("depth", "descriptor_packer", "frames", "inline_below", "spill")
 
-    def __init__(self, spill: Spill | None) -> None:
+    def __init__(self, spill: Spill | None, inline_below: int = 0) -> None:
         self.frames: list[bytes | memoryview] = [VERSION, b""]
         self.spill = spill
+        self.inline_below = inline_below
         # Descriptors hold only plain values, so one packer serves them all without reentry.
         self.descriptor_packer = _packer(_plain_scalar)
         self.depth = 0
@@ -97,7 +112,9 @@ class FrameEncoder:
             return (tensor.name, tensor.datatype, tensor.shape, reference(tensor.data.window))
         buffer = tensor_to_buffer(tensor)
         where = None if self.spill is None else self.spill(buffer)
-        if where is None:
+        if where is None and len(buffer) < self.inline_below:  # len: buffers are bytes-shaped
+            where = buffer
+        elif where is None:
             frames = self.frames
             frames.append(buffer)
             where = len(frames) - _BUFFERS_START - 1
@@ -125,9 +142,26 @@ def encode(envelope: Envelope, spill: Spill | None = None) -> list[bytes | memor
     """``[VERSION, header, *buffers]``; tensor buffers are views of the tensors' arrays,
     which must therefore stay unchanged until the frames are sent. ``spill`` may take any
     tensor's bytes instead of a buffer frame."""
+    encoder = FrameEncoder(spill)
+    encoder.frames[1] = _header(envelope, encoder)
+    return encoder.frames
+
+
+def encode_link(envelope: Envelope, spill: Spill | None, out: list[bytes | memoryview]) -> None:
+    """Append ``envelope``'s link frames to ``out``: its head (the header, tensors under
+    ``INLINE_BELOW`` bytes inside it), then the frames of its larger tensors that ``spill``
+    did not take (views, as ``encode``'s). Nothing is appended when it cannot be encoded."""
+    encoder = FrameEncoder(spill, INLINE_BELOW)
+    header = _header(envelope, encoder)
+    buffers = encoder.frames
+    out.append(_LINK_HEAD.pack(LINK_VERSION, len(buffers) - _BUFFERS_START) + header)
+    if len(buffers) > _BUFFERS_START:
+        out.extend(buffers[_BUFFERS_START:])
+
+
+def _header(envelope: Envelope, encoder: FrameEncoder) -> bytes:
     body = envelope.body
     kind = type(body).__name__
-    encoder = FrameEncoder(spill)
     try:
         flat = FLAT_ENCODERS.get(type(body))
         # A flat encoder declines (None) before it takes any tensor's frame.
@@ -135,20 +169,22 @@ def encode(envelope: Envelope, spill: Spill | None = None) -> list[bytes | memor
         if values is not None:
             header = (envelope.msg_id, FLAT_PREFIX + kind, envelope.src, envelope.dst,
                       envelope.reply_to, envelope.deadline, envelope.trace, values)
-            encoder.frames[1] = encoder.descriptor_packer.pack(header)
-            return encoder.frames
+            packed: bytes = encoder.descriptor_packer.pack(header)
+            return packed
         header = (envelope.msg_id, kind, envelope.src, envelope.dst, envelope.reply_to,
                   envelope.deadline, envelope.trace, codec_for_instance(body).values_of(body))
-        encoder.frames[1] = _packer(encoder.pack_extension).pack(header)
+        packed = _packer(encoder.pack_extension).pack(header)
+        return packed
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgument(f"cannot encode {kind}: {error}") from None
-    return encoder.frames
 
 
 # ---------------------------------------------------------------------------------- decode
 
 
 def _frame_buffer(frame: Any) -> Any:
+    if type(frame) is bytes:  # what most heads are: no attribute lookup to fail
+        return frame
     return getattr(frame, "buffer", frame)
 
 
@@ -159,12 +195,12 @@ class FrameDecoder:
     may be large and must be released as soon as decoding ends.
     """
 
-    __slots__ = ("buffer_count", "depth", "frames", "unspill")
+    __slots__ = ("buffer_count", "buffers", "depth", "unspill")
 
-    def __init__(self, frames: Sequence[Any], unspill: Unspill | None) -> None:
-        self.frames = frames
+    def __init__(self, buffers: Sequence[Any], unspill: Unspill | None) -> None:
+        self.buffers = buffers  # the message's buffer frames, nothing else
         self.unspill = unspill
-        self.buffer_count = len(frames) - _BUFFERS_START
+        self.buffer_count = len(buffers)
         self.depth = 0
 
     def unpack_extension(self, code: int, data: bytes) -> Any:
@@ -190,6 +226,8 @@ class FrameDecoder:
         name, datatype, shape, index = descriptor
         if type(name) is not str or type(datatype) is not str or type(shape) is not tuple:
             raise InvalidArgument("malformed tensor descriptor in the header")
+        if type(index) is bytes:  # a small tensor, inline
+            return tensor_from_buffer(name, datatype, shape, index)
         if type(index) is not int:
             if is_reference(index):
                 return device_tensor(name, datatype, shape, window_from(index))
@@ -204,7 +242,7 @@ class FrameDecoder:
                 f"{self.buffer_count} buffers"
             )
         else:
-            buffer = _frame_buffer(self.frames[_BUFFERS_START + index])
+            buffer = _frame_buffer(self.buffers[index])
         return tensor_from_buffer(name, datatype, shape, buffer)
 
     def tensors(self, descriptors: Any) -> tuple[Tensor, ...]:
@@ -224,11 +262,34 @@ def decode(frames: Sequence[Any], unspill: Unspill | None = None) -> Envelope:
     if version != VERSION:
         shown = bytes(version[:4]) if isinstance(version, (bytes, memoryview)) else version
         raise InvalidArgument(f"unsupported wire version {shown!r}, expected {VERSION!r}")
-    decoder = FrameDecoder(frames, unspill)
+    decoder = FrameDecoder(frames[_BUFFERS_START:], unspill)
+    return _envelope(_frame_buffer(frames[1]), decoder)
+
+
+def link_end(frames: Sequence[Any], start: int) -> int:
+    """The index just past the link message whose head is ``frames[start]`` (where the next
+    one starts); ``InvalidArgument`` when that is no link head, or its frames are missing."""
+    head = _frame_buffer(frames[start])
+    if len(head) < _LINK_HEAD.size or head[0] != LINK_VERSION:
+        raise InvalidArgument(f"not a link message head (expected version {LINK_VERSION})")
+    count: int = _LINK_HEAD.unpack_from(head)[1]
+    end = start + 1 + count
+    if end > len(frames):
+        raise InvalidArgument(f"a link message of {count} buffers has {len(frames) - start - 1}")
+    return end
+
+
+def decode_link(frames: Sequence[Any], start: int, end: int,
+                unspill: Unspill | None = None) -> Envelope:
+    """The envelope ``encode_link`` put at ``frames[start:end]`` (``end`` from ``link_end``);
+    tensors as ``decode`` makes them, a small one over its own copy of its bytes."""
+    decoder = FrameDecoder(frames[start + 1:end], unspill)
+    return _envelope(memoryview(_frame_buffer(frames[start]))[_LINK_HEAD.size:], decoder)
+
+
+def _envelope(header_bytes: Any, decoder: FrameDecoder) -> Envelope:
     try:
-        header = msgpack.unpackb(
-            _frame_buffer(frames[1]), use_list=False, ext_hook=decoder.unpack_extension
-        )
+        header = msgpack.unpackb(header_bytes, use_list=False, ext_hook=decoder.unpack_extension)
     except InvalidArgument:
         raise
     # msgpack reports malformed input with many exception types (ValueError, TypeError,

@@ -3,7 +3,11 @@
 Owns the socket and the peers on it. The main process binds a ROUTER (the hub); each executor
 process connects a DEALER (its uplink) whose routing id is its address, so an envelope the
 router cannot deliver in its own process crosses here, and what arrives is handed back to the
-router. It encodes and decodes with the pure codec of ``inferd.protocols.wire``, moves large
+router. It encodes and decodes with the pure codec of ``inferd.protocols.wire`` (its dense link
+form: one frame per message unless a tensor is large), batches what it sends: every envelope
+for a peer queued in one turn of the event loop leaves as one multipart message at its end, so
+a burst of requests (or of their replies) costs ZeroMQ one message and one wake-up of each side
+instead of one each, and moves large
 tensors through shared memory segments (``inferd.kernel.runtime.link_memory``) and releases them
 between the links, and remembers why a peer went, so an ask to it fails with that reason. It
 never routes within a process and never turns an exception into a reply (both are
@@ -12,6 +16,7 @@ never routes within a process and never turns an exception into a reply (both ar
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -59,7 +64,8 @@ class ProcessLink:
         self, router: Router, socket: zmq.Socket[Any], *, is_hub: bool, memory: LinkMemory
     ) -> None:
         self.router = router
-        self.socket = LoopSocket(socket, self._receive)
+        # The routing id (at the hub) and the first message's head arrive as bytes.
+        self.socket = LoopSocket(socket, self._receive, copy_first=2 if is_hub else 1)
         self.is_hub = is_hub
         self.peers: set[str] = set()
         self.gone: dict[str, str] = {}
@@ -72,6 +78,11 @@ class ProcessLink:
         # One bound hook per peer, not one per message: this is every request's path.
         self._spills: dict[str, wire.Spill] = {}
         self._views: dict[str, wire.Unspill] = {}
+        # What this loop turn sent, by peer: the frames of one multipart message each (the
+        # hub's start with the peer's routing id), sent when the turn ends (``_flush``).
+        self._outboxes: dict[str, list[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flush_scheduled = False
 
     @classmethod
     def hub(
@@ -106,17 +117,39 @@ class ProcessLink:
         return link
 
     def send(self, envelope: Envelope) -> bool:
-        """Queue ``envelope`` for another process; False if no peer has that address."""
+        """Queue ``envelope`` for another process; False if no peer has that address. It
+        leaves with the others queued for that peer in this turn of the loop (at once before
+        ``run``)."""
         if self.is_hub:
             peer = envelope.dst
             if peer not in self.peers:
                 return False
-            head: list[Any] = [peer.encode(), b""]
         else:
-            peer, head = _HUB, [b""]
+            peer = _HUB
+        outbox = self._outboxes.get(peer)
+        if outbox is None:
+            outbox = self._outboxes[peer] = [peer.encode()] if self.is_hub else []
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                if self._loop is not None:
+                    self._loop.call_soon(self._flush)
         spill = self._spill_to(peer) if self.segments.enabled else None
-        self.socket.send([*head, *wire.encode(envelope, spill)])  # no high-water mark
+        wire.encode_link(envelope, spill, outbox)
+        if self._loop is None:
+            self._flush()
         return True
+
+    def _flush(self) -> None:
+        """Send each peer's queued envelopes as one multipart message (no high-water mark:
+        never blocks)."""
+        self._flush_scheduled = False
+        if self.closed:
+            return
+        outboxes, self._outboxes = self._outboxes, {}
+        first = 1 if self.is_hub else 0
+        for frames in outboxes.values():
+            if len(frames) > first:  # not when its only envelope could not be encoded
+                self.socket.send(frames)
 
     def _spill_to(self, peer: str) -> wire.Spill:
         spill = self._spills.get(peer)
@@ -135,6 +168,7 @@ class ProcessLink:
         held are free again and those it owned are unlinked."""
         self.peers.discard(peer)
         self.gone[peer] = reason
+        self._outboxes.pop(peer, None)  # never to the next process of that name
         self.segments.forget(peer)
         self.views.forget(peer)
         removed = link_memory.remove_orphans(self.memory.server_pid)
@@ -149,20 +183,34 @@ class ProcessLink:
 
     async def run(self) -> None:
         """Receive until cancelled (messages arrive through ``_receive`` on the loop)."""
+        self._loop = asyncio.get_running_loop()
         self.socket.start()
         await anyio.sleep_forever()
 
-    def _receive(self, frames: list[zmq.Frame]) -> None:
+    def _receive(self, frames: list[Any]) -> None:
+        """One multipart message: one or more envelopes (``wire.link_end`` says where each
+        ends), after the sender's routing id at the hub."""
         if self.is_hub:
-            peer = bytes(frames[0].buffer).decode()
-            payload = frames[2:]
+            peer = frames[0].decode()
+            start = 1
         else:
-            peer, payload = _HUB, frames[1:]
-        try:
-            envelope = wire.decode(payload, self._view_from(peer))
-        except InvalidArgument as error:
-            log.error("malformed message from %s dropped: %s", peer, error)
-            return
+            peer, start = _HUB, 0
+        view = self._view_from(peer)
+        while start < len(frames):
+            try:
+                end = wire.link_end(frames, start)
+            except InvalidArgument as error:  # where the next one starts is unknown
+                log.error("malformed message from %s dropped: %s", peer, error)
+                return
+            try:
+                envelope = wire.decode_link(frames, start, end, view)
+            except InvalidArgument as error:
+                log.error("malformed message from %s dropped: %s", peer, error)
+            else:
+                self._accept(peer, envelope)
+            start = end
+
+    def _accept(self, peer: str, envelope: Envelope) -> None:
         if self.is_hub and (peer not in self.gone or type(envelope.body) is ExecutorHello):
             # A message a dead process sent just before it died can be read after its death
             # was noted: it must not make the name reachable again, or what is sent there
@@ -176,6 +224,8 @@ class ProcessLink:
         self.router.deliver(envelope, from_link=True)
 
     def close(self) -> None:
+        if not self.closed:
+            self._flush()  # what this turn sent still leaves (a Shutdown's reply)
         self.closed = True
         self.socket.close()
         self.segments.close()

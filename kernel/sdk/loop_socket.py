@@ -28,7 +28,7 @@ from zmq.backend import Socket as _CompiledSocket
 
 __all__ = ["LoopSocket"]
 
-Frames = list[zmq.Frame]
+Frames = list[Any]  # zmq.Frame, or bytes for the first ``copy_first`` of a message
 
 _SEND = _CompiledSocket.send
 _RECV = _CompiledSocket.recv
@@ -47,12 +47,17 @@ log = logging.getLogger(__name__)
 
 class LoopSocket:
     """``socket`` read by the running loop. Each received message goes to ``on_message`` when
-    given (called on the loop, must not block), otherwise to ``recv``'s queue."""
+    given (called on the loop, must not block), otherwise to ``recv``'s queue. The first
+    ``copy_first`` frames of each message arrive as ``bytes``, the others as zero-copy
+    ``zmq.Frame``s: for frames known to be small (a routing id, a header) a copy costs less
+    than a ``Frame`` object and the view its reader makes of it."""
 
     def __init__(self, socket: zmq.Socket[Any],
-                 on_message: Callable[[Frames], None] | None = None) -> None:
+                 on_message: Callable[[Frames], None] | None = None, *,
+                 copy_first: int = 0) -> None:
         self.socket = socket
         self._on_message = on_message
+        self._copy_first = copy_first
         self._received: collections.deque[Frames] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -106,10 +111,11 @@ class LoopSocket:
         if self._closed:
             return
         socket = self.socket
+        copy_first = self._copy_first
         while _GET(socket, _EVENTS) & _POLLIN:
-            frames = [_RECV(socket, _NOBLOCK, copy=False)]
+            frames = [_RECV(socket, _NOBLOCK, copy=copy_first > 0)]
             while _GET(socket, _RCVMORE):
-                frames.append(_RECV(socket, _NOBLOCK, copy=False))
+                frames.append(_RECV(socket, _NOBLOCK, copy=len(frames) < copy_first))
             if self._on_message is not None:
                 try:
                     self._on_message(frames)
