@@ -60,11 +60,6 @@ from inferd.kernel.sdk.caches import (
     whole_number,
 )
 from inferd.kernel.sdk.commands import (
-    CANNOT_CONNECT,
-    EXIT_CODES,
-    OK,
-    REFUSED,
-    USAGE,
     CommandRegistry,
     CommandSpec,
     examples,
@@ -110,8 +105,7 @@ from inferd.kernel.sdk.tracing import (
 
 __all__ = [
     "format_table",
-    "CANNOT_CONNECT", "CLOSE_TIMEOUT_SECS", "CURRENT", "EXIT_CODES", "OK", "READ_TIMEOUT_SECS",
-    "REFUSED", "USAGE",
+    "CLOSE_TIMEOUT_SECS", "CURRENT", "READ_TIMEOUT_SECS",
     "AgentModel", "AgentRefused", "AgentRegistry", "AgentSpec",
     "Backend", "BackendRegistry", "BackendSpec", "CancelledRequests", "Emit", "Instance", "Model",
     "ModelContext",
