@@ -15,6 +15,7 @@ that decides the status. Once a request's model name is checked, the data plane 
 model, version and id in the frontend's log context (``inferd.kernel.sdk.log_context``),
 so the frontend's one error line names them.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -1,25 +1,16 @@
-"""Which backends can use a GPU, and the environment that pins an executor to one.
+"""Which backends can use a GPU, and the environment that pins an executor process to one.
 
-Which GPUs this process sees (``visible_gpus``) and a framework's device number for a GPU id
-(``local_device_id``) are ``inferd.kernel.sdk.devices``'s, as backends use them too.
-
-The main process never imports a framework (DESIGN), so it cannot ask CUDA. It reads what the
-NVIDIA driver publishes instead: one folder per GPU under ``/proc/driver/nvidia/gpus``, in the
-order CUDA numbers them (by PCI bus id, as ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), narrowed by
-``CUDA_VISIBLE_DEVICES`` when it is set, as CUDA would narrow it. A backend can use a GPU when
-one of the distributions its spec names in ``gpu_packages`` is installed (``onnxruntime-gpu``;
-a CUDA build of torch brings NVIDIA's runtime wheels): that decides what ``KIND_AUTO`` (and a
-config without ``instance_group``) becomes, as in Triton: GPU where the backend and a GPU are
-present, CPU otherwise. Whether the framework then really runs on the GPU is the backend's to
-check at load (never a silent CPU fallback).
-
-A GPU id, as configs (``gpus: [..]``) and CUDA shared-memory regions name it, is the server's
-own CUDA device number, as in Triton: the position of the device in the server's
-``CUDA_VISIBLE_DEVICES`` (CUDA numbers the listed devices 0, 1, ... in list order), not a
-physical index. A GPU executor process is pinned to one of them (``pinned_environment``: the
-server's entry for it, a physical index or a UUID alike), where CUDA numbers it 0;
-``local_device_id`` gives a framework that number. Nothing here needs to map a UUID to a
-physical index (which only NVML could), so none is mapped.
+Which GPUs this process sees (``visible_gpus``, read from the driver: the main process never
+imports a framework) and the device number a framework uses for a GPU id
+(``local_device_id``) are ``inferd.kernel.sdk.devices``', as backends use them too. A backend
+can use a GPU when one of the distributions its spec names in ``gpu_packages`` is installed
+(``onnxruntime-gpu``; a CUDA build of torch brings NVIDIA's runtime wheels): that decides what
+``KIND_AUTO`` (and a config without ``instance_group``) becomes, as in Triton: GPU where the
+backend and a GPU are present, CPU otherwise. Whether the framework then really runs on the
+GPU is the backend's to check at load (never a silent CPU fallback). A GPU executor process is
+pinned to one GPU id (``pinned_environment``: the server's ``CUDA_VISIBLE_DEVICES`` entry for
+it, a physical index or a UUID alike), where CUDA numbers it 0. Nothing here maps a UUID to a
+physical index (which only NVML could).
 """
 
 from __future__ import annotations
