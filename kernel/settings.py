@@ -49,9 +49,6 @@ class Settings:
     # (inferd.kernel.runtime.link_memory).
     executor_shm_threshold: int = 64 * 1024
     executor_shm_capacity: int = 256 * 1024 * 1024
-    # --allow-client-shm: clients may register system and CUDA shared-memory regions (Triton
-    # 2.68's flag, off by default there too; inferd.kernel.dataplane.data_plane).
-    allow_client_shm: bool = False
     # The plugins' options (inferd_add_options) by dest, e.g. "http_port".
     options: dict[str, Any] = field(default_factory=dict)
     logs: LogSettings = field(default_factory=LogSettings)

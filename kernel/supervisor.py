@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+from collections.abc import Callable
 
 import anyio
 import anyio.to_thread
@@ -41,6 +42,7 @@ from inferd.kernel.runtime.run_folder import (
 from inferd.kernel.sdk.caches import CacheUnavailable, ResponseCache
 from inferd.kernel.sdk.frontends import Frontend, StartupFailed
 from inferd.kernel.sdk.metrics_config import metrics_config_from_options
+from inferd.kernel.sdk.shared_memory import OnClosed, SharedMemory, SharedMemorySetup
 from inferd.kernel.sdk.table import format_table
 from inferd.kernel.settings import Settings
 from inferd.protocols import build
@@ -55,7 +57,8 @@ from inferd.protocols.messages import (
 
 log = logging.getLogger("inferd")
 
-# The KServe/Triton protocol extensions inferd implements, as server metadata lists them.
+# The KServe/Triton protocol extensions inferd implements, as server metadata lists them (and
+# the shared-memory plugin's, where it is installed).
 EXTENSIONS = (
     "binary_tensor_data",
     "classification",
@@ -66,8 +69,6 @@ EXTENSIONS = (
     "model_configuration",
     "model_repository",
     "model_repository(unload_dependents)",
-    "system_shared_memory",
-    "cuda_shared_memory",  # listed by Triton with or without GPUs; without, a register is refused
     "logging",
     "trace",
 )
@@ -119,8 +120,8 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
     scheduler = SchedulerActor(router, cache, metrics)
     pool = ExecutorPoolActor(router, settings, backends, hub, link)
     control = ControlActor(router, settings, run_folder / OVERRIDES, policies)
-    dataplane = DataPlane(router, EXTENSIONS, tracer=tracer, on_demand=unserved_models(policies),
-                          allow_client_shm=settings.allow_client_shm)
+    dataplane = DataPlane(router, EXTENSIONS, _shared_memory(settings, plugins), tracer=tracer,
+                          on_demand=unserved_models(policies))
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tasks:
@@ -146,12 +147,32 @@ async def serve(settings: Settings, plugins: Plugins) -> None:
             with anyio.CancelScope(shield=True):
                 await cache.close()
         tracer.close()
-        dataplane.shared_memory.close()  # unmaps system regions, closes CUDA IPC handles
+        if dataplane.shared_memory is not None:
+            dataplane.shared_memory.close()  # unmaps system regions, closes CUDA IPC handles
         if link is not None:
             link.close()
         context.term()
         shutil.rmtree(run_folder, ignore_errors=True)
         link_memory.remove_server_segments(os.getpid())  # also what a killed executor left
+
+
+def _shared_memory(settings: Settings, plugins: Plugins
+                   ) -> Callable[[OnClosed], SharedMemory] | None:
+    """What opens the one provider of client shared memory a plugin registered (None: no
+    plugin provides it); two are refused before anything starts."""
+    specs = list(plugins.shared_memory_providers())
+    if len(specs) > 1:
+        raise StartupFailed("client shared memory is provided by more than one plugin: "
+                            f"{', '.join(spec.name for spec in specs)}; disable all but one "
+                            "(INFERD_DISABLE_PLUGINS)")
+    if not specs:
+        return None
+    spec = specs[0]
+
+    def open_it(on_closed: OnClosed) -> SharedMemory:
+        return spec.open(SharedMemorySetup(settings.options, on_closed))
+
+    return open_it
 
 
 async def _check_remote_roots(repository: RepositoryActor, settings: Settings) -> None:

@@ -42,7 +42,7 @@ class Skip(Exception):
 def environment_line(gpu: bool) -> str:
     import torch
 
-    from inferd.kernel.runtime.devices import visible_gpus
+    from inferd.kernel.sdk.devices import visible_gpus
 
     cuda = torch.cuda.is_available()
     device = torch.cuda.get_device_name(0) if cuda else "no GPU"

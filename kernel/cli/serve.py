@@ -113,9 +113,6 @@ def kernel_parser() -> argparse.ArgumentParser:
         "--executor-shm-capacity", type=byte_count(), metavar="BYTES",
         default=defaults.executor_shm_capacity,
         help="shared memory each process of the server may hold for those tensors")
-    add_boolean(execution, "--allow-client-shm", defaults.allow_client_shm,
-                "let clients register and unregister system and CUDA shared-memory regions "
-                "for their inputs and outputs (tritonserver's flag and default since 2.68)")
     execution.add_argument("--exit-timeout-secs", type=float, default=defaults.exit_timeout_secs)
     execution.add_argument("--rate-limit", choices=("off", "execution_count"), default="off",
                            help="tritonserver's rate limiter: inferd has none, only off applies")
@@ -189,7 +186,6 @@ def settings_from(args: argparse.Namespace, plugins: Plugins) -> Settings:
         intra_op_threads=args.intra_op_threads,
         executor_shm_threshold=args.executor_shm_threshold,
         executor_shm_capacity=args.executor_shm_capacity,
-        allow_client_shm=args.allow_client_shm,
         options=options,
         logs=LogSettings.from_arguments(args),
         log_file_updates=args.allow_log_file_updates,

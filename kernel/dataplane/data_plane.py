@@ -4,15 +4,12 @@ It maps each request kind to the actor that owns the answer (inference and model
 to the scheduler, the repository API and readiness to control, the log settings to the
 executor pool) and asks it; server metadata it answers itself. A model name that breaks the
 rule of ``inferd.protocols.names`` is refused here, before any actor (and so any disk, index
-or log line) sees it. It owns the shared-memory registry
-(``inferd.kernel.dataplane.system_shared_memory``, system and CUDA regions) and answers its requests
-itself (registers and unregisters only with ``--allow-client-shm``, off by default, as in Triton);
-for an inference request whose inputs lie in registered regions it hands the scheduler
-ordinary tensors that are views of the mapped memory (no copy), or for a CUDA region device tensors
-(its window, no bytes: ``inferd.kernel.actors.scheduler.cuda_windows`` decides where they are read),
-and writes the outputs asked for in a region into it once the reply comes, unless a GPU executor
-already wrote them on the device, returning them without their data. When a CUDA region whose
-windows went to executors closes, it tells them (``CloseDeviceRegions``). Frontends stay thin:
+or log line) sees it. Client shared memory is a plugin's (``inferd.kernel.sdk.shared_memory``):
+the data plane hands the extension's requests to the provider opened at start-up, and for an
+inference request that names regions asks it for the plain request to route and for what
+finishes the reply; when a CUDA region whose windows went to executors closes, it tells them
+(``CloseDeviceRegions``). Without a provider, the extension answers as Triton does with
+client shared memory off, and a request naming a region is refused. Frontends stay thin:
 decode, ``await dataplane.handle(request)``, encode. Errors arrive as ``InferdError`` with the code
 that decides the status. Once a request's model name is checked, the data plane notes its
 model, version and id in the frontend's log context (``inferd.kernel.sdk.log_context``),
@@ -24,28 +21,19 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import replace
 
 from inferd.kernel.dataplane.streams import ResponseStream
-from inferd.kernel.dataplane.system_shared_memory import (
-    CLIENT_SHM_DISABLED,
-    SharedMemoryRegistry,
-    check_input_size,
-    output_too_small,
-)
 from inferd.kernel.observability.tracing import Tracer, disabled_tracer
 from inferd.kernel.runtime import link_memory
 from inferd.kernel.runtime.addresses import CONTROL, EXECUTORS, REPOSITORY, SCHEDULER
 from inferd.kernel.runtime.router import Router
 from inferd.kernel.sdk import log_context
 from inferd.kernel.sdk.control import UnservedModels
-from inferd.protocols.device_tensors import device_tensor, window_of
+from inferd.kernel.sdk.shared_memory import CLIENT_SHM_DISABLED, OnClosed, SharedMemory
 from inferd.protocols.errors import Internal, InvalidArgument, Unsupported
 from inferd.protocols.messages import (
-    Ack,
     CatalogRequest,
     CloseDeviceRegions,
-    DeviceWindow,
     HealthRequest,
     HealthStatus,
     IndexRequest,
@@ -64,21 +52,16 @@ from inferd.protocols.messages import (
     ServerMetadata,
     ServerMetadataRequest,
     SharedMemoryInferRequest,
-    SharedMemoryInferResponse,
     SharedMemoryInput,
-    SharedMemoryOutput,
-    SharedMemoryRef,
     SharedMemoryRegister,
     SharedMemoryStatusRequest,
     SharedMemoryUnregister,
     StatisticsRequest,
     StreamInferRequest,
-    Tensor,
     TraceSettingRequest,
     UnloadRequest,
 )
 from inferd.protocols.names import check_load_name, check_model_name
-from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
 
 SERVER_NAME = "inferd"
 SERVER_VERSION = "0.1.0"
@@ -117,20 +100,19 @@ class DataPlane:
         self,
         router: Router,
         extensions: tuple[str, ...] = (),
-        shared_memory: SharedMemoryRegistry | None = None,
+        shared_memory: Callable[[OnClosed], SharedMemory] | None = None,
         tracer: Tracer | None = None,
         on_demand: UnservedModels | None = None,
-        *,
-        allow_client_shm: bool = False,
     ) -> None:
         self._router = router
-        # --allow-client-shm: whether clients may register (and unregister) regions at all.
-        self.allow_client_shm = allow_client_shm
         # --model-load-on-demand: a request for a model not loaded loads it first.
         self._on_demand = on_demand
-        self.extensions = extensions
-        self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
-        self.shared_memory.cuda.on_closed = self._device_region_closed
+        # Client shared memory, opened here with what tells executors of a closed CUDA region;
+        # None: no plugin provides it.
+        self.shared_memory = (shared_memory(self._device_region_closed)
+                              if shared_memory is not None else None)
+        self.extensions = extensions + (self.shared_memory.extensions
+                                        if self.shared_memory is not None else ())
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the executors are told on
         # Frontends begin and end the traces of the requests they take
         # (inferd.kernel.observability.tracing).
@@ -153,7 +135,9 @@ class DataPlane:
         if isinstance(request, SharedMemoryInferRequest):
             return await self._infer_in_shared_memory(request)
         if isinstance(request, _SHARED_MEMORY_REQUESTS):
-            return self._shared_memory_request(request)
+            if self.shared_memory is None:  # as Triton answers with client shared memory off
+                raise Unsupported(CLIENT_SHM_DISABLED)
+            return self.shared_memory.answer(request)
         if isinstance(request, ServerMetadataRequest):
             return ServerMetadata(SERVER_NAME, SERVER_VERSION, self.extensions)
         if isinstance(request, MetricsRequest):
@@ -191,18 +175,19 @@ class DataPlane:
     async def _metrics(self) -> Metrics:
         """Inference metrics come from the scheduler, load metrics from control, the
         executor processes' from the executor pool, remote fetches' from the repository;
-        the shared memory's are the data plane's own (the regions it mapped) and the
+        the shared memory's are the provider's (the regions it mapped) and the
         server's segments in /dev/shm."""
         samples: list[tuple[str, dict[str, str], float]] = []
         for owner in (SCHEDULER, CONTROL, EXECUTORS, REPOSITORY):
             reply = await self._router.ask(owner, MetricsRequest())
             assert isinstance(reply, Metrics)
             samples += reply.samples
-        regions = self.shared_memory.status().regions
+        region_bytes, regions = (self.shared_memory.usage() if self.shared_memory is not None
+                                 else (0, 0))
         segments, segment_bytes = link_memory.server_segment_bytes(os.getpid())
         samples += [
-            ("inferd_system_shared_memory_bytes", {}, sum(r.byte_size for r in regions)),
-            ("inferd_system_shared_memory_regions", {}, len(regions)),
+            ("inferd_system_shared_memory_bytes", {}, region_bytes),
+            ("inferd_system_shared_memory_regions", {}, regions),
             ("inferd_link_shared_memory_bytes", {}, segment_bytes),
             ("inferd_link_shared_memory_segments", {}, segments),
         ]
@@ -226,53 +211,17 @@ class DataPlane:
             except Exception:  # noqa: BLE001 - a gone executor took its handles with it
                 pass
 
-    def _shared_memory_request(
-        self, request: SharedMemoryRegister | SharedMemoryUnregister | SharedMemoryStatusRequest
-    ) -> Message:
-        registry = self.shared_memory
-        if request.memory not in ("system", "cuda"):
-            raise InvalidArgument(f"unknown shared memory kind '{request.memory}'")
-        if not self.allow_client_shm and not isinstance(request, SharedMemoryStatusRequest):
-            # Status stays open, as in Triton: with nothing registered it lists nothing.
-            raise Unsupported(CLIENT_SHM_DISABLED)
-        if isinstance(request, SharedMemoryRegister):
-            if request.memory == "cuda":
-                # Refused with Triton's message where this server sees no GPU.
-                registry.register_cuda(request.name, request.raw_handle, request.device_id,
-                                       request.byte_size)
-            else:
-                registry.register(request.name, request.key, request.offset, request.byte_size)
-            return Ack()
-        if isinstance(request, SharedMemoryUnregister):
-            registry.unregister(request.name, request.memory)
-            return Ack()
-        return registry.status(request.name, request.memory)
-
     async def _infer_in_shared_memory(
         self, request: SharedMemoryInferRequest
-    ) -> SharedMemoryInferResponse:
-        """Inputs become read-only views of their regions (a CUDA region's: a device tensor
-        of its window); output windows are looked up before the model runs, so an unknown
-        region or a bad window costs no inference. The writers and tensors held here keep the
-        regions' memory alive if a region is unregistered meanwhile."""
+    ) -> Message:
+        """The provider checks the regions and windows and gives the plain request (whose
+        tensors keep the regions' memory alive), then writes the outputs it names."""
         check_model_name(request.request.model)
         log_context.note(request.request.model, request.request.version, request.request.id)
+        if self.shared_memory is None:
+            raise InvalidArgument(_no_shared_memory(request))
         self._loop = asyncio.get_running_loop()
-        inputs = tuple(
-            self._input_tensor(item, request.request)
-            if isinstance(item, SharedMemoryInput) else item
-            for item in request.inputs
-        )
-        windows = {
-            name: self.shared_memory.writer(location)
-            for name, location in request.output_regions.items()
-        }
-        on_device: dict[str, DeviceWindow] = {}
-        for name, location in request.output_regions.items():
-            found = self.shared_memory.cuda_window(location)
-            if found is not None:
-                on_device[name] = found[1]
-        plain = replace(request.request, inputs=inputs, output_windows=on_device)
+        plain, finish = self.shared_memory.prepare(request)
         if self._on_demand is not None:
             reply = await self._on_demand.call(
                 lambda: self._router.call(_OWNER[InferRequest], plain), plain, plain.model)
@@ -280,48 +229,14 @@ class DataPlane:
             reply = await self._router.call(_OWNER[InferRequest], plain)
         if not isinstance(reply, InferResponse):
             raise Internal(f"an inference request was answered with a {reply.kind()}")
-        outputs: list[Tensor | SharedMemoryOutput] = []
-        for tensor in reply.outputs:
-            window = windows.get(tensor.name)
-            written = window_of(tensor)
-            if written is not None:  # its executor wrote it on the device
-                asked = on_device.get(tensor.name)
-                if asked is None or (written.region, written.offset) != (asked.region,
-                                                                          asked.offset):
-                    raise Internal(f"output '{tensor.name}' was written in device memory the "
-                                   "request did not name")
-                outputs.append(SharedMemoryOutput(tensor.name, tensor.datatype,
-                                                  tuple(tensor.shape),
-                                                  request.output_regions[tensor.name]))
-            elif window is None:
-                outputs.append(tensor)
-            else:
-                location = request.output_regions[tensor.name]
-                outputs.append(_write_output(tensor, window, location))
-        return SharedMemoryInferResponse(
-            reply.model, reply.version, tuple(outputs), reply.id, reply.parameters
-        )
-
-    def _input_tensor(self, item: SharedMemoryInput, request: InferRequest) -> Tensor:
-        found = (self.shared_memory.cuda_window(item.location) if item.datatype != "BYTES"
-                 else None)
-        if found is not None:  # its window, not its bytes: the scheduler decides where to read
-            region, window = found
-            check_input_size(item.name, item.datatype, item.shape, window.byte_size,
-                             request.model, request.id)
-            return device_tensor(item.name, item.datatype, item.shape, window, owner=region)
-        # Read-only: a backend must not write into memory the client owns.
-        view = self.shared_memory.view(item.location).toreadonly()
-        check_input_size(item.name, item.datatype, item.shape, view.nbytes, request.model,
-                         request.id)
-        return tensor_from_buffer(item.name, item.datatype, item.shape, view)
+        return finish(reply)
 
 
-def _write_output(
-    tensor: Tensor, write: Callable[[memoryview], None], location: SharedMemoryRef
-) -> SharedMemoryOutput:
-    data = memoryview(tensor_to_buffer(tensor)).cast("B")
-    if data.nbytes > location.byte_size:
-        raise output_too_small(tensor.name, location.byte_size, data.nbytes)
-    write(data)
-    return SharedMemoryOutput(tensor.name, tensor.datatype, tuple(tensor.shape), location)
+def _no_shared_memory(request: SharedMemoryInferRequest) -> str:
+    """Why a request naming a region is refused by a server without client shared memory."""
+    named = [(item.name, item.location.region) for item in request.inputs
+             if isinstance(item, SharedMemoryInput)]
+    named += [(name, location.region) for name, location in request.output_regions.items()]
+    tensor, region = named[0] if named else ("", "")
+    return (f"tensor '{tensor}' names shared memory region '{region}', but this server has no "
+            "client shared memory (its shared_memory plugin is not installed)")

@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelQueuePolicy
 
 from inferd.kernel.modelconfig.ensemble_graph import check_ensemble_graph
+from inferd.kernel.sdk.modelconfig import FORK_PARAMETER
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.names import model_name_problem, quoted
 
@@ -262,19 +263,6 @@ def _check_executor_parameter(config: ModelConfig, model: str) -> None:
     if parameter is not None and config.platform == ENSEMBLE_PLATFORM:
         _fail(model, f"parameter {EXECUTOR_PARAMETER} has no meaning for an ensemble, which"
               " runs in the server itself")
-
-
-FORK_PARAMETER = "INFERD_FORK_AFTER_INITIALIZE"
-"""The config parameter of a python model (``"true"``/``"false"``) whose instances share the
-first one's memory: it runs ``initialize``, the others are forked from it
-(``inferd.plugins.backends.python.forked``), all in one executor process tree of the model's
-own."""
-
-
-def forks_after_initialize(config: ModelConfig) -> bool:
-    """Whether ``config`` (validated) asks for forked instances."""
-    parameter = config.parameters.get(FORK_PARAMETER)
-    return parameter is not None and parameter.string_value.lower() == "true"
 
 
 def _check_fork_parameter(config: ModelConfig, model: str) -> None:

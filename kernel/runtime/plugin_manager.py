@@ -29,6 +29,7 @@ from inferd.kernel.sdk.control import ControlPolicyRegistry
 from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
 from inferd.kernel.sdk.frontends import FrontendRegistry
 from inferd.kernel.sdk.registry import Registry
+from inferd.kernel.sdk.shared_memory import SharedMemoryProviders
 from inferd.kernel.sdk.storage import StorageRegistry
 from inferd.kernel.sdk.tracing import TraceSinkRegistry
 
@@ -133,6 +134,11 @@ class Plugins:
     def control_policies(self) -> ControlPolicyRegistry:
         registry: ControlPolicyRegistry = self._filled("inferd_register_control_policies",
                                                        ControlPolicyRegistry())
+        return registry
+
+    def shared_memory_providers(self) -> SharedMemoryProviders:
+        registry: SharedMemoryProviders = self._filled("inferd_register_shared_memory",
+                                                       SharedMemoryProviders())
         return registry
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

@@ -4,10 +4,10 @@ helpers plugins use. A plugin author reads this one package.
 A plugin (built-in under ``inferd.plugins`` or pip-installed) imports the kernel only through
 this package; ``tests/plugins/test_sdk_boundary.py`` fails when a module under ``plugins/``
 imports any other kernel module, and when a module of this package imports the kernel outside
-it (the SDK imports ``inferd.protocols``, the standard library and third-party packages; the
-few kernel names it re-exports are listed in that test). The kernel imports its contracts
-from here. What a plugin may use besides: ``inferd.protocols`` (messages, errors, codecs), the
-standard library, and third-party packages. The hooks themselves are documented in
+it (the SDK imports ``inferd.protocols``, the standard library and third-party packages).
+The kernel imports its contracts from here. What a plugin may use besides:
+``inferd.protocols`` (messages, errors, codecs), the standard library, and third-party
+packages. The hooks themselves are documented in
 ``inferd.kernel.sdk.hooks``, the plugin author's manual.
 
 One module per plugin kind, each defining its contract and its registry:
@@ -17,7 +17,8 @@ One module per plugin kind, each defining its contract and its registry:
 - ``backends``: ``Backend``/``Model``/``Instance``, ``ModelContext``, ``BackendSpec``, with the
   messages, errors and tensor helpers every backend handles; beside it the backend's helpers,
   ``batching`` (one execute over a batch), ``process_threads``, ``modelconfig`` (completion,
-  config JSON and text) and ``devices``.
+  the fork parameter; ``config_text``: config JSON and text), ``devices`` and ``cuda_memory``
+  (clients' CUDA regions, outputs written in place).
 - ``frontends``: ``Frontend``, ``FrontendSpec``, ``StartupFailed`` and the protocols of what a
   frontend is given (``DataPlane``, ``Settings``); beside it ``tls``, ``gpu_metrics``,
   ``process_metrics``, ``metrics_config``, ``request_log``, ``log_context``,
@@ -26,7 +27,8 @@ One module per plugin kind, each defining its contract and its registry:
   ``storage``: repository storage's ``RemoteLocation``; ``agents``: a repository agent's
   ``AgentModel``; ``control_state``: ``ControlStateStore`` and the record's format;
   ``control``: a control policy; ``commands``: ``inferd <name>`` client commands, with
-  ``flags`` (option types) and ``table``; ``memory_meter``: what a process holds.
+  ``flags`` (option types) and ``table``; ``memory_meter``: what a process holds;
+  ``shared_memory``: client shared memory, the KServe extension a plugin provides.
 - ``testing``: a real server for a plugin's own tests.
 
 This module re-exports the names a hook module needs (``hookimpl``, every registry and
@@ -60,11 +62,6 @@ from inferd.kernel.sdk.caches import (
     whole_number,
 )
 from inferd.kernel.sdk.commands import (
-    CANNOT_CONNECT,
-    EXIT_CODES,
-    OK,
-    REFUSED,
-    USAGE,
     CommandRegistry,
     CommandSpec,
     examples,
@@ -110,8 +107,7 @@ from inferd.kernel.sdk.tracing import (
 
 __all__ = [
     "format_table",
-    "CANNOT_CONNECT", "CLOSE_TIMEOUT_SECS", "CURRENT", "EXIT_CODES", "OK", "READ_TIMEOUT_SECS",
-    "REFUSED", "USAGE",
+    "CLOSE_TIMEOUT_SECS", "CURRENT", "READ_TIMEOUT_SECS",
     "AgentModel", "AgentRefused", "AgentRegistry", "AgentSpec",
     "Backend", "BackendRegistry", "BackendSpec", "CancelledRequests", "Emit", "Instance", "Model",
     "ModelContext",

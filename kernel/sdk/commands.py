@@ -23,6 +23,9 @@ __all__ = [
 ]
 
 OK, REFUSED, USAGE, CANNOT_CONNECT = 0, 1, 2, 3
+"""A client command's exit status (``raise typer.Exit(code)``): it worked; the server said no
+(a load failed or timed out); a usage error; no server answers at ``--url``. Part of this
+contract only: scripts match on them, so every command uses these, as ``EXIT_CODES`` says."""
 
 EXIT_CODES = """Exit codes: 0 ok, 1 the server said no (a load failed or timed out), 2 usage
 error, 3 no server answers at --url."""

@@ -21,7 +21,8 @@ written before the record that names it, so the record stays small whatever the 
 Concurrent writers never corrupt it nor lose an update: every store makes ``update`` atomic
 against every other writer (a local path under an exclusive ``flock``, replaced whole; an
 ``s3://`` record compare-and-swapped with conditional writes). Every write adds one to
-``generation``.
+``generation``. A store writes the record with ``dump_record``, reads it with
+``parse_record`` and checks each file override it reads back with ``checked_override``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from inferd.protocols.names import check_model_name
 __all__ = [
     "ControlStateStore", "ControlStateStoreRegistry", "ControlStateStoreSpec",
     "Entry", "Record", "RecordError", "FORMAT", "VERSION",
-    "checked", "digest", "dump", "parse",
+    "checked_override", "digest", "dump_record", "parse_record",
 ]
 
 FORMAT = "inferd-model-control-state"
@@ -95,15 +96,19 @@ def digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def checked(where: str, sha: str, content: bytes) -> bytes:
-    """A stored file override is what its name says, or it is not used."""
+def checked_override(where: str, sha: str, content: bytes) -> bytes:
+    """``content`` read back for the file override named ``sha`` (``where``: the record's
+    URL), or ``RecordError`` when it is damaged: a store checks every override it reads, so a
+    damaged one is never loaded."""
     if digest(content) != sha:
         raise RecordError(f"{where}: the file override {sha} is damaged (its content has "
                           f"another sha256)")
     return content
 
 
-def dump(record: Record) -> bytes:
+def dump_record(record: Record) -> bytes:
+    """``record`` as a store writes it: the JSON document above, ``written_by`` this host and
+    process now (``parse_record`` reads it back)."""
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -117,7 +122,7 @@ def dump(record: Record) -> bytes:
     return (json.dumps(document, indent=1) + "\n").encode()
 
 
-def parse(data: bytes, where: str) -> Record:
+def parse_record(data: bytes, where: str) -> Record:
     """The record in ``data``, or ``RecordError`` naming ``where`` and the first problem."""
     try:
         document = json.loads(data)

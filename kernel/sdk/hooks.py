@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from inferd.kernel.sdk.control import ControlPolicyRegistry
     from inferd.kernel.sdk.control_state import ControlStateStoreRegistry
     from inferd.kernel.sdk.frontends import FrontendRegistry
+    from inferd.kernel.sdk.shared_memory import SharedMemoryProviders
     from inferd.kernel.sdk.storage import StorageRegistry
     from inferd.kernel.sdk.tracing import TraceSinkRegistry
 
@@ -172,4 +173,17 @@ def inferd_register_control_policies(registry: ControlPolicyRegistry) -> None:
     load, once a model holds nothing, when a request names a model not served, when the index
     and the metrics are read) and, if it has one, the data plane's part (``UnservedModels``).
     A ``ValueError`` from ``open`` fails the start with its message.
+    """
+
+
+@hookspec
+def inferd_register_shared_memory(registry: SharedMemoryProviders) -> None:
+    """Register the provider of client shared memory (the KServe extension's system and CUDA
+    regions) with ``registry.add(SharedMemorySpec(name, open))``; a server takes at most one
+    (the built-in: ``inferd.plugins.shared_memory``). ``open(setup)`` is called once at
+    start-up with the parsed options (``SharedMemorySetup``) and returns the ``SharedMemory``
+    the data plane then calls directly for the extension's requests and for each request that
+    names regions (in the event loop: it must not block). Without one, the extension's
+    endpoints answer as Triton does with client shared memory off, and a request naming a
+    region is refused.
     """

@@ -10,10 +10,8 @@ and dims from the model (dropping the batch dimension, and the dims ``[1]`` resh
 shape agrees with the model's (``-1`` matches anything). Pure functions on protobuf entries;
 the error texts name the framework by what each backend passes.
 
-``config_to_json``, ``parse_config_text``, ``FORK_PARAMETER`` and ``forks_after_initialize``
-are the kernel's own (``inferd.kernel.modelconfig``: the repository reads and validates every
-config with them), re-exported here: names the SDK takes from the kernel, listed in
-``tests/plugins/test_sdk_boundary.py``.
+``config_to_json`` and ``parse_config_text`` are ``inferd.kernel.sdk.config_text``'s; the
+repository reads and validates every config with these and the fork parameter too.
 """
 
 from __future__ import annotations
@@ -23,12 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.modelconfig.reading import config_to_json, parse_config_text
-from inferd.kernel.modelconfig.validation import FORK_PARAMETER, forks_after_initialize
+from inferd.kernel.sdk.config_text import config_to_json, parse_config_text
 from inferd.protocols.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelInput, ModelOutput
+    from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE", "DYNAMIC", "SignatureTensor", "batchable", "check_shape",
@@ -150,3 +147,16 @@ def check_shape(
             f"{where}: the configuration's shape {list(expected)} does not match {source}'s "
             f"shape {list(shape)}{note}"
         )
+
+
+FORK_PARAMETER = "INFERD_FORK_AFTER_INITIALIZE"
+"""The config parameter of a python model (``"true"``/``"false"``) whose instances share the
+first one's memory: it runs ``initialize``, the others are forked from it
+(``inferd.plugins.backends.python.forked``), all in one executor process tree of the model's
+own."""
+
+
+def forks_after_initialize(config: ModelConfig) -> bool:
+    """Whether ``config`` (validated) asks for forked instances."""
+    parameter = config.parameters.get(FORK_PARAMETER)
+    return parameter is not None and parameter.string_value.lower() == "true"

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from inferd.kernel.sdk import CANNOT_CONNECT, REFUSED, USAGE
+from inferd.kernel.sdk.commands import CANNOT_CONNECT, REFUSED, USAGE
 from inferd.plugins.cli import catalog as cli_catalog
 from inferd.plugins.cli import render
 from inferd.plugins.cli.connection import (

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from inferd.kernel.sdk import USAGE
+from inferd.kernel.sdk.commands import USAGE
 from inferd.plugins.cli import render
 from inferd.plugins.cli.commands import ConnectTimeout, Fmt, Format, Url, guarded
 from inferd.plugins.cli.connection import DEFAULT_URL, open_connection

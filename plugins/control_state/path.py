@@ -22,8 +22,14 @@ from inferd.kernel.sdk import (
     ControlStateStoreSpec,
     hookimpl,
 )
-from inferd.kernel.sdk.control_state import Entry, Record, RecordError, checked, dump
-from inferd.kernel.sdk.control_state import parse as parse_record
+from inferd.kernel.sdk.control_state import (
+    Entry,
+    Record,
+    RecordError,
+    checked_override,
+    dump_record,
+    parse_record,
+)
 
 
 class LocalStore:
@@ -79,7 +85,7 @@ class LocalStore:
                 for sha, content in blobs.items():
                     if not (self._files / sha).exists():
                         _write_atomically(self._files / sha, content)
-                _write_atomically(self.path, dump(record))
+                _write_atomically(self.path, dump_record(record))
             except OSError as error:
                 raise RecordError(f"{self.where}: cannot write the record: {error.strerror}"
                                   ) from None
@@ -90,7 +96,7 @@ class LocalStore:
 
     def blob(self, sha: str) -> bytes:
         try:
-            return checked(self.where, sha, (self._files / sha).read_bytes())
+            return checked_override(self.where, sha, (self._files / sha).read_bytes())
         except OSError as error:
             raise RecordError(f"{self._files / sha}: cannot read a file override: "
                               f"{error.strerror}") from None

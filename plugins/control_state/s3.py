@@ -24,8 +24,14 @@ from inferd.kernel.sdk import (
     ControlStateStoreSpec,
     hookimpl,
 )
-from inferd.kernel.sdk.control_state import Entry, Record, RecordError, checked, dump
-from inferd.kernel.sdk.control_state import parse as parse_record
+from inferd.kernel.sdk.control_state import (
+    Entry,
+    Record,
+    RecordError,
+    checked_override,
+    dump_record,
+    parse_record,
+)
 from inferd.plugins.storage.fsspec import parse_url
 from inferd.protocols.errors import InvalidArgument
 
@@ -119,7 +125,7 @@ class S3Store:
             record = Record(current.generation + 1, dict(models))
             condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
             try:
-                self._call("put_object", Key=self._key, Body=dump(record),
+                self._call("put_object", Key=self._key, Body=dump_record(record),
                            ContentType="application/json", **condition)
             except botocore.exceptions.ClientError:
                 # Another replica wrote first: back off a little, then re-read and re-apply.
@@ -138,7 +144,7 @@ class S3Store:
         except (OSError, botocore.exceptions.BotoCoreError) as error:
             raise RecordError(f"{self.where}: reading the file override {sha}: {error}"
                               ) from None
-        content: bytes = checked(self.where, sha, data)
+        content: bytes = checked_override(self.where, sha, data)
         return content
 
     def _blob_key(self, sha: str) -> str:

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.kernel.sdk.control_state import Entry, Record, digest, dump, parse
+from inferd.kernel.sdk.control_state import Entry, Record, digest, dump_record, parse_record
 from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY, InferdHarness, ServerHandle
 
 WAIT_SECS = 45.0
@@ -98,7 +98,7 @@ def infer_uploaded(server: ServerHandle) -> None:
 
 
 def read(path: Path) -> Record:
-    return parse(path.read_bytes(), str(path))
+    return parse_record(path.read_bytes(), str(path))
 
 
 def test_a_replica_started_on_the_record_serves_what_another_loaded(
@@ -215,7 +215,7 @@ def test_a_record_on_s3(module_inferd: InferdHarness, repository: Path, s3_serve
                "both replicas serve both models", b)
     infer_uploaded(b)
     body = s3_server.client().get_object(Bucket="replicas", Key="state/record.json")["Body"]
-    record = parse(body.read(), url)
+    record = parse_record(body.read(), url)
     assert set(record.models) == {"echo", "uploaded"} and record.generation == 2
     stored = s3_server.client().get_object(
         Bucket="replicas", Key=f"state/record.json.files/{digest(ONNX_FILE)}")["Body"].read()
@@ -233,7 +233,7 @@ def test_a_failing_entry_stops_nothing_and_an_unreadable_record_keeps_what_serve
     module_inferd: InferdHarness, repository: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "state.json"
-    path.write_bytes(dump(Record(5, {"ghost": Entry(), "echo": Entry()})))
+    path.write_bytes(dump_record(Record(5, {"ghost": Entry(), "echo": Entry()})))
     server = start(module_inferd, repository, str(path), "--model-control-state-poll-secs",
                    POLL)  # --exit-on-error is true: a record entry does not make it exit
     rows = {row["name"]: row for row in http(server).get_model_repository_index()}
@@ -244,14 +244,14 @@ def test_a_failing_entry_stops_nothing_and_an_unreadable_record_keeps_what_serve
     wait_until(lambda: "cannot follow the control-state record" in server.log(),
                "the replica says the record became unreadable", server)
     assert ready(server) == {"echo"}  # and keeps serving what it had
-    path.write_bytes(dump(Record(6, {"other": Entry()})))
+    path.write_bytes(dump_record(Record(6, {"other": Entry()})))
     wait_until(lambda: ready(server) == {"other"}, "it follows the record again", server)
     rows = {row["name"]: row for row in http(server).get_model_repository_index()}
     assert "reason" not in rows.get("ghost", {})
     path.unlink()  # a record that vanishes is not an empty one: nothing is unloaded
     wait_until(lambda: "the record is gone" in server.log(), "the replica says so", server)
     assert ready(server) == {"other"}
-    path.write_bytes(dump(Record(6, {"other": Entry()})))
+    path.write_bytes(dump_record(Record(6, {"other": Entry()})))
     wait_until(lambda: "is readable again" in server.log(), "it reads it again", server)
     # A load the record cannot take (its files folder is a file here) is loaded, and says
     # that the other replicas will not follow; the record is unchanged.

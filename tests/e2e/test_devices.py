@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.kernel.runtime.devices import visible_gpus
+from inferd.kernel.sdk.devices import visible_gpus
 from tests.e2e.inferd_harness import InferdHarness
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "model_repository"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.runtime.devices import visible_gpus
+from inferd.kernel.sdk.devices import visible_gpus
 from tests.services import import_or_missing
 
 import_or_missing("torch", "make setup installs it unless WITH_TORCH=0")

@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.kernel.runtime.devices import visible_gpus
+from inferd.kernel.sdk.devices import visible_gpus
 from tests.e2e.inferd_harness import InferdHarness, ServerHandle
 from tests.services import import_or_missing
 

@@ -27,7 +27,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 from tests.e2e.inferd_harness import InferdHarness, ServerHandle, started_batches, wait_started
 
-from inferd.kernel.runtime.devices import visible_gpus
+from inferd.kernel.sdk.devices import visible_gpus
 SHM_ROOT = Path("/dev/shm")
 _KEYS = count()
 

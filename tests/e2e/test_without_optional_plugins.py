@@ -1,8 +1,10 @@
 """A server with every optional built-in plugin disabled (``INFERD_DISABLE_PLUGINS``) still
 serves ONNX and python models over HTTP and gRPC: caches, tracing, remote storage, the
-control-state record and its stores, models on demand and the memory budget, repository
-agents, the client commands and the other frameworks' backends are features, not parts of
-the kernel. What stays: the two backends served here, the two KServe frontends, and the zmq
+control-state record and its stores, models on demand and the memory budget, client shared
+memory, repository agents, the client commands and the other frameworks' backends are
+features, not parts of the kernel. Without the shared-memory plugin the extension's endpoints
+answer as Triton does with client shared memory off, and a request naming a region is a
+client error. What stays: the two backends served here, the two KServe frontends, and the zmq
 and metrics frontends the test harness starts every server with."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.e2e.inferd_harness import INFERD_ARGUMENTS, InferdHarness, ServerHandle
 
@@ -33,7 +36,7 @@ def test_every_optional_feature_is_a_plugin_that_can_be_disabled() -> None:
     assert {"local_cache", "redis_cache", "triton_trace", "opentelemetry_trace",
             "fsspec_storage", "control_state", "path_control_state", "s3_control_state",
             "on_demand", "checksum_agent", "client_commands", "tensorflow", "pytorch",
-            "tensorrt", "response_cache", "tracing"} <= set(OPTIONAL)
+            "tensorrt", "response_cache", "tracing", "shared_memory"} <= set(OPTIONAL)
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +82,59 @@ def test_a_python_model_is_served(client: Any) -> None:
     assert result.as_numpy("OUTPUT1").tolist() == [-3, -1, 1, 3]
 
 
+SHM_DISABLED = ("Client shared memory is disabled. Start the server with "
+                "'--allow-client-shm=true' to enable.")
+
+
+def refusal(call: Any) -> tuple[str, str]:
+    """(HTTP status or gRPC code, message) of a call that must fail."""
+    with pytest.raises(InferenceServerException) as error:
+        call()
+    return str(error.value.status()), error.value.message()
+
+
+def test_the_shared_memory_endpoints_answer_as_with_client_shared_memory_off(
+        client: Any) -> None:
+    http = isinstance(client, httpclient.InferenceServerClient)
+    expected = ("501" if http else "StatusCode.UNIMPLEMENTED", SHM_DISABLED)
+    for call in (
+        lambda: client.get_system_shared_memory_status(),
+        lambda: client.register_system_shared_memory("own", "/inferd_no_plugin", 64),
+        lambda: client.unregister_system_shared_memory(),
+        lambda: client.get_cuda_shared_memory_status(),
+        lambda: client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64),
+        lambda: client.unregister_cuda_shared_memory("gpu"),
+    ):
+        assert refusal(call) == expected
+    metadata = client.get_server_metadata()
+    extensions = metadata["extensions"] if http else list(metadata.extensions)
+    assert "model_repository" in extensions
+    assert not {"system_shared_memory", "cuda_shared_memory"} & set(extensions)
+
+
+def test_a_request_naming_a_region_is_a_client_error(client: Any) -> None:
+    http = isinstance(client, httpclient.InferenceServerClient)
+    module = httpclient if http else grpcclient
+    tensor = module.InferInput("INPUT0", [1, 16], "INT32")
+    tensor.set_shared_memory("own", 64)
+    other = module.InferInput("INPUT1", [1, 16], "INT32")
+    other.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    status, message = refusal(lambda: client.infer("simple", [tensor, other]))
+    assert status == ("400" if http else "StatusCode.INVALID_ARGUMENT")
+    assert message == ("tensor 'INPUT0' names shared memory region 'own', but this server has "
+                       "no client shared memory (its shared_memory plugin is not installed)")
+    # Nothing else changed: the model still serves.
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    result = client.infer("simple", inputs(client, {"INPUT0": a, "INPUT1": a}, "INT32"))
+    assert result.as_numpy("OUTPUT0").tolist() == (a + a).tolist()
+
+
 FEATURE_FLAGS = ["--model-load-on-demand", "--model-control-state=x.json",
                  "--model-memory-budget=cpu=1GiB", "--cache-config=local,size=1048576",
                  "--response-cache-byte-size=1048576", "--cache-directory=/tmp",
                  "--trace-config=level=TIMESTAMPS", "--trace-file=/tmp/trace.json",
                  "--trace-level=TIMESTAMPS", "--trace-rate=1", "--trace-count=1",
-                 "--trace-log-frequency=1"]
+                 "--trace-log-frequency=1", "--allow-client-shm=true"]
 
 
 @pytest.mark.parametrize("flag", FEATURE_FLAGS)

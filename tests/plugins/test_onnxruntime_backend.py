@@ -20,7 +20,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 
-from inferd.kernel.runtime.devices import PINNED_GPU_ENV
+from inferd.kernel.sdk.devices import PINNED_GPU_ENV
 from inferd.kernel.sdk.backends import BackendRegistry, ModelContext
 from inferd.plugins.backends.onnxruntime import ONNXRUNTIME_BACKEND, inferd_register_backends
 from inferd.plugins.backends.onnxruntime.backend import (

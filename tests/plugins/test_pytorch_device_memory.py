@@ -24,7 +24,7 @@ from inferd.kernel.actors.executor.instance_slot import InstanceSlot, execute_ba
 from inferd.kernel.sdk.backends import NONE_CANCELLED
 from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.messages import DeviceWindow, InferBatch, InferRequest, InferResponse
-from tests.kernel.dataplane.test_cuda_shared_memory import FakeCuda
+from tests.plugins.shared_memory.test_cuda import FakeCuda
 from tests.plugins.test_pytorch_backend import AddsOneInPlace, load, save_script
 from tests.services import import_or_missing
 

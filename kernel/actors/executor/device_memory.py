@@ -12,7 +12,7 @@ it as a device tensor of its window, without bytes (a backend that wrote it on t
 itself answers it so already). ``close`` (the main process's ``CloseDeviceRegions``) forgets
 handles; each is closed once the last tensor over it is gone, so a batch still running keeps
 its memory. Every CUDA call goes through a ``CudaRuntime``
-(``inferd.kernel.dataplane.cuda_shared_memory``), the only thing its tests replace. The device ids
+(``inferd.kernel.sdk.cuda_memory``), the only thing its tests replace. The device ids
 are the server's; ``local_device_id`` maps them to this process's (pinned) devices.
 """
 
@@ -26,10 +26,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from inferd.kernel.dataplane.cuda_shared_memory import CudaCallFailed, CudaRuntime, present_runtime
-from inferd.kernel.dataplane.system_shared_memory import output_too_small
-from inferd.kernel.runtime.devices import local_device_id
 from inferd.kernel.sdk.backends import Instance
+from inferd.kernel.sdk.cuda_memory import (
+    CudaCallFailed,
+    CudaRuntime,
+    output_too_small,
+    present_runtime,
+    written_window,
+)
+from inferd.kernel.sdk.devices import local_device_id
 from inferd.protocols.device_tensors import device_tensor, on_device, window_of
 from inferd.protocols.errors import InferdError, Internal
 from inferd.protocols.messages import DeviceWindow, InferRequest, InferResponse, Tensor
@@ -194,9 +199,4 @@ class DeviceMemory:
                                           int(source.ctypes.data), data.nbytes, region.device)
         except CudaCallFailed as error:
             raise Internal(f"failed to write CUDA shared memory: {error}") from None
-
-
-def written_window(window: DeviceWindow, byte_size: int) -> DeviceWindow:
-    """The part of ``window`` an output of ``byte_size`` bytes was written in."""
-    return replace(window, byte_size=byte_size)
 

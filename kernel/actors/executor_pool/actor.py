@@ -34,12 +34,7 @@ from inferd.kernel.actors.executor import execution_env
 from inferd.kernel.actors.executor.actor import ExecutorActor
 from inferd.kernel.actors.executor_pool import placement, returned_memory
 from inferd.kernel.actors.executor_pool.processes import ExecutorProcesses
-from inferd.kernel.modelconfig.validation import (
-    EXECUTOR_PARAMETER,
-    FORK_PARAMETER,
-    executor_choice,
-    forks_after_initialize,
-)
+from inferd.kernel.modelconfig.validation import EXECUTOR_PARAMETER, executor_choice
 from inferd.kernel.observability.logs import as_reply, configure_logging, updated
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import (
@@ -53,6 +48,7 @@ from inferd.kernel.runtime.addresses import (
 from inferd.kernel.runtime.devices import pinned_environment
 from inferd.kernel.runtime.process_link import ProcessLink
 from inferd.kernel.runtime.router import Router
+from inferd.kernel.sdk.modelconfig import FORK_PARAMETER, forks_after_initialize
 from inferd.kernel.sdk.backends import BackendRegistry, BackendSpec
 from inferd.kernel.sdk.process_metrics import process_usage
 from inferd.kernel.settings import Settings

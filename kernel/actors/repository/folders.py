@@ -43,7 +43,8 @@ from inferd.kernel.modelconfig.version_labels import (
     read_labels_file,
     selected_versions,
 )
-from inferd.kernel.runtime.devices import can_use_gpu, visible_gpus
+from inferd.kernel.runtime.devices import can_use_gpu
+from inferd.kernel.sdk.devices import visible_gpus
 from inferd.kernel.sdk.agents import AgentRegistry
 from inferd.kernel.sdk.backends import BackendRegistry
 from inferd.kernel.sdk.storage import READ_TIMEOUT_SECS, StorageRegistry

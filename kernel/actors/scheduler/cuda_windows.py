@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from inferd.kernel.dataplane.cuda_shared_memory import CudaRegion, live_region
 from inferd.kernel.runtime.addresses import gpu_of
+from inferd.kernel.sdk.cuda_memory import CudaRegion, live_region
 from inferd.protocols.device_tensors import on_device, window_of
 from inferd.protocols.errors import Internal
 from inferd.protocols.messages import InferRequest, Tensor

@@ -23,7 +23,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from inferd.kernel.sdk.batching import BatchedInstance, BatchPlan, PreparedRequest
-from inferd.kernel.sdk.devices import written_window
+from inferd.kernel.sdk.cuda_memory import written_window
 from inferd.plugins.backends.pytorch.programs import Program
 from inferd.plugins.backends.pytorch.tensors import (
     config_type_of,

@@ -76,14 +76,3 @@ def test_trace_flags_are_a_typed_setting(tmp_path: Path) -> None:
                               "--trace-config", "triton,file=/t.json"])
     trace = settings_from(args, PLUGINS).trace
     assert (trace.level, trace.file) == (("TIMESTAMPS",), "/t.json")
-
-
-def test_allow_client_shm_is_off_unless_given(tmp_path: Path) -> None:
-    def allowed(*flags: str) -> bool:
-        args = kernel_parser().parse_args(["--model-repository", str(tmp_path), *flags])
-        return settings_from(args, PLUGINS).allow_client_shm
-
-    # tritonserver's default since 2.68 (server#8721).
-    assert (Settings().allow_client_shm, allowed()) == (False, False)
-    assert allowed("--allow-client-shm") and allowed("--allow-client-shm=true")
-    assert not allowed("--allow-client-shm=false")

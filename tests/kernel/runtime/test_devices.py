@@ -14,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.kernel.runtime.devices import (
-    PINNED_GPU_ENV,
-    can_use_gpu,
-    local_device_id,
-    pinned_environment,
-    visible_gpus,
-)
+from inferd.kernel.runtime.devices import can_use_gpu, pinned_environment
 from inferd.kernel.sdk.backends import BackendSpec
+from inferd.kernel.sdk.devices import PINNED_GPU_ENV, local_device_id, visible_gpus
 from inferd.protocols.errors import Unavailable
 
 

@@ -23,8 +23,8 @@ from inferd.kernel.sdk.control_state import (
     RecordError,
     ControlStateStore,
     digest,
-    dump,
-    parse,
+    dump_record,
+    parse_record,
 )
 from inferd.kernel.runtime.plugin_manager import installed
 from inferd.plugins.control_state import opening
@@ -44,7 +44,7 @@ def test_round_trip() -> None:
     entry, blobs = Entry.of_load('{"max_batch_size": 4}', {"1/model.onnx": b"weights"})
     assert blobs == {digest(b"weights"): b"weights"}
     record = Record(3, {"m": entry, "plain": Entry()})
-    assert parse(dump(record), "x") == record
+    assert parse_record(dump_record(record), "x") == record
     assert record.with_model("m", entry) is None  # already so: nothing to write
     assert record.without("absent") is None
     assert record.without("m") == {"plain": Entry()}
@@ -61,7 +61,7 @@ RECORDS = st.builds(Record, st.integers(0, 2**40), st.dictionaries(NAMES, ENTRIE
 @settings(max_examples=40, deadline=None)
 @given(RECORDS)
 def test_every_record_reads_back_as_written(record: Record) -> None:
-    assert parse(dump(record), "r") == record
+    assert parse_record(dump_record(record), "r") == record
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,15 +69,15 @@ def test_every_record_reads_back_as_written(record: Record) -> None:
 def test_a_damaged_record_is_refused_never_misread(record: Record, data: st.DataObject) -> None:
     """A torn or flipped record either reads as a record (JSON still valid) or is refused
     with a ``RecordError``: never another exception, never a crash."""
-    written = dump(record)
+    written = dump_record(record)
     cut = data.draw(st.integers(0, len(written) - 2))
     with pytest.raises(RecordError):
-        parse(written[:cut], "r")
+        parse_record(written[:cut], "r")
     position = data.draw(st.integers(0, len(written) - 1))
     flipped = bytearray(written)
     flipped[position] ^= data.draw(st.integers(1, 255))
     try:
-        assert isinstance(parse(bytes(flipped), "r"), Record)
+        assert isinstance(parse_record(bytes(flipped), "r"), Record)
     except RecordError:
         pass
 
@@ -100,7 +100,7 @@ def test_a_damaged_record_is_refused_never_misread(record: Record, data: st.Data
 ])
 def test_refusals_name_the_record(data: bytes, problem: str) -> None:
     with pytest.raises(RecordError) as error:
-        parse(data, "/srv/state.json")
+        parse_record(data, "/srv/state.json")
     assert str(error.value).startswith("/srv/state.json: ")
     assert problem in str(error.value)
 

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
-from inferd.kernel.runtime.devices import local_device_id, pinned_environment
+from inferd.kernel.runtime.devices import pinned_environment
+from inferd.kernel.sdk.devices import local_device_id
 from inferd.protocols.device_tensors import window_of
 from inferd.protocols.errors import Unavailable
 from inferd.protocols.messages import DeviceWindow, InferRequest, InferResponse, Tensor
-from tests.kernel.dataplane.test_cuda_shared_memory import CudaBindings, bindings_runtime
+from tests.plugins.shared_memory.test_cuda import CudaBindings, bindings_runtime
 
 VALUES = np.arange(16, dtype=np.float32)
 HOST_INSTANCE = SimpleNamespace(takes_device_memory=False)  # a backend that takes host memory

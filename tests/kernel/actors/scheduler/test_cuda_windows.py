@@ -27,13 +27,15 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.executor.device_memory import DeviceMemory, written_window
+from inferd.kernel.actors.executor.device_memory import DeviceMemory
 from inferd.kernel.actors.executor.instance_slot import InstanceSlot, batch_result, execute_batch
 from inferd.kernel.actors.scheduler.actor import SchedulerActor
 from inferd.kernel.actors.scheduler.cuda_windows import for_executor, on_host
-from inferd.kernel.dataplane.cuda_shared_memory import CudaRegistry
+from inferd.plugins.shared_memory.cuda import CudaRegistry
+from inferd.plugins.shared_memory.provider import opener
 from inferd.kernel.dataplane.data_plane import DataPlane
-from inferd.kernel.dataplane.system_shared_memory import SharedMemoryRegistry
+from inferd.kernel.sdk.cuda_memory import written_window
+from inferd.plugins.shared_memory.system import SharedMemoryRegistry
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, cpu_executor, gpu_executor
 from inferd.kernel.runtime.router import Router
@@ -61,7 +63,7 @@ from inferd.protocols.messages import (
     SharedMemoryUnregister,
     Tensor,
 )
-from tests.kernel.dataplane.test_cuda_shared_memory import FakeCuda
+from tests.plugins.shared_memory.test_cuda import FakeCuda
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_recheck")]
 
@@ -190,7 +192,7 @@ async def serving(address: str, instance: Instance, tmp_path: Path,
     executor.allocations = main.allocations  # one device, two processes' handles on it
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: main))
     router = Router("main")
-    dataplane = DataPlane(router, shared_memory=registry, allow_client_shm=True)
+    dataplane = DataPlane(router, shared_memory=opener(registry, allow_client_shm=True))
     memory = DeviceMemory(lambda: executor, local_device=lambda gpu: gpu)
     actor = WireExecutor(router, address, instance, memory)
     inputs_handle, inputs = main.allocate(128)

@@ -12,12 +12,12 @@ import anyio
 import numpy as np
 import pytest
 
-from inferd.kernel.dataplane.cuda_shared_memory import CudaRegistry
+from inferd.plugins.shared_memory.cuda import CudaRegistry
+from inferd.plugins.shared_memory.provider import opener
 from inferd.kernel.dataplane.data_plane import DataPlane
 from inferd.kernel.runtime.addresses import SCHEDULER
 from inferd.kernel.runtime.router import Router
-from inferd.kernel.dataplane.system_shared_memory import (
-    CLIENT_SHM_DISABLED,
+from inferd.plugins.shared_memory.system import (
     SharedMemoryRegistry,
     fits,
     mapping_window,
@@ -25,6 +25,7 @@ from inferd.kernel.dataplane.system_shared_memory import (
     object_name,
 )
 from inferd.kernel.runtime import link_memory, run_folder
+from inferd.kernel.sdk.shared_memory import CLIENT_SHM_DISABLED
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (
     Ack,
@@ -242,8 +243,8 @@ def handle(dataplane: DataPlane, request: Message) -> Message:
 
 def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root: Path) -> None:
     scheduler = EchoScheduler()
-    dataplane = DataPlane(scheduler.router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(scheduler.router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     assert isinstance(handle(dataplane, SharedMemoryRegister("in", "/data", 64, 0)), Ack)
     handle(dataplane, SharedMemoryRegister("out", "/data", 64, 4096))
     status = handle(dataplane, SharedMemoryStatusRequest())
@@ -269,8 +270,8 @@ def test_dataplane_reads_and_writes_regions(registry: SharedMemoryRegistry, root
 
 
 def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry) -> None:
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     registry.register("out", "/data", 0, 64)
     request = SharedMemoryInferRequest(
         InferRequest("m", (), outputs=("OUT0",)),
@@ -286,10 +287,10 @@ def test_dataplane_refuses_a_small_output_region(registry: SharedMemoryRegistry)
 
 
 def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
-    # tests/kernel/dataplane/test_cuda_shared_memory.py has the CUDA regions of a server with a GPU.
+    # tests/plugins/shared_memory/test_cuda.py has the CUDA regions of a server with a GPU.
     registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     refused = error_of(handle, dataplane, SharedMemoryRegister("g", "", 16, memory="cuda"))
     assert refused.code == ErrorCode.INVALID_ARGUMENT
     assert refused.message == (
@@ -302,7 +303,8 @@ def test_dataplane_cuda_requests_without_a_gpu(root: Path) -> None:
 
 def test_dataplane_refuses_client_shared_memory_unless_allowed(root: Path) -> None:
     registry = SharedMemoryRegistry(root, CudaRegistry(lambda: None))
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=False))
     for request in (
         SharedMemoryRegister("in", "/data", 64),
         SharedMemoryRegister("g", "", 16, memory="cuda"),

@@ -1,4 +1,4 @@
-"""The registry of the KServe system shared-memory extension.
+"""The regions clients register (the KServe extension's ``systemsharedmemory``), by name.
 
 Owns the regions clients register: opening the POSIX shared-memory object of a key
 (``/dev/shm/<key>``) read/write and mapping the registered window of it, refusing a window past
@@ -9,7 +9,7 @@ never creates, resizes or unlinks one, and never goes through ``multiprocessing`
 tracker (which unlinks what it tracks when the process exits). Unregistering drops the name at
 once; the mapping itself lives until the last view of it is gone (a request in flight keeps
 its views), so an unregister never pulls memory from under a running request. CUDA regions
-are ``inferd.kernel.dataplane.cuda_shared_memory``'s; this registry keeps their names and system
+are ``inferd.plugins.shared_memory.cuda``'s; this registry keeps their names and system
 names apart (one name, one region, of either kind, as in Triton) and routes a request's window to
 either (a CUDA window as the region's ``DeviceWindow``, or as bytes copied to the host).
 Statuses and messages are Triton's (``src/shared_memory_manager.cc``). A key that names one of
@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.kernel.dataplane.cuda_shared_memory import CudaRegion, CudaRegistry, refuse_without_gpus
-from inferd.kernel.runtime import link_memory, run_folder
+from inferd.kernel.sdk.cuda_memory import CudaRegion
+from inferd.kernel.sdk.shared_memory import SERVER_OBJECT_PREFIX
+from inferd.plugins.shared_memory.cuda import CudaRegistry, refuse_without_gpus
 from inferd.protocols.errors import ErrorCode, InferdError, InvalidArgument, NotFound
 from inferd.protocols.messages import (
     DeviceWindow,
@@ -45,13 +46,8 @@ SHM_ROOT = Path("/dev/shm")
 # What the server names the objects it creates itself, ``<prefix><pid>-...``: the process
 # link's segments and the run folder. A client that registered one could read or write the
 # tensors of other clients' requests as they cross between the server's processes.
-SERVER_PREFIXES = tuple(sorted({link_memory.PREFIX, run_folder.PREFIX}))
-_SERVER_OBJECT = re.compile(
-    "(?:" + "|".join(re.escape(prefix) for prefix in SERVER_PREFIXES) + ")[0-9]+-")
-_RESERVED = " or ".join(f"'{prefix}<number>-'" for prefix in SERVER_PREFIXES)
-# Triton's words (501 / UNIMPLEMENTED) for a register or unregister without --allow-client-shm.
-CLIENT_SHM_DISABLED = ("Client shared memory is disabled. Start the server with "
-                       "'--allow-client-shm=true' to enable.")
+_SERVER_OBJECT = re.compile(re.escape(SERVER_OBJECT_PREFIX) + "[0-9]+-")
+_RESERVED = f"'{SERVER_OBJECT_PREFIX}<number>-'"
 
 
 def names_server_object(key: str) -> bool:
@@ -295,10 +291,3 @@ def check_input_size(name: str, datatype: str, shape: tuple[int, ...], byte_size
             f"[request id: {request_id or '<id_unknown>'}] input byte size mismatch for input "
             f"'{name}' for model '{model}'. Expected {expected}, got {byte_size}")
 
-
-def output_too_small(name: str, byte_size: int, needed: int) -> InvalidArgument:
-    """An output of ``needed`` bytes asked in a window of ``byte_size``. Triton answers 500
-    here; the client chose the size, so it is a client error."""
-    return InvalidArgument(
-        f"shared memory size specified with the request for output '{name}' ({byte_size} "
-        f"bytes) should be at least {needed} bytes to hold the results")

@@ -1,26 +1,22 @@
-"""The CUDA half of the KServe shared-memory extension: regions of GPU memory a client shares.
-
-Owns the CUDA regions: opening a client's CUDA IPC handle (``cudaIpcOpenMemHandle`` on the
-device it names), refusing a region larger than the allocation behind the handle
-(``cuMemGetAddressRange``), the name -> region map and its status rows, the ``DeviceWindow``
-of a request's window (what a GPU executor is sent instead of the bytes: it opens the handle
-itself, ``inferd.kernel.actors.executor.device_memory``), and moving a window's bytes between the
-device and the host where the model runs elsewhere: an input is read into host memory with one copy,
-an output is written onto the device with one copy. Closing a handle waits for the last window of
-a request in flight (the region's finalizer runs when nothing holds it), so an unregister
-never pulls memory from under a running request; the finalizer then names the region to the
-executors that were sent its windows (``on_closed``), so they close theirs. Statuses and
-messages are Triton's
-(``src/shared_memory_manager.cc``, ``src/http_server.cc``).
+"""CUDA memory a client shares, as every process of the server reaches it: the CUDA runtime
+binding, a region opened from a client's IPC handle, and the window an output was written in.
 
 Every CUDA call goes through a ``CudaRuntime``: ``BindingsRuntime`` (NVIDIA's cuda-bindings,
-the ``cuda`` extra) where the server sees a GPU, none otherwise, and then a register is refused
-with Triton's message for a server without GPUs. A copy onto the device is complete when it
-returns: ``cudaMemcpy`` from pageable host memory may return before its DMA reaches the device,
-so the copy's stream is synchronized before the answer that tells a client (or another
-process) to read it is sent. Nothing touches CUDA before the first
-register, so a server that never sees a CUDA region never makes a CUDA context. Names are
-unique across system and CUDA regions; ``inferd.kernel.dataplane.system_shared_memory`` checks that.
+the ``cuda`` extra) where the process sees a GPU (``present_runtime``), none otherwise. A copy
+onto the device is complete when it returns: ``cudaMemcpy`` from pageable host memory may
+return before its DMA reaches the device, so the copy's stream is synchronized before the
+answer that tells a client (or another process) to read it is sent. Nothing here touches CUDA
+until a runtime's first call, so a process that never sees a CUDA region makes no context.
+
+A ``CudaRegion`` is one client region opened in the main process (by the shared-memory
+plugin, ``inferd.plugins.shared_memory``): its handle closes when nothing holds it any more
+(the registry, a request in flight), and its finalizer then names it to the executors that
+were sent its windows (``on_closed``), so they close theirs; ``live_region`` finds it by the
+serial a ``DeviceWindow`` carries (the scheduler's ``cuda_windows``). An executor opens the
+same handles itself (``inferd.kernel.actors.executor.device_memory``) and writes outputs in
+place (``written_window``, ``output_too_small``). Statuses and messages are Triton's
+(``src/shared_memory_manager.cc``). Imports only the standard library, numpy and
+``inferd.protocols``.
 """
 
 from __future__ import annotations
@@ -29,23 +25,26 @@ import ctypes
 import importlib.util
 import itertools
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
-from inferd.kernel.runtime.devices import visible_gpus
-from inferd.protocols.errors import Internal, InvalidArgument, NotFound
+from inferd.kernel.sdk.devices import visible_gpus
+from inferd.kernel.sdk.shared_memory import OnClosed
+from inferd.protocols.errors import Internal, InvalidArgument
 from inferd.protocols.messages import DeviceWindow
+
+__all__ = [
+    "DEFAULT_STREAM", "IPC_HANDLE_BYTES", "BindingsRuntime", "CudaCallFailed", "CudaRegion",
+    "CudaRuntime", "live_region", "output_too_small", "present_runtime",
+    "written_window",
+]
 
 IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 _serials = itertools.count(1)
 _live: weakref.WeakValueDictionary[int, CudaRegion] = weakref.WeakValueDictionary()
 
-OnClosed = Callable[[int, frozenset[str]], None]
-"""``on_closed(region serial, executors)``: a region's handle closed here; the executors
-that were sent its windows may close theirs."""
 
 
 class CudaCallFailed(Exception):
@@ -246,69 +245,14 @@ def live_region(serial: int) -> CudaRegion | None:
     return _live.get(serial)
 
 
-def refuse_without_gpus(name: str) -> InvalidArgument:
-    """What Triton built without GPUs answers a CUDA register."""
+def written_window(window: DeviceWindow, byte_size: int) -> DeviceWindow:
+    """The part of ``window`` an output of ``byte_size`` bytes was written in."""
+    return replace(window, byte_size=byte_size)
+
+
+def output_too_small(name: str, byte_size: int, needed: int) -> InvalidArgument:
+    """An output of ``needed`` bytes asked in a window of ``byte_size``. Triton answers 500
+    here; the client chose the size, so it is a client error."""
     return InvalidArgument(
-        f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
-    )
-
-
-class CudaRegistry:
-    """The CUDA regions by name. ``runtime`` is looked up at the first register (``None``:
-    no GPU here, and every register is refused)."""
-
-    def __init__(
-        self, runtime: Callable[[], CudaRuntime | None] = present_runtime
-    ) -> None:
-        self._find_runtime = runtime
-        self._runtime: CudaRuntime | None = None
-        self._looked = False
-        self.regions: dict[str, CudaRegion] = {}
-        self.on_closed: OnClosed | None = None  # the data plane's: it tells the executors
-
-    def runtime(self) -> CudaRuntime | None:
-        if not self._looked:
-            self._runtime, self._looked = self._find_runtime(), True
-        return self._runtime
-
-    def register(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
-        """Open ``handle`` on ``device_id``; the caller checked the name is free."""
-        runtime = self.runtime()
-        if runtime is None:
-            raise refuse_without_gpus(name)
-        if len(handle) != IPC_HANDLE_BYTES:
-            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-        if device_id < 0:
-            raise InvalidArgument("failed to register shared memory region: invalid args")
-        try:
-            pointer = runtime.open_ipc_handle(handle, device_id)
-        except CudaCallFailed:
-            # Triton logs CUDA's reason and tells the client no more than this.
-            raise InvalidArgument("failed to register shared memory region: invalid args") from None
-        region = CudaRegion(name, device_id, byte_size, pointer, runtime, handle,
-                            self.on_closed)
-        try:
-            size = runtime.allocation_size(pointer, device_id)
-        except CudaCallFailed:
-            size = -1
-        if byte_size > size:
-            region.close()
-            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
-        self.regions[name] = region
-
-    def unregister(self, name: str = "") -> None:
-        """Drop ``name`` (unknown: nothing happens), or every region; each handle closes when
-        the last request using it is done."""
-        for each in [name] if name else list(self.regions):
-            self.regions.pop(each, None)
-
-    def close(self) -> None:
-        for region in self.regions.values():
-            region.close()
-        self.regions.clear()
-
-    def region(self, name: str) -> CudaRegion:
-        region = self.regions.get(name)
-        if region is None:
-            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
-        return region
+        f"shared memory size specified with the request for output '{name}' ({byte_size} "
+        f"bytes) should be at least {needed} bytes to hold the results")

@@ -23,17 +23,14 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from inferd.kernel.actors.scheduler.cuda_windows import on_host
-from inferd.kernel.dataplane.cuda_shared_memory import (
-    BindingsRuntime,
-    CudaCallFailed,
-    CudaRegistry,
-    present_runtime,
-)
+from inferd.kernel.sdk.cuda_memory import BindingsRuntime, CudaCallFailed, present_runtime
+from inferd.plugins.shared_memory.cuda import CudaRegistry
+from inferd.plugins.shared_memory.provider import opener
 from inferd.kernel.dataplane.data_plane import DataPlane
 from inferd.kernel.runtime.addresses import SCHEDULER
 from inferd.kernel.runtime.router import Router
-from inferd.kernel.dataplane.system_shared_memory import SharedMemoryRegistry
-from inferd.kernel.runtime.devices import visible_gpus
+from inferd.plugins.shared_memory.system import SharedMemoryRegistry
+from inferd.kernel.sdk.devices import visible_gpus
 from inferd.protocols import kserve_grpc_admin, kserve_http_admin
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (
@@ -261,8 +258,8 @@ def register(name: str, handle_bytes: bytes, size: int, device: int = 0) -> Shar
 
 def test_register_status_and_unregister_one_or_all(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     first, _ = cuda.allocate(256)
     second, _ = cuda.allocate(512, device=1)
     assert isinstance(handle(dataplane, register("a", first, 256)), Ack)
@@ -282,8 +279,8 @@ def test_register_status_and_unregister_one_or_all(
 
 
 def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     allocation, _ = cuda.allocate(64)
     handle(dataplane, register("gpu", allocation, 64))
     handle(dataplane, SharedMemoryRegister("host", "/data", 64))
@@ -328,8 +325,8 @@ def test_tritons_statuses_and_messages(registry: SharedMemoryRegistry, cuda: Fak
 def test_inputs_are_read_and_outputs_written_on_the_device_with_one_copy_each(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
     scheduler = EchoScheduler()
-    dataplane = DataPlane(scheduler.router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(scheduler.router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     values = np.arange(16, dtype=np.float32)
     inputs, device_inputs = cuda.allocate(128)
     outputs, device_outputs = cuda.allocate(128)
@@ -377,8 +374,8 @@ def test_an_unregister_during_a_request_closes_the_handle_after_it(
         registry: SharedMemoryRegistry, cuda: FakeCuda) -> None:
     scheduler = EchoScheduler()
     scheduler.gate = anyio.Event()
-    dataplane = DataPlane(scheduler.router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(scheduler.router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     allocation, memory = cuda.allocate(64)
     handle(dataplane, register("out", allocation, 64))
     request = SharedMemoryInferRequest(
@@ -415,8 +412,8 @@ def test_without_a_gpu_every_register_is_refused_with_tritons_message(tmp_path: 
         looked.append(True)
 
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(no_gpu))
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     assert looked == []  # nothing is looked up (no CUDA context) before a CUDA request
     refused = error_of(dataplane, register("g", os.urandom(64), 64))
     assert (refused.code, refused.message) == (
@@ -458,8 +455,8 @@ def test_a_copy_onto_the_device_is_synchronized_before_it_returns() -> None:
 def test_an_output_written_on_the_device_is_there_when_the_reply_is(tmp_path: Path) -> None:
     bindings = CudaBindings()
     registry = SharedMemoryRegistry(tmp_path, CudaRegistry(lambda: bindings_runtime(bindings)))
-    dataplane = DataPlane(EchoScheduler().router, shared_memory=registry,
-                          allow_client_shm=True)
+    dataplane = DataPlane(EchoScheduler().router,
+                          shared_memory=opener(registry, allow_client_shm=True))
     allocation, memory = bindings.allocate(64)
     assert handle(dataplane, register("out", allocation, 64)) == Ack()
     request = SharedMemoryInferRequest(
