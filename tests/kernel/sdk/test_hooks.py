@@ -26,7 +26,7 @@ def test_every_hook_has_a_docstring_and_typed_parameters() -> None:
         "inferd_register_caches", "inferd_register_trace_sinks",
         "inferd_register_repository_storage", "inferd_register_control_state_stores",
         "inferd_register_commands", "inferd_register_repository_agents",
-        "inferd_register_control_policies"}
+        "inferd_register_control_policies", "inferd_register_shared_memory"}
     for hook in HOOKS:
         assert hook.__doc__ and len(hook.__doc__.strip()) > 40, hook.__name__
         parameters = inspect.signature(hook).parameters.values()
