@@ -83,6 +83,7 @@ from pathlib import Path
 
 from bench.common import serving
 from bench.performance import kserve as bench_kserve
+from bench.performance import perf_analyzer
 from bench.performance.grpc_floors import (
     KINDS,
     MODEL,
@@ -99,7 +100,8 @@ from bench.performance.grpc_report import (
     row_rate,
     versions,
 )
-from bench.performance.kserve import PerfAnalyzer, load_average, step
+from bench.performance.kserve import load_average
+from bench.performance.perf_analyzer import PerfAnalyzer, step
 
 ROOT = bench_kserve.ROOT
 GRPCLIB_FOLDER = ROOT / "bench" / ".peers" / "grpclib"
@@ -145,7 +147,7 @@ def setup_grpclib(skip: bool) -> str | None:
         command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                    "--target", str(GRPCLIB_FOLDER), GRPCLIB]
         try:
-            result = bench_kserve.run_shown(command, timeout=PIP_TIMEOUT_SECS)
+            result = perf_analyzer.run_shown(command, timeout=PIP_TIMEOUT_SECS)
         except subprocess.TimeoutExpired:
             step("pip timed out: grpclib not measured")
             return None
@@ -210,7 +212,7 @@ def measure_single(
     pids = [server.process.pid for server in servers]
     sampler, meter = ConnectionSampler(servers[0].ports["grpc"], pids), CpuMeter(pids)
     with sampler.sampling(), meter.metering():
-        measurement = bench_kserve.measure(tool, servers[0], "grpc", concurrency, args, folder)
+        measurement = perf_analyzer.measure(tool, servers[0], "grpc", concurrency, args, folder)
     return Row(option.name, str(concurrency), concurrency, (measurement,), sampler.describe(),
                server_cores=meter.server_cores, client_cores=meter.client_cores)
 
@@ -229,7 +231,7 @@ def measure_pair(
     pids = [server.process.pid for server in servers]
     sampler, meter = ConnectionSampler(servers[0].ports["grpc"], pids), CpuMeter(pids)
     with sampler.sampling(), meter.metering(), ThreadPoolExecutor(max_workers=2) as pool:
-        futures = [pool.submit(bench_kserve.run_perf_analyzer, tool, servers[0], "grpc",
+        futures = [pool.submit(perf_analyzer.run_perf_analyzer, tool, servers[0], "grpc",
                                concurrency, args.window_ms, pair_args, client_folder)
                    for client_folder in folders]
         measurements = tuple(future.result() for future in futures)
@@ -331,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     rows: list[Row] = []
     try:
-        tool = bench_kserve.setup_perf_analyzer(args.skip_setup)
+        tool = perf_analyzer.setup_perf_analyzer(args.skip_setup)
         grpclib_version = setup_grpclib(args.skip_setup) if "grpclib" in args.only else None
         chosen = [option for option in OPTIONS if option.name in args.only
                   and (option.name != "grpclib" or grpclib_version)]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.performance import kserve as bench_kserve
-from bench.performance.kserve import Measurement, number
+from bench.performance.kserve import number
+from bench.performance.perf_analyzer import Measurement
 
 BASELINE = "aio-protobuf"
 

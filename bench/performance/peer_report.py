@@ -11,7 +11,7 @@ import argparse
 
 from bench.performance import kserve as bench_kserve
 from bench.performance import server_cpu
-from bench.performance.kserve import Baseline, Measurement, number
+from bench.performance.kserve import Baseline, number
 from bench.performance.peer_setup import (
     IDENTITY,
     IDENTITY_SHM,
@@ -28,6 +28,7 @@ from bench.performance.peer_setup import (
     Point,
     chosen,
 )
+from bench.performance.perf_analyzer import Measurement
 
 
 def rate(measurement: Measurement | None) -> float | None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import onnxruntime
 
 from bench.performance import kserve as bench_kserve
-from bench.performance import server_cpu
-from bench.performance.kserve import step
+from bench.performance import perf_analyzer, server_cpu
+from bench.performance.perf_analyzer import step
 
 ROOT = bench_kserve.ROOT
 PEERS = ROOT / "bench" / ".peers"
@@ -103,8 +103,8 @@ def setup_triton(skip: bool) -> Triton:
     else:
         if not python.exists():
             step(f"creating venv {TRITON_VENV.relative_to(ROOT)}")
-            created = bench_kserve.run_shown([bench_kserve.base_python(), "-m", "venv",
-                                              str(TRITON_VENV)], timeout=300)
+            created = perf_analyzer.run_shown([perf_analyzer.base_python(), "-m", "venv",
+                                               str(TRITON_VENV)], timeout=300)
             if created.returncode != 0:
                 raise RuntimeError("could not create the Triton venv")
         check = [str(python), "-c", "import pytriton, onnxruntime, numpy"]
@@ -112,7 +112,7 @@ def setup_triton(skip: bool) -> Triton:
             # The same onnxruntime as inferd's, so both run the same kernels.
             pip = [str(python), "-m", "pip", "install", "--quiet", PYTRITON,
                    f"onnxruntime=={onnxruntime.__version__}", "numpy"]
-            if bench_kserve.run_shown(pip, timeout=PIP_TIMEOUT_SECS).returncode != 0:
+            if perf_analyzer.run_shown(pip, timeout=PIP_TIMEOUT_SECS).returncode != 0:
                 raise RuntimeError(f"pip could not install {PYTRITON} into the Triton venv")
         else:
             step(f"Triton venv present ({TRITON_VENV.relative_to(ROOT)})")

@@ -69,8 +69,8 @@ import onnxruntime
 
 from bench.common import serving
 from bench.performance import kserve as bench_kserve
-from bench.performance import server_cpu
-from bench.performance.kserve import Baseline, Measurement, PerfAnalyzer, load_average
+from bench.performance import perf_analyzer, server_cpu
+from bench.performance.kserve import Baseline, load_average
 from bench.performance.peer_report import (
     before_after_table,
     cpu_table,
@@ -107,6 +107,7 @@ from bench.performance.peer_setup import (
     generate_twins,
     setup_triton,
 )
+from bench.performance.perf_analyzer import Measurement, PerfAnalyzer
 
 # ------------------------------------------------------------------------------ measuring
 
@@ -147,7 +148,7 @@ def measure_point(
     place.mkdir(exist_ok=True)
     key = (server_label, point.key, protocol, concurrency)
     with metered(server, server_label, point.model) as cost:
-        results[key] = bench_kserve.measure(
+        results[key] = perf_analyzer.measure(
             tool, server, protocol, concurrency, args, place, model=point.model,
             extra=point.extra, prefix=args.client_prefix)
     if cost is not None:
@@ -334,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     try:
-        tool = bench_kserve.setup_perf_analyzer(args.skip_setup)
+        tool = perf_analyzer.setup_perf_analyzer(args.skip_setup)
         generate_bench_models()
         triton = None
         if "triton" in args.only:

@@ -45,6 +45,7 @@ import psutil
 
 from bench.common import replica_harness
 from bench.performance import kserve as bench_kserve
+from bench.performance import perf_analyzer
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"
@@ -173,19 +174,19 @@ Measure = Callable[[Any, str, int, Path], tuple[float | None, str | None]]
 
 
 def perf_analyzer_measure(args: argparse.Namespace) -> tuple[Measure, str]:
-    tool = bench_kserve.setup_perf_analyzer(args.skip_setup)
+    tool = perf_analyzer.setup_perf_analyzer(args.skip_setup)
 
     def measure(target: Any, protocol: str, concurrency: int,
                 folder: Path) -> tuple[float | None, str | None]:
-        result = bench_kserve.measure(tool, target, protocol, concurrency, args, folder,
-                                      model=MODEL)
+        result = perf_analyzer.measure(tool, target, protocol, concurrency, args, folder,
+                                       model=MODEL)
         if result.infer_per_s is None and result.unstable and len(result.windows) >= 3:
             # The windows never agreed within --stability (a busy shared machine): their
             # last three's mean, marked as such, says more than no number.
             last = result.windows[-3:]
             mean = sum(last) / len(last)
             print(f"  unstable: the last three windows' mean, {mean:,.0f} infer/s", flush=True)
-            return mean, f"unstable: {bench_kserve.spread(result.windows)}"
+            return mean, f"unstable: {perf_analyzer.spread(result.windows)}"
         return result.infer_per_s, result.problem
 
     return measure, f"perf_analyzer from {tool.version}"
