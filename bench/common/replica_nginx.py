@@ -33,9 +33,6 @@ NGINX_START_TIMEOUT_SECS = 15.0
 HEALTH_PATH = "/nginx-health"  # answered by nginx itself: it is up, whatever the replicas do
 
 
-# ------------------------------------------------------------------------------ nginx
-
-
 def nginx_executable() -> str | None:
     """Debian's nginx (``/usr/sbin`` is not on every PATH)."""
     return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")

@@ -18,9 +18,6 @@ import numpy as np
 REQUEST_TIMEOUT_SECS = 20.0  # one inference through nginx; past it the request failed
 
 
-# ------------------------------------------------------------------------------ load
-
-
 def simple_inputs() -> dict[str, np.ndarray]:
     """``simple``'s two INT32 [1, 16] inputs."""
     row = np.arange(16, dtype=np.int32).reshape(1, 16)

@@ -24,9 +24,6 @@ KINDS = ("aio-protobuf", "aio-raw", "aio-raw-asyncio", "aio-raw-ort", "aio-raw-n
          "sync-threads-1", "sync-threads-4", "grpclib")
 
 
-# ------------------------------------------------------------------------------ the floors
-
-
 def replies() -> dict[str, Any]:
     """The protobuf reply of each RPC perf_analyzer makes for ``simple``, as the floor's."""
     import numpy as np

@@ -86,9 +86,6 @@ class Triton:
     environment: dict[str, str]
 
 
-# ------------------------------------------------------------------------------ setup
-
-
 def triton_site_packages() -> Path:
     found = sorted((TRITON_VENV / "lib").glob("python3*/site-packages"))
     if not found:

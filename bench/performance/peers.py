@@ -185,7 +185,6 @@ def remove_leaked_regions(max_age_secs: float = 600.0) -> None:
             pass
 
 
-
 def measure_servers(
     tool: PerfAnalyzer, triton: Triton | None, args: argparse.Namespace, folder: Path,
 ) -> tuple[dict[Key, Measurement], Costs, dict[str, str]]:
@@ -248,7 +247,6 @@ def measure_in_process(args: argparse.Namespace) -> dict[tuple[str, int], Baseli
                   f"{baseline.calls_per_s * batch:,.0f} rows/s, p50 {baseline.p50_us:,.1f} µs "
                   "per call", flush=True)
     return baselines
-
 
 
 # ------------------------------------------------------------------------------ main

@@ -43,9 +43,6 @@ def tune(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.RCVHWM, 0)
 
 
-# ------------------------------------------------------------------------------ floor
-
-
 def serve_echo(endpoint: str, parent_pid: int) -> None:
     """The floor's child process: send every message straight back until the parent goes."""
     context = zmq.Context()

@@ -24,9 +24,6 @@ from bench.performance.wire_samples import (
 PATHS = ("floor", "kernel", "server")
 
 
-# ------------------------------------------------------------------------------ report
-
-
 def machine_facts() -> list[str]:
     def version(package: str) -> str:
         try:
