@@ -1,2 +1,3 @@
-"""What the bench packages share: starting servers (``serving``) and replicas behind nginx
-(``replica_harness``, which tests/e2e/test_replicas.py uses too)."""
+"""What the bench packages share: starting servers (``serving``), and replicas
+(``replica_harness``) behind a real nginx (``replica_nginx``) under a steady client load
+(``steady_load``), which tests/e2e/test_replicas.py uses too."""

@@ -33,7 +33,8 @@ The options:
 Each option is started as a subprocess of this script (``--serve KIND PORT``), waited for
 (bounded: its ``READY`` line, then ModelReady over gRPC) and stopped (SIGTERM, bounded, then
 SIGKILL) before the next one starts. Each point is one ``perf_analyzer`` run (the project's
-``bench.performance.kserve`` runs and parses it): a closed loop of C synchronous requests of batch 1,
+``bench.performance.kserve`` runs and parses it): a closed loop of C synchronous requests of
+batch 1,
 windows of ``--window-ms`` until the last three agree within ``--stability`` percent, at most
 ``--max-trials`` windows. Every option is measured at each ``--concurrency`` (1 and 8); the
 ``--pairs`` options also with two perf_analyzer clients of ``--pair-concurrency`` (4) each,
@@ -69,36 +70,45 @@ run, and run it twice.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib.metadata
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.common import serving
 from bench.performance import kserve as bench_kserve
-from bench.performance.kserve import Measurement, PerfAnalyzer, load_average, number, step
+from bench.performance import perf_analyzer
+from bench.performance.grpc_floors import (
+    KINDS,
+    MODEL,
+    READY,
+    serve,
+)
+from bench.performance.grpc_meters import (
+    ConnectionSampler,
+    CpuMeter,
+)
+from bench.performance.grpc_report import (
+    Row,
+    results_table,
+    row_rate,
+    versions,
+)
+from bench.performance.kserve import load_average
+from bench.performance.perf_analyzer import PerfAnalyzer, step
 
 ROOT = bench_kserve.ROOT
 GRPCLIB_FOLDER = ROOT / "bench" / ".peers" / "grpclib"
 GRPCLIB = "grpclib==0.4.9"
-SERVICE = "inference.GRPCInferenceService"
-MODEL = "simple"
-BASELINE = "aio-protobuf"
 START_TIMEOUT_SECS = 60.0
 STOP_TIMEOUT_SECS = 10.0
 PIP_TIMEOUT_SECS = 300.0
-SAMPLE_SECS = 0.25
-READY = "READY"
 # Each perf_analyzer run costs at most its windows plus its own start-up and warm-up.
 RUN_OVERHEAD_SECS = 8.0
 
@@ -121,220 +131,7 @@ OPTIONS = (
     Option("reuseport-2", "aio-raw", processes=2),
     Option("grpclib", "grpclib"),
 )
-KINDS = ("aio-protobuf", "aio-raw", "aio-raw-asyncio", "aio-raw-ort", "aio-raw-numpy",
-         "sync-threads-1", "sync-threads-4", "grpclib")
 DEFAULT_PAIRS = ("aio-raw", "reuseport-2")
-
-
-# ------------------------------------------------------------------------------ the floors
-
-
-def replies() -> dict[str, Any]:
-    """The protobuf reply of each RPC perf_analyzer makes for ``simple``, as the floor's."""
-    import numpy as np
-    from tritonclient.grpc import model_config_pb2 as mc
-    from tritonclient.grpc import service_pb2 as pb
-
-    data = np.arange(16, dtype=np.int32).tobytes()
-    pairs = (0, 1)
-    infer = pb.ModelInferResponse(
-        model_name=MODEL, model_version="1",
-        outputs=[pb.ModelInferResponse.InferOutputTensor(name=f"OUTPUT{i}", datatype="INT32",
-                                                         shape=[1, 16]) for i in pairs],
-        raw_output_contents=[data, data])
-    metadata = pb.ModelMetadataResponse(
-        name=MODEL, versions=["1"], platform="onnxruntime_onnx",
-        inputs=[pb.ModelMetadataResponse.TensorMetadata(name=f"INPUT{i}", datatype="INT32",
-                                                        shape=[-1, 16]) for i in pairs],
-        outputs=[pb.ModelMetadataResponse.TensorMetadata(name=f"OUTPUT{i}", datatype="INT32",
-                                                         shape=[-1, 16]) for i in pairs])
-    config = pb.ModelConfigResponse(config=mc.ModelConfig(
-        name=MODEL, platform="onnxruntime_onnx", max_batch_size=8,
-        input=[mc.ModelInput(name=f"INPUT{i}", data_type=mc.TYPE_INT32, dims=[16])
-               for i in pairs],
-        output=[mc.ModelOutput(name=f"OUTPUT{i}", data_type=mc.TYPE_INT32, dims=[16])
-                for i in pairs]))
-    return {
-        "ServerLive": pb.ServerLiveResponse(live=True),
-        "ServerReady": pb.ServerReadyResponse(ready=True),
-        "ModelReady": pb.ModelReadyResponse(ready=True),
-        "ServerMetadata": pb.ServerMetadataResponse(name="floor", version="0"),
-        "ModelMetadata": metadata,
-        "ModelConfig": config,
-        "ModelStatistics": pb.ModelStatisticsResponse(),
-        "ModelInfer": infer,
-    }
-
-
-def raw_replies() -> dict[str, bytes]:
-    return {name: reply.SerializeToString() for name, reply in replies().items()}
-
-
-def grpc_options(reuseport: bool) -> list[tuple[str, Any]]:
-    return [("grpc.so_reuseport", 1 if reuseport else 0)]
-
-
-def simple_run(kind: str) -> Callable[[], object]:
-    """One run of ``simple`` (two INT32[1,16] inputs, their sum and difference) the way
-    ``kind`` computes it: onnxruntime (``*-ort``), numpy (``*-numpy``) or not at all."""
-    import numpy as np
-
-    rows = np.arange(16, dtype=np.int32).reshape(1, 16)
-    if kind.endswith("-numpy"):
-        return lambda: (rows + rows, rows - rows)
-    if not kind.endswith("-ort"):
-        return lambda: None
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(ROOT / "model_repository" / MODEL / "1" / "model.onnx"),
-                                   options, providers=["CPUExecutionProvider"])
-    feeds = {"INPUT0": rows, "INPUT1": rows}
-    return lambda: session.run(None, feeds)
-
-
-def raw_handler(asynchronous: bool, run: Callable[[], object] = lambda: None) -> Any:
-    """A generic handler of the service whose methods take the request's bytes and return
-    prebuilt bytes: no (de)serializer, no protobuf object per message. ModelInfer calls
-    ``run`` first."""
-    import grpc
-
-    def method(name: str, reply: bytes) -> Any:
-        if asynchronous and name == "ModelInfer":
-            async def answer(request: bytes, context: Any) -> bytes:
-                run()
-                return reply
-        elif asynchronous:
-            async def answer(request: bytes, context: Any) -> bytes:
-                return reply
-        else:
-            def answer(request: bytes, context: Any) -> bytes:  # type: ignore[misc]
-                return reply
-        return grpc.unary_unary_rpc_method_handler(answer, request_deserializer=None,
-                                                   response_serializer=None)
-
-    handlers = {name: method(name, reply) for name, reply in raw_replies().items()}
-    return grpc.method_handlers_generic_handler(SERVICE, handlers)
-
-
-def announce(kind: str, port: int) -> None:
-    loop = type(asyncio.get_running_loop()).__module__ if kind != "sync" else "threads"
-    print(f"{READY} pid {os.getpid()} port {port} loop {loop}", flush=True)
-
-
-def bind(server: Any, port: int) -> None:
-    if server.add_insecure_port(f"127.0.0.1:{port}") != port:
-        raise RuntimeError(f"could not bind 127.0.0.1:{port}")
-
-
-async def serve_aio(kind: str, port: int, reuseport: bool) -> None:
-    import grpc
-    from tritonclient.grpc import service_pb2_grpc as svc
-
-    server = grpc.aio.server(options=grpc_options(reuseport))
-    if kind == "aio-protobuf":
-        protobuf = replies()
-
-        class Floor(svc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-            async def ServerLive(self, request: Any, context: Any) -> Any:
-                return protobuf["ServerLive"]
-
-            async def ServerReady(self, request: Any, context: Any) -> Any:
-                return protobuf["ServerReady"]
-
-            async def ModelReady(self, request: Any, context: Any) -> Any:
-                return protobuf["ModelReady"]
-
-            async def ServerMetadata(self, request: Any, context: Any) -> Any:
-                return protobuf["ServerMetadata"]
-
-            async def ModelMetadata(self, request: Any, context: Any) -> Any:
-                return protobuf["ModelMetadata"]
-
-            async def ModelConfig(self, request: Any, context: Any) -> Any:
-                return protobuf["ModelConfig"]
-
-            async def ModelStatistics(self, request: Any, context: Any) -> Any:
-                return protobuf["ModelStatistics"]
-
-            async def ModelInfer(self, request: Any, context: Any) -> Any:
-                return protobuf["ModelInfer"]
-
-        svc.add_GRPCInferenceServiceServicer_to_server(Floor(), server)
-    else:
-        server.add_generic_rpc_handlers((raw_handler(True, simple_run(kind)),))
-    bind(server, port)
-    await server.start()
-    announce(kind, port)
-    await server.wait_for_termination()
-
-
-def serve_threads(workers: int, port: int, reuseport: bool) -> None:
-    import grpc
-
-    server = grpc.server(ThreadPoolExecutor(max_workers=workers),
-                         options=grpc_options(reuseport))
-    server.add_generic_rpc_handlers((raw_handler(asynchronous=False),))
-    bind(server, port)
-    server.start()
-    announce("sync", port)
-    server.wait_for_termination()
-
-
-async def serve_grpclib(port: int, reuseport: bool) -> None:
-    from grpclib.const import Cardinality, Handler
-    from grpclib.encoding.base import CodecBase
-    from grpclib.server import Server, Stream
-
-    class RawCodec(CodecBase):  # type: ignore[misc]
-        """Messages are bytes both ways; content type application/grpc(+proto)."""
-
-        __content_subtype__ = "proto"
-
-        def encode(self, message: bytes, message_type: Any) -> bytes:
-            return message
-
-        def decode(self, data: bytes, message_type: Any) -> bytes:
-            return data
-
-    def method(reply: bytes) -> Callable[[Stream], Any]:
-        async def answer(stream: Stream) -> None:
-            await stream.recv_message()
-            await stream.send_message(reply)
-        return answer
-
-    class Service:
-        def __mapping__(self) -> dict[str, Handler]:
-            return {f"/{SERVICE}/{name}": Handler(method(reply), Cardinality.UNARY_UNARY,
-                                                  bytes, bytes)
-                    for name, reply in raw_replies().items()}
-
-    server = Server([Service()], codec=RawCodec())
-    await server.start("127.0.0.1", port, reuse_port=reuseport)
-    announce("grpclib", port)
-    await server.wait_closed()
-
-
-def event_loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop, as the floor and inferd serve use, except for ``*-asyncio``."""
-    if kind.endswith("-asyncio"):
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
-def serve(kind: str, port: int, reuseport: bool) -> None:
-    if kind.startswith("sync-threads-"):
-        serve_threads(int(kind.rsplit("-", 1)[1]), port, reuseport)
-        return
-    main = (serve_grpclib(port, reuseport) if kind == "grpclib"
-            else serve_aio(kind, port, reuseport))
-    with asyncio.Runner(loop_factory=event_loop_factory(kind)) as runner:
-        runner.run(main)
 
 
 # ------------------------------------------------------------------------------ setup
@@ -350,7 +147,7 @@ def setup_grpclib(skip: bool) -> str | None:
         command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                    "--target", str(GRPCLIB_FOLDER), GRPCLIB]
         try:
-            result = bench_kserve.run_shown(command, timeout=PIP_TIMEOUT_SECS)
+            result = perf_analyzer.run_shown(command, timeout=PIP_TIMEOUT_SECS)
         except subprocess.TimeoutExpired:
             step("pip timed out: grpclib not measured")
             return None
@@ -361,148 +158,7 @@ def setup_grpclib(skip: bool) -> str | None:
     return found[-1].name.removeprefix("grpclib-").removesuffix(".dist-info") if found else "?"
 
 
-# ------------------------------------------------------------------------------ connections
-
-
-def established(port: int, pids: Sequence[int]) -> tuple[int, list[int]]:
-    """Established TCP connections whose local port is ``port`` (the server's side of each),
-    and how many of them each of ``pids`` holds."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "01" and \
-                    int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    held = []
-    for pid in pids:
-        count = 0
-        try:
-            descriptors = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            descriptors = []
-        for descriptor in descriptors:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                count += 1
-        held.append(count)
-    return len(inodes), held
-
-
-@dataclass
-class ConnectionSampler:
-    """The most established connections to ``port`` seen while the block runs."""
-
-    port: int
-    pids: Sequence[int]
-    peak: int = 0
-    split: list[int] = field(default_factory=list)
-
-    @contextmanager
-    def sampling(self) -> Iterator[ConnectionSampler]:
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(SAMPLE_SECS):
-                total, held = established(self.port, self.pids)
-                if total > self.peak:
-                    self.peak, self.split = total, held
-
-        thread = threading.Thread(target=sample, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            done.set()
-            thread.join(5)
-
-    def describe(self) -> str:
-        if len(self.split) > 1:
-            return f"{self.peak} = {'+'.join(str(count) for count in self.split)}"
-        return str(self.peak)
-
-
-# ------------------------------------------------------------------------------ CPU
-
-
-def process_cpu_secs(pid: int) -> float:
-    """User and system time of a process, all its threads, so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu_secs() -> float:
-    """CPU time of this process's children that have been waited for: perf_analyzer."""
-    times = os.times()
-    return times.children_user + times.children_system
-
-
-@dataclass
-class CpuMeter:
-    """Cores the servers and perf_analyzer used while the block ran (wall-clock averages)."""
-
-    pids: Sequence[int]
-    server_cores: float = 0.0
-    client_cores: float = 0.0
-
-    @contextmanager
-    def metering(self) -> Iterator[CpuMeter]:
-        wall = time.monotonic()
-        server = sum(process_cpu_secs(pid) for pid in self.pids)
-        client = children_cpu_secs()
-        try:
-            yield self
-        finally:
-            elapsed = max(time.monotonic() - wall, 1e-9)
-            used = sum(process_cpu_secs(pid) for pid in self.pids) - server
-            self.server_cores = used / elapsed
-            self.client_cores = (children_cpu_secs() - client) / elapsed
-
-
 # ------------------------------------------------------------------------------ measuring
-
-
-@dataclass(frozen=True)
-class Row:
-    option: str
-    label: str  # "1", "8", "2×4"
-    total_concurrency: int
-    measurements: tuple[Measurement, ...]
-    connections: str
-    failure: str | None = None
-    server_cores: float = 0.0
-    client_cores: float = 0.0
-
-
-def rate(measurement: Measurement) -> float | None:
-    """infer/s, or the mean of the last three windows of a run that never settled."""
-    if measurement.infer_per_s is not None:
-        return measurement.infer_per_s
-    if measurement.unstable and len(measurement.windows) >= 3:
-        return sum(measurement.windows[-3:]) / 3
-    return None
-
-
-def row_rate(row: Row) -> float | None:
-    rates = [rate(measurement) for measurement in row.measurements]
-    if not rates or any(value is None for value in rates):
-        return None
-    return sum(value for value in rates if value is not None)
-
-
-def worst(values: Sequence[float | None]) -> float | None:
-    return None if not values or any(v is None for v in values) else max(
-        v for v in values if v is not None)
 
 
 def server_command(kind: str, port: int, reuseport: bool) -> list[str]:
@@ -556,7 +212,7 @@ def measure_single(
     pids = [server.process.pid for server in servers]
     sampler, meter = ConnectionSampler(servers[0].ports["grpc"], pids), CpuMeter(pids)
     with sampler.sampling(), meter.metering():
-        measurement = bench_kserve.measure(tool, servers[0], "grpc", concurrency, args, folder)
+        measurement = perf_analyzer.measure(tool, servers[0], "grpc", concurrency, args, folder)
     return Row(option.name, str(concurrency), concurrency, (measurement,), sampler.describe(),
                server_cores=meter.server_cores, client_cores=meter.client_cores)
 
@@ -575,7 +231,7 @@ def measure_pair(
     pids = [server.process.pid for server in servers]
     sampler, meter = ConnectionSampler(servers[0].ports["grpc"], pids), CpuMeter(pids)
     with sampler.sampling(), meter.metering(), ThreadPoolExecutor(max_workers=2) as pool:
-        futures = [pool.submit(bench_kserve.run_perf_analyzer, tool, servers[0], "grpc",
+        futures = [pool.submit(perf_analyzer.run_perf_analyzer, tool, servers[0], "grpc",
                                concurrency, args.window_ms, pair_args, client_folder)
                    for client_folder in folders]
         measurements = tuple(future.result() for future in futures)
@@ -619,48 +275,6 @@ def measure_option(
         print(f"  {option.name} failed: {error}", flush=True)
         rows.append(Row(option.name, "-", 0, (), "-", str(error).splitlines()[0]))
     return rows
-
-
-# ------------------------------------------------------------------------------ report
-
-
-def results_table(rows: Sequence[Row]) -> str:
-    baseline = {row.total_concurrency: row_rate(row) for row in rows
-                if row.option == BASELINE and len(row.measurements) == 1}
-    lines = []
-    for row in rows:
-        if row.failure:
-            lines.append([row.option, row.label, row.failure, *[""] * 8])
-            continue
-        value = row_rate(row)
-        settled = all(m.infer_per_s is not None for m in row.measurements)
-        if value is None:
-            cells = ["failed", "-", "-"]
-        elif settled:
-            cells = [number(value), number(worst([m.p50_us for m in row.measurements])),
-                     number(worst([m.p99_us for m in row.measurements]))]
-        else:
-            cells = [f"~{number(value)}", "-", "-"]
-        reference = baseline.get(row.total_concurrency)
-        ratio = "-" if value is None or not reference else f"{value / reference:.2f}"
-        cpu_us = "-" if not value else f"{row.server_cores / value * 1e6:.0f}"
-        wobble = " ".join(bench_kserve.window_wobble(m) for m in row.measurements)
-        lines.append([row.option, row.label, *cells, ratio, f"{row.server_cores:.2f}", cpu_us,
-                      f"{row.client_cores:.2f}", row.connections, wobble])
-    header = ["option", "c", "infer/s", "p50 µs", "p99 µs", f"×{BASELINE}", "srv cores",
-              "srv µs/inf", "pa cores", "conns", "windows"]
-    return bench_kserve.table(header, lines)
-
-
-def versions(grpclib_version: str | None) -> str:
-    def version(name: str) -> str:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return "-"
-
-    return (f"grpcio {version('grpcio')}, protobuf {version('protobuf')}, uvloop "
-            f"{version('uvloop')}, grpclib {grpclib_version or '-'}")
 
 
 # ------------------------------------------------------------------------------ main
@@ -719,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     rows: list[Row] = []
     try:
-        tool = bench_kserve.setup_perf_analyzer(args.skip_setup)
+        tool = perf_analyzer.setup_perf_analyzer(args.skip_setup)
         grpclib_version = setup_grpclib(args.skip_setup) if "grpclib" in args.only else None
         chosen = [option for option in OPTIONS if option.name in args.only
                   and (option.name != "grpclib" or grpclib_version)]

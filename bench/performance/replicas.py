@@ -3,8 +3,8 @@ asked directly (what the proxy costs).
 
 Three ``inferd serve`` replicas start over the example repository with only ``simple`` loaded
 (EXPLICIT mode, the server's default one intra-op thread), and three real nginx (Debian's,
-foreground, generated configs: ``bench/common/replica_harness.py``) in front of the first 1, 2 and 3
-of them, each balancing HTTP and gRPC. For each protocol and concurrency the load generator
+foreground, generated configs: ``bench/common/replica_nginx.py``) in front of the first 1, 2
+and 3 of them, each balancing HTTP and gRPC. For each protocol and concurrency the load generator
 measures, back to back, replica 0 directly (no nginx), then each nginx, so the machine's
 other load of the moment weighs on all four alike; ``--rounds`` repeats the whole sequence
 and the table shows the median. Replicas and nginx not measured in a row sit idle.
@@ -43,8 +43,9 @@ from typing import Any
 
 import psutil
 
-from bench.common import replica_harness
+from bench.common import replica_harness, replica_nginx, steady_load
 from bench.performance import kserve as bench_kserve
+from bench.performance import perf_analyzer
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"
@@ -173,19 +174,19 @@ Measure = Callable[[Any, str, int, Path], tuple[float | None, str | None]]
 
 
 def perf_analyzer_measure(args: argparse.Namespace) -> tuple[Measure, str]:
-    tool = bench_kserve.setup_perf_analyzer(args.skip_setup)
+    tool = perf_analyzer.setup_perf_analyzer(args.skip_setup)
 
     def measure(target: Any, protocol: str, concurrency: int,
                 folder: Path) -> tuple[float | None, str | None]:
-        result = bench_kserve.measure(tool, target, protocol, concurrency, args, folder,
-                                      model=MODEL)
+        result = perf_analyzer.measure(tool, target, protocol, concurrency, args, folder,
+                                       model=MODEL)
         if result.infer_per_s is None and result.unstable and len(result.windows) >= 3:
             # The windows never agreed within --stability (a busy shared machine): their
             # last three's mean, marked as such, says more than no number.
             last = result.windows[-3:]
             mean = sum(last) / len(last)
             print(f"  unstable: the last three windows' mean, {mean:,.0f} infer/s", flush=True)
-            return mean, f"unstable: {bench_kserve.spread(result.windows)}"
+            return mean, f"unstable: {perf_analyzer.spread(result.windows)}"
         return result.infer_per_s, result.problem
 
     return measure, f"perf_analyzer from {tool.version}"
@@ -195,8 +196,8 @@ def python_measure(args: argparse.Namespace) -> tuple[Measure, str]:
     def measure(target: Any, protocol: str, concurrency: int,
                 folder: Path) -> tuple[float | None, str | None]:
         workers = {"http_workers": 0, "grpc_workers": 0, f"{protocol}_workers": concurrency}
-        with replica_harness.SteadyLoad(target.address("http"), target.address("grpc"),
-                                        model=MODEL, **workers) as load:
+        with steady_load.SteadyLoad(target.address("http"), target.address("grpc"),
+                                    model=MODEL, **workers) as load:
             time.sleep(1.0)  # warm-up: connections made, first requests out of the way
             mark, start = load.counts(), time.monotonic()
             time.sleep(args.python_seconds)
@@ -240,12 +241,12 @@ def run(args: argparse.Namespace, measure: Measure, folder: Path) -> list[Row]:
     replicas = replica_harness.start_replicas(args.replicas, REPOSITORY, *flags,
                                               folder=folder / "replicas", model=MODEL)
     rows: list[Row] = []
-    proxies: list[replica_harness.Nginx] = []
+    proxies: list[replica_nginx.Nginx] = []
     try:
         progress("replicas ready: " + ", ".join(
             f"{r.index}: HTTP {r.http_url} gRPC {r.grpc_url}" for r in replicas))
         for count in range(1, args.replicas + 1):
-            proxies.append(replica_harness.start_nginx(
+            proxies.append(replica_nginx.start_nginx(
                 folder / f"nginx-{count}", replicas[:count], workers=args.nginx_workers,
                 statistics_from=0 if count > 1 else None))
             progress(f"nginx in front of {count} replica(s): HTTP {proxies[-1].http_url} "
@@ -342,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_arguments(argv)
     signal.signal(signal.SIGTERM, bench_kserve.exit_on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    if replica_harness.nginx_executable() is None:
+    if replica_nginx.nginx_executable() is None:
         print("nginx is not installed: apt-get install -y nginx", file=sys.stderr)
         return 2
     try:

@@ -4,8 +4,9 @@ through nginx; a config change in the shared repository reaches every replica (e
 its own port) with zero failed requests through nginx; then one replica is SIGKILLed and the
 clients see no failures beyond its in-flight requests while the other two carry the load.
 
-The harness (replicas on free ports, the nginx config and process, the load driver) is
-``bench/common/replica_harness.py``, shared with ``bench/performance/replicas.py``. The repository is one
+The harness (replicas on free ports: ``bench/common/replica_harness.py``; the nginx config and
+process: ``replica_nginx.py``; the load driver: ``steady_load.py``) is shared with
+``bench/performance/replicas.py``. The repository is one
 parameter: one bucket on the moto server of ``tests/conftest.py`` (``s3_repository``, the
 issue's setting), and a shared local folder (``local_repository``).
 """
@@ -23,7 +24,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from bench.common import replica_harness
+from bench.common import replica_harness, replica_nginx
+from bench.common.steady_load import SteadyLoad
 from tests.e2e.inferd_harness import EXAMPLE_REPOSITORY
 from tests.services import missing
 
@@ -86,8 +88,8 @@ def shared(request: pytest.FixtureRequest,
 @pytest.fixture(scope="module")
 def cluster(
     shared: SharedRepository, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[list[replica_harness.Replica], replica_harness.Nginx]]:
-    if replica_harness.nginx_executable() is None:
+) -> Iterator[tuple[list[replica_harness.Replica], replica_nginx.Nginx]]:
+    if replica_nginx.nginx_executable() is None:
         missing("nginx", "apt-get install nginx; .ci/run installs it")
     folder = tmp_path_factory.mktemp("replicas")
     flags = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"]
@@ -96,7 +98,7 @@ def cluster(
                                               model=MODEL, replica_flags=shared.replica_flags)
     nginx = None
     try:
-        nginx = replica_harness.start_nginx(folder / "nginx", replicas)
+        nginx = replica_nginx.start_nginx(folder / "nginx", replicas)
         yield replicas, nginx
     finally:
         if nginx is not None:
@@ -133,12 +135,12 @@ def max_batch_size(replica: replica_harness.Replica) -> int:
         client.close()
 
 
-def steady_load(nginx: replica_harness.Nginx) -> replica_harness.SteadyLoad:
-    return replica_harness.SteadyLoad(nginx.http_url, nginx.grpc_url, model=MODEL,
+def steady_load(nginx: replica_nginx.Nginx) -> SteadyLoad:
+    return SteadyLoad(nginx.http_url, nginx.grpc_url, model=MODEL,
                                       http_workers=HTTP_WORKERS, grpc_workers=GRPC_WORKERS)
 
 
-def wait_running(load: replica_harness.SteadyLoad) -> None:
+def wait_running(load: SteadyLoad) -> None:
     wait_for(lambda: min(load.counts().successes[p] for p in ("http", "grpc")) >= SETTLE_SUCCESSES
              or bool(load.counts().failures),
              "the load to run through nginx", lambda: load.counts().summary())
@@ -146,7 +148,7 @@ def wait_running(load: replica_harness.SteadyLoad) -> None:
 
 
 def test_a_config_change_reaches_every_replica_with_no_failed_request(
-    cluster: tuple[list[replica_harness.Replica], replica_harness.Nginx],
+    cluster: tuple[list[replica_harness.Replica], replica_nginx.Nginx],
     shared: SharedRepository,
 ) -> None:
     replicas, nginx = cluster
@@ -177,7 +179,7 @@ def test_a_config_change_reaches_every_replica_with_no_failed_request(
 
 
 def test_a_killed_replica_costs_at_most_its_in_flight_requests(
-    cluster: tuple[list[replica_harness.Replica], replica_harness.Nginx],
+    cluster: tuple[list[replica_harness.Replica], replica_nginx.Nginx],
 ) -> None:
     replicas, nginx = cluster
     victim, survivors = replicas[0], replicas[1:]

@@ -2,14 +2,16 @@
 
 One executor lives in each executor process (one per GPU, one per CPU pool, one per isolated
 backend), or inline in the main process when configured. It loads a model version through its
-backend (imported lazily here, never in the main process), creates the instances, warms them
-up, and reports the auto-completed config back to control. Each instance gets a slot
+backend (imported lazily, never in the main process; the load's steps are
+``inferd.kernel.actors.executor.version_load``), creates the instances, warms them up, and
+reports the auto-completed config back to control. Each instance gets a slot
 (``inferd.kernel.actors.executor.instance_slot``) that runs ``Instance.execute`` on a worker thread
 of its own, so an instance is never called concurrently while different instances run in parallel;
 an instance whose batches typically take less than a thread hand-off runs on the event loop
 instead, when its thread has nothing queued: for tiny models the hand-off is most of the round
 trip. It also carries an instance's own requests to the server (BLS ``infer`` and
-``infer_stream``, whose ``cancel()`` it passes on), runs the instances' own readiness checks
+``infer_stream``, whose ``cancel()`` it passes on:
+``inferd.kernel.actors.executor.bls_requests``), runs the instances' own readiness checks
 (``InstancesReadyRequest``), and keeps the CUDA shared memory the main process sends windows of
 (``inferd.kernel.actors.executor.device_memory``), closing a region when told. It knows nothing of
 queues, versions policy or routing.
@@ -20,12 +22,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from typing import Any
 import anyio
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from inferd.kernel.actors.executor.bls_stream import BlsStream
+from inferd.kernel.actors.executor.bls_requests import BlsRequests
 from inferd.kernel.actors.executor.device_memory import DeviceMemory
 from inferd.kernel.actors.executor.instance_ids import (
     incarnation_of,
@@ -51,50 +49,37 @@ from inferd.kernel.actors.executor.instance_slot import (
     execute_stream_batch,
 )
 from inferd.kernel.actors.executor.load_priority import BackgroundWorker
-from inferd.kernel.actors.executor.memory_return import (
-    Footprint,
-    ProcessMemory,
-    measured_load,
-    unloading,
-)
-from inferd.kernel.actors.executor.warmup import Execution, warm_up, warmup_samples
+from inferd.kernel.actors.executor.memory_return import ProcessMemory, unloading
+from inferd.kernel.actors.executor.version_load import Backends, LoadedVersion, load_version
 from inferd.kernel.modelconfig.sequence_plan import client_config, execution_config
 from inferd.kernel.observability.logs import LogSettings, configure_logging
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import INLINE_EXECUTOR, SCHEDULER
 from inferd.kernel.runtime.router import Router
-from inferd.kernel.sdk import log_context
 from inferd.kernel.sdk.backends import (
-    Backend,
     BackendRegistry,
     CancelledRequests,
     Instance,
-    Model,
     ModelContext,
 )
 from inferd.protocols.errors import (
     InferdError,
     Internal,
     NotFound,
-    Unavailable,
 )
 from inferd.protocols.messages import (
     Ack,
     ApplyLogSettings,
     BatchResult,
-    CancelRemoteStream,
     CancelRequests,
     CloseDeviceRegions,
     Envelope,
-    Failure,
     InferBatch,
-    InferRequest,
     InferResponse,
     InstancesReady,
     InstancesReadyRequest,
     LoadVersion,
     Message,
-    RemoteStreamRequest,
     Shutdown,
     StreamBatch,
     StreamParts,
@@ -106,38 +91,24 @@ from inferd.protocols.messages import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class _LoadedVersion:
-    name: str
-    version: int
-    model: Model
-    instance_ids: tuple[int, ...]
-    footprint: Footprint
-
-
 class ExecutorActor(Actor):
     def __init__(
         self, router: Router, address: str, backends: BackendRegistry, options: dict[str, Any],
         device_memory: DeviceMemory | None = None, incarnation: int | None = None,
     ) -> None:
         super().__init__(router, address)
-        self._specs = backends
+        self._backends = Backends(backends)
         self._options = options
-        self._backends: dict[str, Backend] = {}
-        self._loads: dict[int, _LoadedVersion] = {}
+        self._loads: dict[int, LoadedVersion] = {}
         self._instances: dict[int, InstanceSlot] = {}
         # Ids unique over this name's processes: a batch for an earlier one's is refused.
         self._incarnation = process_incarnation() if incarnation is None else incarnation
         self._instance_numbers = itertools.count(1)
-        self._backend_lock = threading.Lock()  # loads run in threads, possibly two at once
         self.stopped = anyio.Event()
         # Loads yield the CPU to inference, except in the server's own process: there the
         # loop that serves every frontend shares the GIL with them.
         self._background = BackgroundWorker(lower=address != INLINE_EXECUTOR)
-        self._stream_tokens = itertools.count(1)
-        # BLS streams waiting for their responses, by token (queues read by instance threads).
-        self._bls_streams: dict[
-            int, queue.Queue[tuple[InferResponse | InferdError | None, bool]]] = {}
+        self._bls = BlsRequests(router, address)
         # The batches run off the loop, by (sender, ask id): which of their requests the
         # scheduler said were cancelled (CancelRequests), for their instance to see.
         self._cancelled: dict[tuple[str, int], CancelledRequests] = {}
@@ -166,34 +137,10 @@ class ExecutorActor(Actor):
     async def on_stop(self) -> None:
         for load_id in list(self._loads):
             await self._unload(load_id)
-        for backend in self._backends.values():
-            backend.close()
-        self._backends.clear()
+        self._backends.close()
         self._background.close()
 
     # ------------------------------------------------------------------ loading
-
-    def _backend(self, name: str) -> Backend:
-        with self._backend_lock:
-            return self._backend_locked(name)
-
-    def _backend_locked(self, name: str) -> Backend:
-        backend = self._backends.get(name)
-        if backend is None:
-            spec = self._specs.get(name)
-            if spec is None:
-                known = ", ".join(self._specs.names()) or "none"
-                raise Unavailable(
-                    f"backend '{name}' is not installed in this server (installed: {known})"
-                )
-            try:
-                backend = spec.load_class()()
-            except ImportError as error:
-                raise Unavailable(
-                    f"backend '{name}' cannot be used on this machine: {error}"
-                ) from error
-            self._backends[name] = backend
-        return backend
 
     async def on_load_version(self, message: LoadVersion, envelope: Envelope) -> VersionLoaded:
         config = ModelConfig()
@@ -206,122 +153,34 @@ class ExecutorActor(Actor):
             config=execution_config(config),
             auto_complete=message.auto_complete,
             options={**self._options, **message.options},
-            infer=self._infer_function(asyncio.get_running_loop()),
-            infer_stream=self._infer_stream_function(asyncio.get_running_loop()),
+            infer=self._bls.infer_function(asyncio.get_running_loop()),
+            infer_stream=self._bls.infer_stream_function(asyncio.get_running_loop()),
         )
-
-        footprint: list[Footprint] = []
-
-        def load() -> tuple[Model, list[Instance], list[Execution]]:
-            with log_context.bound(message.model, message.version):  # the load's lines name it
-                before = self._memory.reading()
-                loaded = load_model()
-                footprint.append(measured_load(message.model, message.version, before,
-                                               self._memory.reading()))
-                return loaded
-
-        def load_model() -> tuple[Model, list[Instance], list[Execution]]:
-            started = time.perf_counter()
-            model = self._backend(message.backend).load_model(context)
-            instances = [model.create_instance(i) for i in range(message.instance_count)]
-            samples = warmup_samples(model.config, message.version, Path(message.path))
-            executions: list[Execution] = []
-            if samples:
-                try:
-                    executions = warm_up(instances, samples, model.config)
-                except BaseException:
-                    for instance in instances:
-                        instance.close()
-                    model.unload()
-                    raise
-                log.info("warmed up %s version %d with %d sample(s)", message.model,
-                         message.version, len(samples))
-            log.info("loaded %s version %d (%d instance%s) in %.2f s", message.model,
-                     message.version, len(instances), "" if len(instances) == 1 else "s",
-                     time.perf_counter() - started)
-            return model, instances, executions
-
         try:
-            model, instances, executions = await self._background.run(load)
+            loaded = await self._background.run(
+                partial(load_version, self._backends, message, context, self._memory))
         except InferdError:
             raise
         except Exception as error:  # a backend exception is the load's reason, verbatim
             raise Internal(f"{type(error).__name__}: {error}") from error
         ids = tuple(new_instance_id(self._incarnation, next(self._instance_numbers))
-                    for _ in instances)
+                    for _ in loaded.instances)
         # In the server's own process a batch run on the loop holds back the requests that
         # would join the next batch: a model whose batches can grow runs on its threads.
         batches_grow = config.HasField("dynamic_batching") or config.HasField(
             "sequence_batching")
         loop_allowed = not (self.address == INLINE_EXECUTOR and batches_grow)
-        for instance_id, instance in zip(ids, instances, strict=True):
+        for instance_id, instance in zip(ids, loaded.instances, strict=True):
             thread = ThreadPoolExecutor(
                 1, thread_name_prefix=f"{message.model}-{number_of(instance_id)}")
             self._instances[instance_id] = InstanceSlot(instance, thread, message.load_id,
                                                         loop_allowed=loop_allowed,
                                                         device_memory=self.device_memory)
-        self._loads[message.load_id] = _LoadedVersion(message.model, message.version, model, ids,
-                                                      footprint[0])
-        served = client_config(model.config, config)
+        self._loads[message.load_id] = LoadedVersion(message.model, message.version,
+                                                     loaded.model, ids, loaded.footprint)
+        served = client_config(loaded.model.config, config)
         return VersionLoaded(served.SerializeToString(), ids, self.address,
-                             warmup=tuple(executions))
-
-    def _infer_function(
-        self, loop: asyncio.AbstractEventLoop
-    ) -> Callable[[InferRequest, float | None], InferResponse]:
-        """``ModelContext.infer``: a request from an instance thread, sent to the scheduler
-        (in the main process; from an executor process, through the uplink) on ``loop``."""
-
-        def infer(request: InferRequest, timeout: float | None = None) -> InferResponse:
-            try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:  # it would wait forever on the loop it blocks
-                raise Internal("a request to the server cannot be sent from the executor's loop")
-            ask = self.router.ask(SCHEDULER, request, timeout=timeout)
-            try:
-                future = asyncio.run_coroutine_threadsafe(ask, loop)
-            except RuntimeError as error:  # the loop is closed: the executor is going
-                ask.close()
-                raise Unavailable(f"the executor is shutting down: {error}") from None
-            reply = future.result()
-            if not isinstance(reply, InferResponse):
-                raise Internal(f"the scheduler answered {type(reply).__name__} to a request")
-            return reply
-
-        return infer
-
-    def _infer_stream_function(
-        self, loop: asyncio.AbstractEventLoop
-    ) -> Callable[[InferRequest, float | None], Iterator[InferResponse | InferdError]]:
-        """``ModelContext.infer_stream``: the scheduler streams the responses back to this
-        actor as ``StreamParts`` (``on_stream_parts``), handed to the waiting thread."""
-
-        def infer_stream(request: InferRequest, timeout: float | None = None) -> BlsStream:
-            token = next(self._stream_tokens)
-            stream = BlsStream(
-                timeout,
-                send_cancel=partial(self._tell_from_thread, loop,
-                                    CancelRemoteStream(token, self.address)),
-                close=partial(self._bls_streams.pop, token, None))
-            self._bls_streams[token] = stream.parts
-            message = RemoteStreamRequest(request, token, self.address)
-            try:
-                loop.call_soon_threadsafe(self.router.tell, SCHEDULER, message)
-            except RuntimeError as error:  # the loop is closed: the executor is going
-                del self._bls_streams[token]
-                raise Unavailable(f"the executor is shutting down: {error}") from None
-            return stream
-
-        return infer_stream
-
-    def _tell_from_thread(self, loop: asyncio.AbstractEventLoop, message: CancelRemoteStream
-                          ) -> None:
-        try:
-            loop.call_soon_threadsafe(self.router.tell, SCHEDULER, message)
-        except RuntimeError:
-            pass  # the loop is closed: the executor, and its streams, are going
+                             warmup=tuple(loaded.executions))
 
     async def on_instances_ready_request(self, message: InstancesReadyRequest,
                                          envelope: Envelope) -> InstancesReady:
@@ -352,13 +211,7 @@ class ExecutorActor(Actor):
 
     async def on_stream_parts(self, message: StreamParts, envelope: Envelope) -> None:
         """Responses of this executor's BLS streams (``infer_stream``)."""
-        for token, result, final in zip(message.tokens, message.results, message.finals,
-                                        strict=True):
-            parts = self._bls_streams.get(token)
-            if parts is not None:
-                answer = (InferdError.from_code(result.code, result.message)
-                          if isinstance(result, Failure) else result)
-                parts.put((answer, final))
+        self._bls.deliver(message)
 
     async def on_close_device_regions(self, message: CloseDeviceRegions,
                                       envelope: Envelope) -> None:
