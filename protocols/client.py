@@ -28,7 +28,7 @@ import zmq
 import zmq.asyncio
 
 from inferd.protocols import client_calls as calls
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.client_calls import Call, InferResult, Inputs, client_id, reply_of
 from inferd.protocols.errors import ActorGone, DeadlineExceeded, InferdError
 from inferd.protocols.messages import (

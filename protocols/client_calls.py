@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.errors import InferdError, Internal, NotFound
 from inferd.protocols.messages import (
     Ack,

@@ -8,7 +8,7 @@ that holds the memory it also carries ``owner``, the object that keeps the memor
 main process's registered region, an executor's opened IPC handle), and, in an executor,
 ``pointer``, the device address of the window's first byte. A reshape keeps all three (a slice
 would too, wrongly: none is ever taken). On the kernel wire such a tensor travels as its window
-(``inferd.protocols.wire``), never as bytes. Whatever needs the values on the host copies them
+(``inferd.protocols.wire.codec``), never as bytes. Whatever needs the values on the host copies them
 from the device first (``inferd.kernel.actors.scheduler.cuda_windows``,
 ``inferd.kernel.actors.executor.device_memory``). Pure: no CUDA, no I/O.
 """

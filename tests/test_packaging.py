@@ -31,7 +31,7 @@ def test_the_gpu_machines_pure_python_install_has_the_plugins_and_the_data(
 
     subprocess.run([sys.executable, "-m", "bench.gpu.install_tree", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True, timeout=60)
-    assert (tmp_path / "inferd" / "protocols" / "openapi.json").is_file()
+    assert (tmp_path / "inferd" / "protocols" / "kserve_http" / "openapi.json").is_file()
     assert not list(tmp_path.rglob("__pycache__"))
     probe = (
         "import importlib.metadata as m, inferd.kernel.cli.main as cli;"

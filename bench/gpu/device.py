@@ -198,7 +198,7 @@ def in_place(world: World, repository: Path) -> str:
     server (after ``cuda_shm``): ``executor/gpu0`` opened the client's regions itself (its
     log line), so its requests reached the model as device memory. Without a GPU: a batch for
     a GPU instance carries its windows and not one byte of tensor data on the kernel wire."""
-    from inferd.protocols import wire
+    from inferd.protocols.wire import codec as wire
     from inferd.protocols.device_tensors import device_tensor, window_of
     from inferd.protocols.messages import (
         DeviceWindow,

@@ -42,7 +42,7 @@ def _simple_tensors() -> tuple[Any, Any]:
 
 
 def _http_steps() -> dict[str, Step]:
-    from inferd.protocols import kserve_http
+    from inferd.protocols.kserve_http import infer as kserve_http
     from inferd.protocols.messages import InferResponse
 
     first, second = _simple_tensors()
@@ -69,7 +69,7 @@ def _http_steps() -> dict[str, Step]:
 def _grpc_steps() -> dict[str, Step]:
     from tritonclient.grpc import service_pb2
 
-    from inferd.protocols import kserve_grpc, kserve_grpc_wire
+    from inferd.protocols.kserve_grpc import infer as kserve_grpc, framing as kserve_grpc_wire
     from inferd.protocols.messages import InferResponse
 
     first, second = _simple_tensors()
@@ -94,7 +94,7 @@ def _grpc_steps() -> dict[str, Step]:
 
 
 def _wire_steps() -> dict[str, Step]:
-    from inferd.protocols import wire
+    from inferd.protocols.wire import codec as wire
     from inferd.protocols.messages import (
         BatchResult,
         Envelope,

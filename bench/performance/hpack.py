@@ -34,7 +34,7 @@ BLOCK = 256 * 2**10
 
 
 def _huffman_encode(data: bytes) -> bytes:
-    from inferd.protocols.huffman import CODES as _HUFFMAN_CODES
+    from inferd.protocols.http2.huffman import CODES as _HUFFMAN_CODES
 
     bits = 0
     count = 0
@@ -48,7 +48,7 @@ def _huffman_encode(data: bytes) -> bytes:
 
 
 def _long_code_octets(size: int) -> bytes:
-    from inferd.protocols.huffman import CODES as _HUFFMAN_CODES
+    from inferd.protocols.http2.huffman import CODES as _HUFFMAN_CODES
 
     slow = [symbol for symbol, (_, length) in enumerate(_HUFFMAN_CODES[:256]) if length >= 28]
     generator = random.Random(7541)
@@ -57,7 +57,7 @@ def _long_code_octets(size: int) -> bytes:
 
 def _steps() -> dict[str, tuple[Step, int]]:
     """Each row's step and the octets of input it decodes per call."""
-    from inferd.protocols.hpack import HeaderDecoder, encode_int, huffman_decode
+    from inferd.protocols.http2.hpack import HeaderDecoder, encode_int, huffman_decode
 
     request_values = [_huffman_encode(value) for value in (
         b"/inference.GRPCInferenceService/ModelInfer", b"localhost:8001",

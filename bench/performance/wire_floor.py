@@ -29,7 +29,7 @@ from bench.performance.wire_samples import (
     progress,
     tensor_of,
 )
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.messages import (
     Envelope,
 )

@@ -1,7 +1,8 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the request decoders: the kernel wire codec
-(``protocols/wire.py``), the KServe HTTP JSON/binary codec (``protocols/kserve_http.py``,
-``kserve_http_admin.py``) and the gRPC framing and conversion (``protocols/kserve_grpc_wire.py``,
-``kserve_grpc.py``, ``kserve_grpc_inputs.py``).
+(``protocols/wire/codec.py``), the KServe HTTP JSON/binary codec
+(``protocols/kserve_http/infer.py``, ``protocols/kserve_http/admin.py``) and the gRPC framing and
+conversion (``protocols/kserve_grpc/framing.py``, ``protocols/kserve_grpc/infer.py``,
+``protocols/kserve_grpc/inputs.py``).
 
 Each input's first byte picks the decoder; the rest becomes its frames, or its body and the
 header length, or its message bytes. Anything but ``InvalidArgument`` (``Unsupported`` for a
@@ -23,11 +24,11 @@ from collections import Counter
 import atheris
 
 with atheris.instrument_imports():
-    from inferd.protocols import kserve_grpc as grpc_convert
-    from inferd.protocols import kserve_grpc_wire as grpc_wire
-    from inferd.protocols import kserve_http as http_codec
-    from inferd.protocols import kserve_http_admin as admin
-    from inferd.protocols import wire
+    from inferd.protocols.kserve_grpc import infer as grpc_convert
+    from inferd.protocols.kserve_grpc import framing as grpc_wire
+    from inferd.protocols.kserve_http import infer as http_codec
+    from inferd.protocols.kserve_http import admin
+    from inferd.protocols.wire import codec as wire
     from inferd.protocols.errors import InvalidArgument, Unsupported
 
 LIMIT = 1 << 16

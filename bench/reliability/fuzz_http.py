@@ -1,4 +1,4 @@
-"""Fuzz inferd's HTTP API from its OpenAPI description (``protocols/openapi.json``) with
+"""Fuzz inferd's HTTP API from its OpenAPI description (``protocols/kserve_http/openapi.json``) with
 schemathesis, against a live server, and print the cases tried and failures found.
 
 Every operation of the description gets up to ``--max-examples`` generated requests that fit
@@ -42,7 +42,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-DESCRIPTION = ROOT / "protocols" / "openapi.json"
+DESCRIPTION = ROOT / "protocols" / "kserve_http" / "openapi.json"
 # Documented answers that are no fault of the server: unsupported (CUDA shared memory) and
 # unavailable (a model not ready, a poll outside POLL mode, a queue full).
 EXPECTED_5XX = frozenset({501, 503})

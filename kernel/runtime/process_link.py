@@ -3,8 +3,8 @@
 Owns the socket and the peers on it. The main process binds a ROUTER (the hub); each executor
 process connects a DEALER (its uplink) whose routing id is its address, so an envelope the
 router cannot deliver in its own process crosses here, and what arrives is handed back to the
-router. It encodes and decodes with the pure codec of ``inferd.protocols.wire`` (its dense link
-form: one frame per message unless a tensor is large), batches what it sends: every envelope
+router. It encodes and decodes with the pure codec of ``inferd.protocols.wire.codec`` (its dense
+link form: one frame per message unless a tensor is large), batches what it sends: every envelope
 for a peer queued in one turn of the event loop leaves as one multipart message at its end, so
 a burst of requests (or of their replies) costs ZeroMQ one message and one wake-up of each side
 instead of one each, and moves large
@@ -28,7 +28,7 @@ import zmq
 
 from inferd.kernel.runtime import link_memory
 from inferd.kernel.sdk.loop_socket import LoopSocket
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import Envelope, ExecutorHello, ReleaseSegments
 

@@ -70,7 +70,7 @@ class ZmqConnection:
         return list(self._client.statistics(model, version))
 
     def catalog(self, labels: Sequence[tuple[str, str]], task: str) -> list[dict[str, Any]]:
-        from inferd.protocols.kserve_http_admin import catalog_document
+        from inferd.protocols.kserve_http.admin import catalog_document
         from inferd.protocols.messages import Catalog
 
         entries = self._client.catalog(dict(labels), task)

@@ -2,7 +2,7 @@
 
 A message is a frozen, slotted dataclass whose fields hold only wire-safe values: ``None``,
 ``bool``, ``int``, ``float``, ``str``, ``bytes``, tuples of those, ``dict`` with ``str`` keys,
-``Tensor`` and other messages. The codec in ``inferd.protocols.wire`` encodes any of them
+``Tensor`` and other messages. The codec in ``inferd.protocols.wire.codec`` encodes any of them
 without knowing the kind; the kind's name is its class name. ``Envelope`` carries a message
 between actors with its routing header. The kinds are defined by area in the submodules
 (``base``: tensors, the envelope and the replies any ask may get; ``dataplane``: what

@@ -8,7 +8,7 @@ sampled in a thread; and ``GoodClient``, a tritonclient.grpc client calling ``si
 loop, counting the calls it completes.
 
 It starts no server and asserts nothing: the tests do, from the numbers these return. Frames
-are built with inferd.protocols.http2's helpers, header blocks here (literals only, so no
+are built with inferd.protocols.http2.connection's helpers, header blocks here (literals only, so no
 block depends on an earlier one) with the hpack package's Huffman code where one is wanted.
 """
 
@@ -29,8 +29,8 @@ from hpack import Decoder
 from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
-from inferd.protocols import http2
-from inferd.protocols.hpack import encode_int
+from inferd.protocols.http2 import connection as http2
+from inferd.protocols.http2.hpack import encode_int
 
 SERVICE = "/inference.GRPCInferenceService/"
 # A socket operation waits at most this long, so that sending and reading threads notice a

@@ -25,8 +25,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from inferd.protocols import http2
-from inferd.protocols.hpack import encode_int
+from inferd.protocols.http2 import connection as http2
+from inferd.protocols.http2.hpack import encode_int
 from tests.e2e import h2_attacks as h2a
 from tests.e2e.h2_attacks import Attacker, GoodClient, Received, RssSampler
 from tests.e2e.inferd_harness import WAIT_SECS, InferdHarness, ServerHandle

@@ -24,7 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.protocols import http2
+from inferd.protocols.http2 import connection as http2
 from tests.e2e.inferd_harness import InferdHarness, ServerHandle, wait_for
 
 IMPLEMENTATIONS = ["loop", "grpcio"]

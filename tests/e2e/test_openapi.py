@@ -1,5 +1,5 @@
-"""The OpenAPI description (protocols/openapi.json) against a live server: the server serves
-it, a sample of real requests (one or more per API group, valid and invalid) get responses
+"""The OpenAPI description (protocols/kserve_http/openapi.json) against a live server: the server
+serves it, a sample of real requests (one or more per API group, valid and invalid) get responses
 that validate against it, and a bounded schemathesis run (bench/reliability/fuzz_http.py with small
 numbers) finds no 5xx, no undocumented status or content type, no body off its schema, and
 leaves the server serving. The repository is bench/reliability/repository.py's: two onnx

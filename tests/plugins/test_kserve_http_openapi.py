@@ -1,5 +1,5 @@
-"""The OpenAPI description (protocols/openapi.json) against the KServe HTTP frontend's route
-table, without a server: every form of every route is documented with the same methods, and
+"""The OpenAPI description (protocols/kserve_http/openapi.json) against the KServe HTTP frontend's
+route table, without a server: every form of every route is documented with the same methods, and
 every documented path is a route with exactly the documented methods (first match wins, as
 the frontend routes). Live responses are validated in tests/e2e/test_openapi.py.
 """
@@ -15,7 +15,8 @@ import pytest
 
 from inferd.plugins.frontends.kserve_http import routes
 
-DESCRIPTION = Path(routes.__file__).resolve().parents[3] / "protocols" / "openapi.json"
+DESCRIPTION = Path(
+    routes.__file__).resolve().parents[3] / "protocols" / "kserve_http" / "openapi.json"
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 # The value a concrete path gets for each capture group or bare segment of a route pattern.
 SAMPLES = {"([^/]+)": "m1", "([0-9]+)": "7", "(live|ready)": None, "(system|cuda)": None,

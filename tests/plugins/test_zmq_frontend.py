@@ -18,7 +18,7 @@ from inferd.kernel.sdk.frontends import FrontendRegistry
 from inferd.kernel.settings import Settings
 from inferd.plugins.frontends.zmq import inferd_register_frontends
 from inferd.plugins.frontends.zmq.frontend import ZmqFrontend
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.client import AsyncClient
 from inferd.protocols.errors import ErrorCode, NotFound
 from inferd.protocols.messages import (

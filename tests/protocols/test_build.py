@@ -29,7 +29,8 @@ import importlib.abc, json, sys
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
 sys.path_importer_cache.clear()
 sys.path.insert(0, sys.argv[1])
-from inferd.protocols import build, tensors, wire
+from inferd.protocols import build, tensors
+from inferd.protocols.wire import codec as wire
 print(json.dumps({"describe": build.describe(), "fell_back": build.fell_back(),
                   "tensors": tensors.__file__, "wire": wire.__file__,
                   "edited": getattr(tensors, "EDITED", False)}))
@@ -61,11 +62,11 @@ def _setup_pys_modules() -> set[str]:
 
 def test_describe_names_the_build_that_runs() -> None:
     running = build.install()
-    from inferd.protocols import wire
+    from inferd.protocols.wire import codec as wire
 
     if running.compiled:
         assert build.describe() == f"compiled with mypyc ({len(running.compiled)} modules)"
-        assert "inferd.protocols.wire" in running.compiled
+        assert "inferd.protocols.wire.codec" in running.compiled
         assert all(not path.endswith(".py") for path in _compiled_files())
     else:
         assert build.describe() == f"pure Python ({running.reason})"
@@ -105,7 +106,7 @@ def test_inferd_compile_0_runs_the_sources(tmp_path: Path) -> None:
     seen = _probe(packages, INFERD_COMPILE="0")
     assert seen["describe"] == "pure Python (INFERD_COMPILE=0)"
     assert seen["fell_back"] is False  # asked for: the start-up line is no warning
-    assert str(seen["wire"]).endswith("wire.py")
+    assert str(seen["wire"]).endswith("codec.py")
 
 
 def test_a_build_made_with_inferd_compile_0_is_no_fallback(tmp_path: Path) -> None:
@@ -133,7 +134,7 @@ def test_an_edited_source_is_not_shadowed_by_its_compiled_module(tmp_path: Path)
     assert after["edited"] is True
     assert str(after["tensors"]).endswith("tensors.py")
     # The rest of the compiled group runs as source too: its modules call each other natively.
-    assert str(after["wire"]).endswith("wire.py")
+    assert str(after["wire"]).endswith("codec.py")
     _needs_the_compiled_build()
     assert after["describe"] == (
         "pure Python (inferd.protocols.tensors changed since it was compiled; "
@@ -148,7 +149,7 @@ def test_an_extension_the_build_did_not_make_never_loads(tmp_path: Path) -> None
     protocols = packages / "inferd" / "protocols"
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     # What a build killed while copying leaves: one extension file not the build's own.
-    shutil.copy(protocols / f"wire{suffix}", protocols / f"tensors{suffix}")
+    shutil.copy(protocols / "wire" / f"codec{suffix}", protocols / f"tensors{suffix}")
 
     seen = _probe(packages, INFERD_COMPILE="1")
 
@@ -157,7 +158,7 @@ def test_an_extension_the_build_did_not_make_never_loads(tmp_path: Path) -> None
         "rebuild with make setup)"
     )
     assert str(seen["tensors"]).endswith("tensors.py")
-    assert str(seen["wire"]).endswith("wire.py")
+    assert str(seen["wire"]).endswith("codec.py")
 
 
 def test_an_extension_module_no_build_lists_never_loads(tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ def test_a_missing_manifest_runs_the_sources(tmp_path: Path) -> None:
     seen = _probe(packages)
     assert seen["describe"] == "pure Python (not built: no compiled.json)"
     assert seen["fell_back"] is True
-    assert str(seen["wire"]).endswith("wire.py")
+    assert str(seen["wire"]).endswith("codec.py")
 
 
 def test_the_manifest_lists_setup_pys_modules_and_their_extensions() -> None:
@@ -193,7 +194,7 @@ def test_the_manifest_lists_setup_pys_modules_and_their_extensions() -> None:
 
 
 def test_a_stale_extension_named_as_a_package_never_loads(tmp_path: Path) -> None:
-    # A module that became a package of its name (protocols/http2.py -> protocols/http2/)
+    # A module that became a package of its name (protocols/http2/connection.py -> protocols/http2/)
     # leaves, in a tree built before, an extension module of the old name beside the folder
     # (removed by the next build, but a build that cannot run leaves it): the package loads.
     packages = _copy_packages(tmp_path)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from inferd.protocols import kserve_http_admin as admin
-from inferd.protocols import wire
+from inferd.protocols.kserve_http import admin
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
     Catalog,

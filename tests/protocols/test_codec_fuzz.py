@@ -1,8 +1,9 @@
 """Property tests that fuzz the request decoders with hostile input (issue 13, point 6): the
-kernel wire codec (protocols/wire.py), the KServe HTTP JSON and binary-tensor codec and the
-other HTTP bodies (protocols/kserve_http.py, kserve_http_admin.py, generate.py, logging_api.py,
-trace_api.py), and the gRPC framing and conversion (protocols/kserve_grpc_wire.py, kserve_grpc.py,
-kserve_grpc_inputs.py, kserve_grpc_admin.py).
+kernel wire codec (protocols/wire/codec.py), the KServe HTTP JSON and binary-tensor codec and the
+other HTTP bodies (protocols/kserve_http/infer.py, protocols/kserve_http/admin.py, generate.py,
+logging_api.py, trace_api.py), and the gRPC framing and conversion
+(protocols/kserve_grpc/framing.py, protocols/kserve_grpc/infer.py, protocols/kserve_grpc/inputs.py,
+protocols/kserve_grpc/admin.py).
 
 Each decoder gets structured near-valid input (right shapes of documents with wrong types,
 wrong sizes, huge or negative dimensions, unknown names, truncated or padded tensor bytes) as
@@ -26,12 +27,13 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
-from inferd.protocols import generate, logging_api, trace_api
-from inferd.protocols import kserve_grpc as grpc_convert
-from inferd.protocols import kserve_grpc_admin as grpc_admin
-from inferd.protocols import kserve_grpc_wire as grpc_wire
-from inferd.protocols import kserve_http as http_codec
-from inferd.protocols import kserve_http_admin as admin
+from inferd.protocols.kserve_http import generate
+from inferd.protocols import logging_api, trace_api
+from inferd.protocols.kserve_grpc import infer as grpc_convert
+from inferd.protocols.kserve_grpc import admin as grpc_admin
+from inferd.protocols.kserve_grpc import framing as grpc_wire
+from inferd.protocols.kserve_http import infer as http_codec
+from inferd.protocols.kserve_http import admin
 from inferd.protocols.errors import InvalidArgument, Unsupported
 from inferd.protocols.messages import (
     InferRequest,
@@ -40,7 +42,7 @@ from inferd.protocols.messages import (
     Tensor,
     TensorSpec,
 )
-from inferd.protocols.wire import VERSION, decode
+from inferd.protocols.wire.codec import VERSION, decode
 
 EXAMPLES = int(os.environ.get("INFERD_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,

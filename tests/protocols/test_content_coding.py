@@ -1,5 +1,5 @@
-"""Tests of inferd.protocols.content_coding: Accept-Encoding choice, compression, and the
-bounded streaming decoder of request bodies."""
+"""Tests of inferd.protocols.kserve_http.content_coding: Accept-Encoding choice, compression, and
+the bounded streaming decoder of request bodies."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferd.protocols.content_coding import BodyDecoder, choose_response_coding, compress
+from inferd.protocols.kserve_http.content_coding import (
+    BodyDecoder,
+    choose_response_coding,
+    compress,
+)
 from inferd.protocols.errors import InvalidArgument
 
 

@@ -11,8 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferd.protocols import hpack, huffman
-from inferd.protocols.hpack import HeaderDecoder, HeaderListTooLarge, HpackError, huffman_decode
+from inferd.protocols.http2 import hpack, huffman
+from inferd.protocols.http2.hpack import (
+    HeaderDecoder,
+    HeaderListTooLarge,
+    HpackError,
+    huffman_decode,
+)
 
 # ------------------------------------------------------------------ appendix B, here
 

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from inferd.protocols import hpack, http2
-from inferd.protocols.http2 import Connection, ProtocolError
+from inferd.protocols.http2 import hpack, connection as http2
+from inferd.protocols.http2.connection import Connection, ProtocolError
 
 
 # ------------------------------------------------------------------------------ frames

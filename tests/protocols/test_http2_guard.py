@@ -1,11 +1,11 @@
-"""What ``inferd.protocols.http2_guard`` decides on its own, without a connection: RFC 9113
+"""What ``inferd.protocols.http2.guard`` decides on its own, without a connection: RFC 9113
 section 8's rules for a request's and a trailer section's fields, ``content-length``, the
 leaky-bucket budget, and gRPC's ping policy, each on a clock the test moves."""
 
 from __future__ import annotations
 
 import pytest
-from inferd.protocols.http2_guard import (
+from inferd.protocols.http2.guard import (
     Budget,
     PingPolicy,
     content_length,

@@ -1,6 +1,6 @@
-"""The loop gRPC server's HTTP/2 (``inferd.protocols.http2``) against the text of RFC 9113 and
-RFC 7541, one test per rule: a client's frames are driven through ``Connection`` byte by byte
-(in larger pieces only where a test moves windows' worth of data), and the outcome is checked
+"""The loop gRPC server's HTTP/2 (``inferd.protocols.http2.connection``) against the text of RFC
+9113 and RFC 7541, one test per rule: a client's frames are driven through ``Connection`` byte by
+byte (in larger pieces only where a test moves windows' worth of data), and the outcome is checked
 exactly: the code of a connection error, or the RST_STREAM of a stream error and a connection
 that still serves the next request. Then the budgets a hostile peer meets (rapid reset, control
 frame floods, gRPC's ping policy, oversized header blocks) and inbound flow control.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from inferd.protocols import hpack, http2
-from inferd.protocols.http2 import (
+from inferd.protocols.http2 import hpack, connection as http2
+from inferd.protocols.http2.connection import (
     ACK,
     CONTINUATION,
     DATA,

@@ -1,5 +1,5 @@
-"""Tests of inferd.protocols.kserve_grpc (with kserve_grpc_inputs and kserve_grpc_admin) without
-a server: requests built as tritonclient builds them decode to the right tensors and
+"""Tests of inferd.protocols.kserve_grpc.infer (with kserve_grpc_inputs and kserve_grpc_admin)
+without a server: requests built as tritonclient builds them decode to the right tensors and
 parameters, responses decode in tritonclient's ``InferResult``, and every malformed request is
 refused with a message naming the problem."""
 
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import service_pb2
 
-from inferd.protocols import kserve_grpc as convert
-from inferd.protocols import kserve_grpc_admin as admin
-from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.kserve_grpc import infer as convert
+from inferd.protocols.kserve_grpc import admin
+from inferd.protocols.kserve_grpc import framing as wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
     Index,
@@ -167,7 +167,7 @@ def test_response_parameters() -> None:
 
 def decoded(request: Any) -> Any:
     """What ``request`` decodes to, by protobuf's path and, for a plain request, by the
-    scan's (``kserve_grpc_wire.scan_plain_infer_request``), which must agree."""
+    scan's (``inferd.protocols.kserve_grpc.framing.scan_plain_infer_request``), which must agree."""
     by_protobuf = convert.decode_infer_request(request)
     plain = wire.scan_plain_infer_request(request.SerializeToString())
     if plain is not None:

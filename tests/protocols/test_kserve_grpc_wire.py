@@ -1,4 +1,4 @@
-"""Tests of inferd.protocols.kserve_grpc_wire: requests, split (large) or parsed whole
+"""Tests of inferd.protocols.kserve_grpc.framing: requests, split (large) or parsed whole
 (small), hold exactly what protobuf parses, a large request's raw contents stay views of the
 received bytes, framed responses parse as the messages protobuf would build, and malformed
 bytes are reported, never raised."""
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
-from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.kserve_grpc import framing as wire
 
 names = st.text(max_size=8)
 

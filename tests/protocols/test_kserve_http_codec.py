@@ -1,4 +1,4 @@
-"""Tests of inferd.protocols.kserve_http: the KServe REST infer codec with the binary tensor
+"""Tests of inferd.protocols.kserve_http.infer: the KServe REST infer codec with the binary tensor
 extension, the repository API bodies and the JSON of the other replies. No sockets."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inferd.protocols import json_bodies, json_tensors, logging_api, trace_api
-from inferd.protocols import kserve_http as codec
-from inferd.protocols import kserve_http_admin as admin
+from inferd.protocols import json_bodies, logging_api, trace_api
+from inferd.protocols.kserve_http import json_tensors
+from inferd.protocols.kserve_http import infer as codec
+from inferd.protocols.kserve_http import admin
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import (
     Index,

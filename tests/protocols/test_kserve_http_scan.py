@@ -1,4 +1,4 @@
-"""The plain infer-header scan (protocols/kserve_http_scan.py) changes nothing a client sees:
+"""The plain infer-header scan (protocols/kserve_http/scan.py) changes nothing a client sees:
 for every body the scan reads, ``decode_plain_infer_request`` gives what the full parser
 (``parse_infer_request``) gives, and it declines (None) every body the full parser refuses,
 so the full parser words every error; checked on the headers tritonclient sends, their
@@ -18,9 +18,9 @@ import tritonclient.http as httpclient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferd.protocols import kserve_http as codec
+from inferd.protocols.kserve_http import infer as codec
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.kserve_http_scan import scan_plain_infer_request
+from inferd.protocols.kserve_http.scan import scan_plain_infer_request
 
 LIMIT = 1 << 16
 

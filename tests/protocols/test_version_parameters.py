@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from tritonclient.grpc import service_pb2
 
-from inferd.protocols import kserve_grpc_admin, kserve_http_admin
+from inferd.protocols.kserve_grpc import admin as kserve_grpc_admin
+from inferd.protocols.kserve_http import admin as kserve_http_admin
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import LabelsRequest, LoadRequest, UnloadRequest
 

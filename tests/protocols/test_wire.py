@@ -1,4 +1,4 @@
-"""Tests of inferd.protocols.wire: every message kind round-trips, tensors stay zero-copy,
+"""Tests of inferd.protocols.wire.codec: every message kind round-trips, tensors stay zero-copy,
 and malformed frames raise InvalidArgument and nothing else."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from inferd.protocols.messages import (
     Tensor,
 )
 from inferd.protocols.tensors import DATATYPES, from_numpy, numpy_dtype
-from inferd.protocols.wire import VERSION, decode, encode
+from inferd.protocols.wire.codec import VERSION, decode, encode
 
 # ------------------------------------------------------------------------------ strategies
 

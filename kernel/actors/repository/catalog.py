@@ -4,7 +4,7 @@ Owns the file's format (the keys ``description``, ``task``, ``owner``, ``labels`
 ``links``, each with its type), reading it with errors that say ``file:line:col: problem``
 where the file gives a position, its JSON form (what the repository index and the catalog
 endpoint show), and what a catalog filter keeps (its query form is parsed in
-``inferd.protocols.kserve_http_admin``).
+``inferd.protocols.kserve_http.admin``).
 Metadata lives beside the config rather than in its ``parameters`` so the config stays what
 Triton reads, and so nested values (labels, links) keep their types. Pure apart from reading
 the one file; it knows nothing of models' configs or states.

@@ -44,7 +44,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from inferd.kernel.sdk import CancelledRequests, Instance
 from inferd.kernel.sdk.modelconfig import FORK_PARAMETER
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.errors import (
     InferdError,
     Internal,

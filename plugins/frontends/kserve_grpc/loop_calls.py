@@ -18,7 +18,7 @@ import grpc
 import grpc.aio
 
 from inferd.plugins.frontends.kserve_grpc.service import Method
-from inferd.protocols import hpack, http2
+from inferd.protocols.http2 import hpack, connection as http2
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_grpc.loop_connection import Connection

@@ -1,7 +1,7 @@
 """One connection of the loop gRPC server (``loop_server``): HTTP/2 frames in, gRPC calls out.
 
-Owns a client's connection as an asyncio protocol over ``inferd.protocols.http2`` (compiled):
-a stream opened with a POST of ``application/grpc`` to a known method becomes a ``Call``
+Owns a client's connection as an asyncio protocol over ``inferd.protocols.http2.connection``
+(compiled): a stream opened with a POST of ``application/grpc`` to a known method becomes a ``Call``
 (``loop_calls``) whose RPC runs as a task (refused first under
 ``--grpc-restricted-protocol``, cancelled at its ``grpc-timeout`` or by the client's
 RST_STREAM), its reply leaving in one write or as trailers alone; the connection's reads
@@ -32,12 +32,12 @@ from inferd.plugins.frontends.kserve_grpc.loop_calls import (
 )
 from inferd.plugins.frontends.kserve_grpc.loop_timers import ConnectionTimers
 from inferd.plugins.frontends.kserve_grpc.service import SERVICE_NAME
-from inferd.protocols import hpack, http2
-from inferd.protocols.http2_guard import PingPolicy
+from inferd.protocols.http2 import hpack, connection as http2
+from inferd.protocols.http2.guard import PingPolicy
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_grpc.loop_server import LoopServer
-    from inferd.protocols.http2 import Chunk
+    from inferd.protocols.http2.connection import Chunk
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The KServe gRPC frontend's server on the event loop's own thread: gRPC over HTTP/2
-(``inferd.protocols.http2`` and ``hpack``, compiled) in an asyncio protocol, calling the
+(``inferd.protocols.http2.connection`` and ``hpack``, compiled) in an asyncio protocol, calling the
 servicer's RPCs (``service.methods``) exactly as ``grpc.aio`` calls them. This module owns the
 listening socket, the connection cap, ``--grpc-restricted-protocol``'s refusals and the stop;
 one client's connection is ``loop_connection``'s (its clocks ``loop_timers``'), each call's

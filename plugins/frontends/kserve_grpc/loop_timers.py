@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from inferd.protocols import http2
+from inferd.protocols.http2 import connection as http2
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_grpc.loop_server import LoopServer

@@ -3,7 +3,7 @@ bound to the servicer (``servicer``): as ``Method``s for the loop server (``loop
 as ``grpc.aio`` method handlers.
 
 ``ModelInfer`` and ``ModelStreamInfer`` take and give bytes in
-``inferd.protocols.kserve_grpc_wire``'s framing, which leaves tensor bytes uncopied (a large
+``inferd.protocols.kserve_grpc.framing``'s framing, which leaves tensor bytes uncopied (a large
 request first gives the C heap that gRPC freed back to the system); every other RPC has
 protobuf's (de)serializers, except that a request protobuf cannot parse reaches no servicer
 code and is answered INVALID_ARGUMENT. It owns the handlers only: what an RPC does is the
@@ -24,7 +24,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.kernel.sdk import log_context
 from inferd.kernel.sdk.request_log import request_failed
-from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.kserve_grpc import framing as wire
 
 if TYPE_CHECKING:
     from inferd.plugins.frontends.kserve_grpc.servicer import InferenceServicer

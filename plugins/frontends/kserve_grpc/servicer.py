@@ -1,12 +1,13 @@
 """The KServe gRPC frontend's servicer: ``inference.GRPCInferenceService`` over the data plane.
 
 Each RPC is a few lines inside ``Rpc`` (which turns its exceptions into statuses): convert the
-request with ``inferd.protocols.kserve_grpc`` (inference) or ``kserve_grpc_admin`` (the rest),
-``ask`` the data plane, convert the reply back. ``ModelInfer`` takes and returns
-``inferd.protocols.kserve_grpc_wire``'s framing (``service``); ``ModelStreamInfer`` runs its
-requests concurrently and writes their responses in request order (each request's answer is
-``streams``'). It decides nothing about models or inference, refuses new requests once the
-frontend stops accepting, and never lets one request's failure end a stream or the server.
+request with ``inferd.protocols.kserve_grpc.infer`` (inference) or
+``inferd.protocols.kserve_grpc.admin`` (the rest), ``ask`` the data plane, convert the reply back.
+``ModelInfer`` takes and returns ``inferd.protocols.kserve_grpc.framing``'s framing (``service``);
+``ModelStreamInfer`` runs its requests concurrently and writes their responses in request order
+(each request's answer is ``streams``'). It decides nothing about models or inference, refuses new
+requests once the frontend stops accepting, and never lets one request's failure end a stream or the
+server.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from inferd.kernel.sdk import traced
 from inferd.plugins.frontends.kserve_grpc.rpc import Rpc, log_call
 from inferd.plugins.frontends.kserve_grpc.service import LARGE_MESSAGE_BYTES
 from inferd.plugins.frontends.kserve_grpc.streams import STREAM_WINDOW, StreamSlot, stream_answer
-from inferd.protocols import kserve_grpc as convert
-from inferd.protocols import kserve_grpc_admin as admin
-from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.kserve_grpc import infer as convert
+from inferd.protocols.kserve_grpc import admin
+from inferd.protocols.kserve_grpc import framing as wire
 from inferd.protocols import logging_api, trace_api
 from inferd.protocols.errors import (
     SHUTTING_DOWN,

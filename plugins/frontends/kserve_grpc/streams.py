@@ -17,8 +17,8 @@ import anyio
 
 from inferd.kernel.sdk import CURRENT, log_context
 from inferd.kernel.sdk.request_log import request_failed
-from inferd.protocols import kserve_grpc as convert
-from inferd.protocols import kserve_grpc_wire as wire
+from inferd.protocols.kserve_grpc import infer as convert
+from inferd.protocols.kserve_grpc import framing as wire
 from inferd.protocols.errors import SHUTTING_DOWN, InferdError, Unavailable, http_status
 from inferd.protocols.messages import InferRequest, InferResponse, SharedMemoryInferResponse
 

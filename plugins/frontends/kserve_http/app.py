@@ -29,7 +29,7 @@ from inferd.plugins.frontends.kserve_http.exchange import (
     failed,
 )
 from inferd.plugins.frontends.kserve_http.routes import match
-from inferd.protocols import content_coding
+from inferd.protocols.kserve_http import content_coding
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
     ErrorCode,

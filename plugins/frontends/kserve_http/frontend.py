@@ -6,8 +6,8 @@ clients that do not read, the connection cap; see ``connection``), which server
 ``--http-implementation`` runs (``loop_server``, the default, calls the app's ``respond``
 directly; uvicorn calls it through ASGI), its start and graceful stop inside the kernel's
 task group, and refusing new requests once the server begins to stop. Routes are
-``routes``; bodies become messages in ``inferd.protocols.kserve_http`` and
-``kserve_http_admin``.
+``routes``; bodies become messages in ``inferd.protocols.kserve_http.infer`` and
+``inferd.protocols.kserve_http.admin``.
 """
 
 from __future__ import annotations

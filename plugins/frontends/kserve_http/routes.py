@@ -1,8 +1,8 @@
 """The KServe v2 REST routes: Triton's URL patterns (first match wins), the API group of each
 (``--http-restricted-api``), and the handler of each method it allows. A handler turns a
-request into a message with the codecs (``inferd.protocols.kserve_http`` for infer,
-``kserve_http_admin`` for the rest, ``generate``, ``logging_api``, ``trace_api``), asks the
-data plane through the app, and turns the reply into a response; it raises ``InferdError``
+request into a message with the codecs (``inferd.protocols.kserve_http.infer`` for infer,
+``inferd.protocols.kserve_http.admin`` for the rest, ``generate``, ``logging_api``, ``trace_api``),
+asks the data plane through the app, and turns the reply into a response; it raises ``InferdError``
 for the app to answer. Large bodies are decoded and encoded in a worker thread.
 """
 
@@ -29,9 +29,9 @@ from inferd.plugins.frontends.kserve_http.exchange import (
     failed,
     json_response,
 )
-from inferd.protocols import generate as generate_codec
-from inferd.protocols import kserve_http as codec
-from inferd.protocols import kserve_http_admin as admin
+from inferd.protocols.kserve_http import generate as generate_codec
+from inferd.protocols.kserve_http import infer as codec
+from inferd.protocols.kserve_http import admin
 from inferd.protocols import logging_api, trace_api
 from inferd.protocols.errors import (
     DecoupledNotStreamed,
@@ -312,8 +312,10 @@ async def _generate_stream(app: KserveHttpApp, request: HttpRequest) -> Response
 
 @functools.cache
 def openapi_document() -> bytes:
-    """``inferd/protocols/openapi.json``, read once: the description this frontend serves."""
-    return importlib.resources.files("inferd.protocols").joinpath("openapi.json").read_bytes()
+    """``inferd/protocols/kserve_http/openapi.json``, read once: the description this frontend
+    serves."""
+    return importlib.resources.files("inferd.protocols.kserve_http").joinpath(
+        "openapi.json").read_bytes()
 
 
 def _shared_memory_arguments(request: HttpRequest) -> tuple[str, str]:

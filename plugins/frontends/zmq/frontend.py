@@ -28,7 +28,7 @@ from inferd.kernel.sdk import Frontend, log_context, traced
 from inferd.kernel.sdk.loop_socket import LoopSocket
 from inferd.kernel.sdk.request_log import request_failed
 from inferd.plugins.frontends.zmq import LISTEN
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.errors import (
     SHUTTING_DOWN,
     DeadlineExceeded,

@@ -20,7 +20,7 @@ from inferd.kernel.runtime import link_memory
 from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.process_link import LinkMemory, ProcessLink
 from inferd.kernel.runtime.router import Router
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import Envelope, InferRequest, InferResponse, Tensor
 

@@ -18,7 +18,7 @@ import zmq.asyncio
 
 from inferd.kernel.runtime.process_link import ProcessLink
 from inferd.kernel.runtime.router import Router
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.messages import (
     Envelope,
     ExecutorHello,

@@ -31,7 +31,8 @@ from inferd.kernel.runtime.addresses import SCHEDULER
 from inferd.kernel.runtime.router import Router
 from inferd.plugins.shared_memory.system import SharedMemoryRegistry
 from inferd.kernel.sdk.devices import visible_gpus
-from inferd.protocols import kserve_grpc_admin, kserve_http_admin
+from inferd.protocols.kserve_grpc import admin as kserve_grpc_admin
+from inferd.protocols.kserve_http import admin as kserve_http_admin
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (
     Ack,

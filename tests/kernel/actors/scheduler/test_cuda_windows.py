@@ -40,7 +40,7 @@ from inferd.kernel.runtime.actor import Actor
 from inferd.kernel.runtime.addresses import SCHEDULER, cpu_executor, gpu_executor
 from inferd.kernel.runtime.router import Router
 from inferd.kernel.sdk.backends import NONE_CANCELLED, Instance
-from inferd.protocols import wire
+from inferd.protocols.wire import codec as wire
 from inferd.protocols.device_tensors import device_tensor, window_of
 from inferd.protocols.errors import ErrorCode, InferdError
 from inferd.protocols.messages import (

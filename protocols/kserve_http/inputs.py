@@ -7,7 +7,7 @@ for every field.
 Owns the checks of one array's entries, and refuses every malformed entry with an
 ``InvalidArgument`` before anything is allocated from the client's numbers; the request as a
 whole (its JSON header, its parameters, the plain-header fast path) is
-``inferd.protocols.kserve_http``'s. Compiled with mypyc as part of the request path.
+``inferd.protocols.kserve_http.infer``'s. Compiled with mypyc as part of the request path.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from inferd.protocols.json_bodies import (
     no_unknown_fields,
     non_negative_int,
 )
-from inferd.protocols.json_tensors import tensor_from_json
-from inferd.protocols.kserve_http_response import HEADER_LENGTH_HEADER
+from inferd.protocols.kserve_http.json_tensors import tensor_from_json
+from inferd.protocols.kserve_http.response import HEADER_LENGTH_HEADER
 from inferd.protocols.messages import SharedMemoryInput, SharedMemoryRef, Tensor
 from inferd.protocols.tensors import checked_shape, element_size, tensor_from_buffer
 

@@ -2,7 +2,7 @@
 config and files, unload), server and model metadata, statistics, the model catalog (an
 inferd extension) and the system shared-memory extension's register and status bodies. Each
 malformed body is refused with an ``InvalidArgument`` naming the problem. Pure: no sockets,
-no HTTP framing; the infer codec is ``inferd.protocols.kserve_http``.
+no HTTP framing; the infer codec is ``inferd.protocols.kserve_http.infer``.
 """
 
 from __future__ import annotations

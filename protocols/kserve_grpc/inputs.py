@@ -4,7 +4,7 @@ from the typed ``contents`` field of its datatype (bounded by the maximum input 
 they are decoded, and narrow integers checked against their range), or from the system
 shared-memory region its ``shared_memory_*`` parameters name (by Triton's rules and
 messages). Every malformed input is refused with an ``InvalidArgument`` naming it. The rest
-of the request is ``inferd.protocols.kserve_grpc``'s. Pure: no I/O, no gRPC objects.
+of the request is ``inferd.protocols.kserve_grpc.infer``'s. Pure: no I/O, no gRPC objects.
 """
 
 from __future__ import annotations

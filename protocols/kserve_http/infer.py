@@ -9,12 +9,12 @@ shared-memory extension's part of it: an input or requested output naming a regi
 a region is answered without data, as Triton does. Every malformed body is refused with an
 ``InvalidArgument`` naming the problem, before anything is allocated from the client's numbers.
 This module reads the request as a whole (its header, its parameters, the plain-header fast
-path of ``kserve_http_scan``); its ``inputs`` and ``outputs`` arrays are
-``inferd.protocols.kserve_http_inputs``' and the response ``inferd.protocols.kserve_http_response``'
+path of ``scan``); its ``inputs`` and ``outputs`` arrays are
+``inferd.protocols.kserve_http.inputs``' and the response ``inferd.protocols.kserve_http.response``'
 (re-exported here: callers import this one module). JSON tensor data is
-``inferd.protocols.json_tensors``; every other REST body (repository, metadata, statistics,
-catalog, shared-memory registration) is ``inferd.protocols.kserve_http_admin``. Pure: no
-sockets, no HTTP framing, no compression (``inferd.protocols.content_coding``).
+``inferd.protocols.kserve_http.json_tensors``; every other REST body (repository, metadata,
+statistics, catalog, shared-memory registration) is ``inferd.protocols.kserve_http.admin``. Pure: no
+sockets, no HTTP framing, no compression (``inferd.protocols.kserve_http.content_coding``).
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from inferd.protocols.json_bodies import (
     non_negative_int,
     parse_json,
 )
-from inferd.protocols.kserve_http_inputs import request_inputs, requested_outputs
-from inferd.protocols.kserve_http_response import (
+from inferd.protocols.kserve_http.inputs import request_inputs, requested_outputs
+from inferd.protocols.kserve_http.response import (
     HEADER_LENGTH_HEADER as HEADER_LENGTH_HEADER,
     EncodedResponse as EncodedResponse,
     OutputEncoding as OutputEncoding,
     encode_infer_response as encode_infer_response,
 )
-from inferd.protocols.kserve_http_scan import PlainInferHeader, scan_plain_infer_request
+from inferd.protocols.kserve_http.scan import PlainInferHeader, scan_plain_infer_request
 from inferd.protocols.messages import (
     InferRequest,
     SharedMemoryInferRequest,
@@ -55,7 +55,7 @@ from inferd.protocols.tensors import (
 
 # The plain header's scan pays only compiled: interpreted, it is slower than json.loads (C)
 # and the walk over its dicts together.
-SCAN_PLAIN: Final = "inferd.protocols.kserve_http_scan" in build.install().compiled
+SCAN_PLAIN: Final = "inferd.protocols.kserve_http.scan" in build.install().compiled
 RESERVED_PREFIX = "triton_"
 
 _REQUEST_FIELDS = frozenset({"id", "parameters", "inputs", "outputs"})
@@ -91,7 +91,7 @@ def decode_infer_request(
     ``header_length`` (from ``parse_header_length``) splits the JSON header from the binary
     inputs; ``None`` means the whole body is JSON. Binary inputs stay views of ``body``. A
     request with an input or output in shared memory is a ``SharedMemoryInferRequest``.
-    Compiled, the header every binary-tensor client sends is read by ``kserve_http_scan``;
+    Compiled, the header every binary-tensor client sends is read by ``scan``;
     any other, and any the full parser would refuse, by the full parser
     (``parse_infer_request``), which reads every header when the scan runs interpreted.
     """
@@ -109,7 +109,7 @@ def decode_plain_infer_request(
     header_length: int | None = None,
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
 ) -> tuple[InferRequest, OutputEncoding] | None:
-    """``decode_infer_request``'s answer for a plain header (``kserve_http_scan``), exactly
+    """``decode_infer_request``'s answer for a plain header (``scan``), exactly
     as the full parser gives it; None for any other body, and for any the full parser would
     refuse."""
     view = memoryview(body).cast("B")
@@ -166,7 +166,7 @@ def parse_infer_request(
 def _plain_request(
     model: str, version: str, plain: PlainInferHeader, binary: memoryview, max_input_size: int
 ) -> tuple[InferRequest, OutputEncoding] | None:
-    """The request of a plain header (``kserve_http_scan``), exactly as the full parser
+    """The request of a plain header (``scan``), exactly as the full parser
     makes it; None for anything the full parser would refuse, which then says why."""
     tensors: list[Tensor] = []
     offset = 0

@@ -9,10 +9,10 @@ of an ``InferResponse`` back to a ``ModelInferResponse`` whose outputs always tr
 ``raw_output_contents`` (one written into a region with empty raw contents, as Triton's, so
 the indices still match the outputs), with the streaming ``triton_final_response`` flag and
 stream errors. The input tensors (typed ``contents``, ``raw_input_contents``, shared memory)
-are ``inferd.protocols.kserve_grpc_inputs``'s; the other RPCs' messages (metadata, config,
+are ``inferd.protocols.kserve_grpc.inputs``'s; the other RPCs' messages (metadata, config,
 statistics, the repository API, shared-memory registration) are
-``inferd.protocols.kserve_grpc_admin``'s; the byte-level framing of the messages that carry
-tensors is ``inferd.protocols.kserve_grpc_wire``'s. Every malformed request is refused with
+``inferd.protocols.kserve_grpc.admin``'s; the byte-level framing of the messages that carry
+tensors is ``inferd.protocols.kserve_grpc.framing``'s. Every malformed request is refused with
 an ``InvalidArgument`` naming the problem. Pure: no I/O, no gRPC objects.
 """
 
@@ -25,12 +25,12 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.kserve_grpc_inputs import decode_inputs, raw_input, shared_memory_location
-from inferd.protocols.kserve_grpc_wire import (
+from inferd.protocols.kserve_grpc.inputs import decode_inputs, raw_input, shared_memory_location
+from inferd.protocols.kserve_grpc.framing import (
     PlainInferRequest,
     serialize_plain_infer_response,
 )
-from inferd.protocols.kserve_grpc_wire import (
+from inferd.protocols.kserve_grpc.framing import (
     serialize_infer_response as serialize_framed_infer_response,
 )
 from inferd.protocols.messages import (
@@ -168,7 +168,7 @@ def decode_infer_request(
 ) -> InferRequest | SharedMemoryInferRequest:
     """A ``ModelInferRequest`` as an ``InferRequest``, or as a ``SharedMemoryInferRequest``
     when an input or requested output names a shared-memory region. ``raw_input_contents``,
-    when given, replaces the message's own (the views ``kserve_grpc_wire.parse_infer_request``
+    when given, replaces the message's own (the views ``framing.parse_infer_request``
     split off); raw contents are never copied. An input in typed ``contents`` whose values
     would take more than ``max_input_size`` bytes is refused before they are decoded."""
     model = request.model_name
@@ -198,7 +198,7 @@ def decode_infer_request(
 
 
 def decode_plain_infer_request(request: PlainInferRequest) -> InferRequest:
-    """The ``InferRequest`` a plain request (``kserve_grpc_wire.scan_plain_infer_request``)
+    """The ``InferRequest`` a plain request (``framing.scan_plain_infer_request``)
     asks for: what ``decode_infer_request`` makes of the same message, and the same errors."""
     model = request.model_name
     parameters, priority, timeout_us = _parameters_by_rule(request.parameters)
@@ -241,7 +241,7 @@ def encode_infer_response(
 ) -> tuple[Any, list[Any]]:
     """An ``InferResponse`` as a ``ModelInferResponse`` without raw contents, and its
     outputs' raw bytes in output order (BYTES as 4-byte length-prefixed elements), which
-    ``kserve_grpc_wire`` frames as ``raw_output_contents``: every output travels there.
+    ``framing`` frames as ``raw_output_contents``: every output travels there.
     ``final`` sets the stream parameter ``triton_final_response``."""
     header = service_pb2.ModelInferResponse(
         model_name=response.model, model_version=response.version, id=response.id

@@ -1,7 +1,7 @@
 """The streams of one HTTP/2 server connection and what this side sends on them: each open
 stream's windows and queued output, the streams remembered once closed and how they closed,
 the connection's windows in both directions, and the budgets a peer spends
-(``http2_guard``).
+(``guard``).
 
 ``ConnectionStreams`` is ``http2.Connection``'s sending half: ``send_headers``, ``send_data``,
 ``send_trailers``, ``respond``, ``refuse``, ``reset``, ``ping`` and ``goaway`` queue frames in
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from inferd.protocols.http2_frames import (
+from inferd.protocols.http2.frames import (
     CONTINUATION,
     DATA,
     DEFAULT_MAX_FRAME,
@@ -39,7 +39,7 @@ from inferd.protocols.http2_frames import (
     rst_stream,
     window_update,
 )
-from inferd.protocols.http2_guard import Budget, PingPolicy
+from inferd.protocols.http2.guard import Budget, PingPolicy
 
 # Streams remembered once closed, to tell a late frame (tolerated) from a frame on a stream
 # the peer itself closed (STREAM_CLOSED), and how each closed (section 5.1): this side reset

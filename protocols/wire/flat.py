@@ -2,9 +2,9 @@
 kernel wire.
 
 They cross the executor link once per batch, so they skip the generic walk of
-``inferd.protocols.wire`` (a nested packer and an ExtType per request and per tensor, each
+``inferd.protocols.wire.codec`` (a nested packer and an ExtType per request and per tensor, each
 unpacked by a hook): their values are packed as plain nested arrays in one call and rebuilt
-by hand, with the same checks as ``inferd.protocols.wire_kinds``, from one unpack. The
+by hand, with the same checks as ``inferd.protocols.wire.kinds``, from one unpack. The
 header names them ``flat:<kind>``; one whose parameters hold more than plain values (a
 tensor, a message, an array), or one of whose requests has output windows (CUDA shared
 memory), takes the generic layout under its own name. The layouts follow
@@ -27,10 +27,10 @@ from inferd.protocols.messages import (
     InferResponse,
     Message,
 )
-from inferd.protocols.wire_kinds import CODECS_BY_CLASS
+from inferd.protocols.wire.kinds import CODECS_BY_CLASS
 
 if TYPE_CHECKING:
-    from inferd.protocols.wire import FrameDecoder, FrameEncoder
+    from inferd.protocols.wire.codec import FrameDecoder, FrameEncoder
 
 
 FLAT_PREFIX = "flat:"

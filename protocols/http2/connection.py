@@ -17,14 +17,14 @@ the reader ``release``s it, so a connection never holds more unread request byte
 windows. A breach of the protocol raises ``ProtocolError`` with the code the GOAWAY must
 carry; a breach confined to one stream resets that stream. A peer that spends the server's
 work without serving calls (streams reset or refused, frames that only ask for answers,
-Huffman-heavy headers, pings past gRPC's policy) exhausts a budget (``http2_guard``) and
+Huffman-heavy headers, pings past gRPC's policy) exhausts a budget (``guard``) and
 gets ENHANCE_YOUR_CALM.
 
-Header blocks are decoded by ``inferd.protocols.hpack``, one decoder per connection, bounded
+Header blocks are decoded by ``inferd.protocols.http2.hpack``, one decoder per connection, bounded
 by the header list size this side announces. This module owns the frame loop, DATA, header
-blocks and the streams they open; the connection-level frames are ``http2_control``'s, the
-streams and what this side sends on them ``http2_streams``', the frames' bytes and names
-``http2_frames``' (re-exported here, the one module callers import). Compiled with mypyc as part
+blocks and the streams they open; the connection-level frames are ``control``'s, the
+streams and what this side sends on them ``streams``', the frames' bytes and names
+``frames``' (re-exported here, the one module callers import). Compiled with mypyc as part
 of the request path.
 """
 
@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from inferd.protocols.hpack import HeaderDecoder, HeaderListTooLarge, Headers, HpackError
+from inferd.protocols.http2.hpack import HeaderDecoder, HeaderListTooLarge, Headers, HpackError
 
 # HTTP/2's vocabulary, re-exported: the frontend and the tests speak HTTP/2 through this module.
-from inferd.protocols.http2_frames import (
+from inferd.protocols.http2.frames import (
     ACK as ACK, CANCEL as CANCEL, COMPRESSION_ERROR as COMPRESSION_ERROR,
     CONTINUATION as CONTINUATION, DATA as DATA, DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME,
     DEFAULT_WINDOW as DEFAULT_WINDOW, ENABLE_PUSH as ENABLE_PUSH, END_HEADERS as END_HEADERS,
@@ -56,16 +56,16 @@ from inferd.protocols.http2_frames import (
     ProtocolError as ProtocolError, frame as frame, frame_header as frame_header,
     rst_stream as rst_stream, settings_frame as settings_frame, window_update as window_update,
 )
-from inferd.protocols.http2_frames import unpad
-from inferd.protocols.http2_guard import (
+from inferd.protocols.http2.frames import unpad
+from inferd.protocols.http2.guard import (
     Budget,
     PingPolicy,
     content_length,
     request_problem,
     trailers_problem,
 )
-from inferd.protocols.http2_control import ControlFrames
-from inferd.protocols.http2_streams import Stream
+from inferd.protocols.http2.control import ControlFrames
+from inferd.protocols.http2.streams import Stream
 
 # What this side lets a peer send before it reads more: per stream, and for the connection.
 STREAM_WINDOW: Final = 4 * 2**20

@@ -3,7 +3,7 @@
 the JSON header (``Inference-Header-Content-Length`` then gives the header's length), as the
 request asked (``OutputEncoding``); an output written into shared memory travels without data.
 
-Owns the response's encoding only: the request body is ``inferd.protocols.kserve_http``'s, and
+Owns the response's encoding only: the request body is ``inferd.protocols.kserve_http.infer``'s, and
 this module sends nothing, frames no HTTP and compresses nothing. Compiled with mypyc as part
 of the request path.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.protocols.json_bodies import dumps
-from inferd.protocols.json_tensors import json_values
+from inferd.protocols.kserve_http.json_tensors import json_values
 from inferd.protocols.messages import InferResponse, SharedMemoryInferResponse, SharedMemoryOutput
 from inferd.protocols.tensors import tensor_to_buffer
 

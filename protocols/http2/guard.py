@@ -1,5 +1,5 @@
-"""What the loop gRPC server's HTTP/2 (``inferd.protocols.http2``) refuses of a peer beyond
-framing: RFC 9113 section 8's rules for a request's header list, the budgets that end a
+"""What the loop gRPC server's HTTP/2 (``inferd.protocols.http2.connection``) refuses of a peer
+beyond framing: RFC 9113 section 8's rules for a request's header list, the budgets that end a
 connection whose frames cost the server work without serving a call (rapid reset, control
 frame floods, Huffman-heavy headers), and gRPC's ping policy.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from inferd.protocols.hpack import Headers
+from inferd.protocols.http2.hpack import Headers
 
 # Request pseudo-header fields (RFC 9113 section 8.3.1); ``:protocol`` (RFC 8441) is not
 # spoken here.

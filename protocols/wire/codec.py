@@ -11,9 +11,9 @@ tensor whose bytes stay in a client's CUDA shared memory (``inferd.protocols.dev
 holds ``("cuda", handle, device, offset, byte size, region)`` there instead. A
 nested message is an ExtType holding ``(kind, *values)``. The two kinds of every batch,
 ``InferBatch`` and ``BatchResult``, travel flat instead (``flat:<kind>``: plain nested arrays,
-one pack and one unpack; their layouts are ``inferd.protocols.wire_flat``'s). The codec is
+one pack and one unpack; their layouts are ``inferd.protocols.wire.flat``'s). The codec is
 generic over ``MESSAGE_KINDS`` and checks each decoded field against the kind's type hints
-(the tables are ``inferd.protocols.wire_kinds``'s; the flat kinds are checked by hand), so a
+(the tables are ``inferd.protocols.wire.kinds``'s; the flat kinds are checked by hand), so a
 peer can never hand the kernel a message of the wrong shape. msgpack arrays decode as tuples,
 so a list inside a ``dict`` value comes back as a tuple. Anything malformed raises
 ``InvalidArgument``. This module owns the frame layout, the header, tensor descriptors and
@@ -47,8 +47,8 @@ from inferd.protocols.device_tensors import (
 from inferd.protocols.errors import InvalidArgument
 from inferd.protocols.messages import Envelope, Message, Tensor
 from inferd.protocols.tensors import tensor_from_buffer, tensor_to_buffer
-from inferd.protocols.wire_flat import FLAT_DECODERS, FLAT_ENCODERS, FLAT_PREFIX, build_flat
-from inferd.protocols.wire_kinds import build_message, codec_for_instance
+from inferd.protocols.wire.flat import FLAT_DECODERS, FLAT_ENCODERS, FLAT_PREFIX, build_flat
+from inferd.protocols.wire.kinds import build_message, codec_for_instance
 
 VERSION = b"\x01"
 LINK_VERSION = 2

@@ -1,4 +1,4 @@
-"""RFC 7541's Huffman code (section 5.2, appendix B) for ``inferd.protocols.hpack``: the
+"""RFC 7541's Huffman code (section 5.2, appendix B) for ``inferd.protocols.http2.hpack``: the
 decoder of a Huffman-coded string, written for a hostile peer. It walks a table of the code
 tree's states four bits a step (no code is shorter than five bits, so a step emits at most
 one symbol), built once at import from appendix B's codes: a few dozen MB/s compiled, at any

@@ -4,7 +4,7 @@ proto), statistics, the repository API (index, load with its ``config`` and
 ``file:<version>/<path>`` parameters, unload) and the system shared-memory extension's
 register, unregister and status RPCs, system and CUDA. Every
 malformed request is refused with an ``InvalidArgument`` naming the problem. Inference is
-``inferd.protocols.kserve_grpc``'s. Pure: no I/O, no gRPC objects.
+``inferd.protocols.kserve_grpc.infer``'s. Pure: no I/O, no gRPC objects.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferd.protocols.errors import InvalidArgument
-from inferd.protocols.kserve_grpc import expect_choice
-from inferd.protocols.kserve_http_admin import version_list
+from inferd.protocols.kserve_grpc.infer import expect_choice
+from inferd.protocols.kserve_http.admin import version_list
 from inferd.protocols.messages import (
     Index,
     IndexRequest,

@@ -1,9 +1,9 @@
 """The connection-level frames of an HTTP/2 server connection: SETTINGS, PING,
 WINDOW_UPDATE and RST_STREAM as they arrive, the rules for a frame on a stream that is not
 open (RFC 9113 section 5.1), and the control-frame budget a peer spends on frames that serve
-no call (``http2_guard``).
+no call (``guard``).
 
-``ControlFrames`` sits between ``http2_streams.ConnectionStreams`` (the streams and what this
+``ControlFrames`` sits between ``streams.ConnectionStreams`` (the streams and what this
 side sends) and ``http2.Connection`` (the frame loop, DATA and header blocks), which calls
 these handlers as its frames arrive. What they answer (acknowledgements, PING replies,
 RST_STREAMs) is queued in ``output``; a breach raises ``ProtocolError``. Compiled with mypyc
@@ -12,7 +12,7 @@ as part of the request path.
 
 from __future__ import annotations
 
-from inferd.protocols.http2_frames import (
+from inferd.protocols.http2.frames import (
     ACK,
     DEFAULT_MAX_FRAME,
     ENABLE_PUSH,
@@ -33,7 +33,7 @@ from inferd.protocols.http2_frames import (
     frame,
     rst_stream,
 )
-from inferd.protocols.http2_streams import (
+from inferd.protocols.http2.streams import (
     CLOSED_BOTH,
     CLOSED_BY_PEER,
     CLOSED_HERE,

@@ -1,4 +1,4 @@
-"""HPACK (RFC 7541) for the loop gRPC server's HTTP/2 (``inferd.protocols.http2``): the
+"""HPACK (RFC 7541) for the loop gRPC server's HTTP/2 (``inferd.protocols.http2.connection``): the
 decoder of one connection's header blocks, with the peer's dynamic table and Huffman-coded
 strings, and an encoder that uses neither.
 
@@ -9,7 +9,7 @@ but builds no list and refuses the block (``HeaderListTooLarge``, not fatal: onl
 is refused); past four times that (one large table entry referenced over and over: an HPACK
 bomb) it stops at once (fatal: the connection must end), so a block costs at most that
 bound's worth of fields, whatever it holds. Huffman-coded strings are decoded by
-``inferd.protocols.huffman`` and counted (``huffman_bytes``) so that the connection can bound
+``inferd.protocols.http2.huffman`` and counted (``huffman_bytes``) so that the connection can bound
 that work too. A header block whose bytes were seen before while the
 table has not changed since is answered from a small cache: a client repeating the same call
 sends the same few bytes of table references each time. Headers are encoded without the
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from inferd.protocols.huffman import HuffmanError, decode_slice
+from inferd.protocols.http2.huffman import HuffmanError, decode_slice
 
 Headers = tuple[tuple[str, str], ...]
 
 
 def huffman_decode(data: bytes) -> bytes:
-    """A Huffman-coded string ``data``, decoded (``inferd.protocols.huffman``)."""
+    """A Huffman-coded string ``data``, decoded (``inferd.protocols.http2.huffman``)."""
     try:
         return decode_slice(data, 0, len(data))
     except HuffmanError as error:

@@ -1,9 +1,9 @@
-"""HTTP/2's vocabulary as the server half of ``inferd.protocols.http2`` uses it: RFC 9113's
-frame types, flags, error codes and SETTINGS parameters, the frames this side builds, the
+"""HTTP/2's vocabulary as the server half of ``inferd.protocols.http2.connection`` uses it: RFC
+9113's frame types, flags, error codes and SETTINGS parameters, the frames this side builds, the
 events a ``Connection`` reports and the ``ProtocolError`` that ends one.
 
 Owns the bytes of a frame and the names of its fields; holds no state, reads no socket, and
-makes no decision about what a frame means for a stream (``http2`` and ``http2_streams`` do).
+makes no decision about what a frame means for a stream (``http2`` and ``streams`` do).
 Compiled with mypyc as part of the request path.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from inferd.protocols.hpack import Headers
+from inferd.protocols.http2.hpack import Headers
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 

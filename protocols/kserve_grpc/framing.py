@@ -9,7 +9,7 @@ split finds them. A ``ModelInferResponse`` (or the
 ``ModelStreamInferResponse`` around one) is written as its small header message followed by
 one ``raw_output_contents`` field (field 6) per output, joined into the outgoing bytes in a
 single copy. Protobuf parses fields in any order, so this is exactly the message tritonclient
-expects. Owns the framing only: which fields mean what is ``inferd.protocols.kserve_grpc``'s.
+expects. Owns the framing only: which fields mean what is ``inferd.protocols.kserve_grpc.infer``'s.
 Pure: no I/O. Parsing never raises; a malformed message is a ``ParsedInferRequest`` with
 ``error`` set, so the RPC can answer INVALID_ARGUMENT.
 

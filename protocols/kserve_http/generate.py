@@ -27,7 +27,7 @@ from typing import Any
 
 from inferd.protocols.errors import InferdError, InvalidArgument
 from inferd.protocols.json_bodies import dumps, parse_json
-from inferd.protocols.json_tensors import json_values, tensor_from_json
+from inferd.protocols.kserve_http.json_tensors import json_values, tensor_from_json
 from inferd.protocols.messages import InferRequest, InferResponse, ModelMetadata, Tensor, TensorSpec
 
 PARAMETERS = "parameters"
