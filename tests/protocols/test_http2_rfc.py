@@ -1008,7 +1008,7 @@ def test_rfc9113_6_5_2_an_hpack_bomb_past_4x_the_limit_enhances_calm() -> None:
     assert error.code == http2.ENHANCE_YOUR_CALM
 
 
-# -------------------------------------------------------------- budgets (http2_guard)
+# -------------------------------------------------------------- budgets (http2.guard)
 
 
 def _request_and_reset(stream_id: int) -> bytes:

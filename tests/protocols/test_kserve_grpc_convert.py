@@ -1,4 +1,4 @@
-"""Tests of inferd.protocols.kserve_grpc.infer (with kserve_grpc_inputs and kserve_grpc_admin)
+"""Tests of inferd.protocols.kserve_grpc.infer (with kserve_grpc.inputs and kserve_grpc.admin)
 without a server: requests built as tritonclient builds them decode to the right tensors and
 parameters, responses decode in tritonclient's ``InferResult``, and every malformed request is
 refused with a message naming the problem."""
