@@ -28,12 +28,12 @@ INTRODUCTION = """\
 `kernel/` is the runtime core (`runtime/`: actors, router, process links, the plugin manager),
 one package per actor holding the helpers only that actor uses, and the cross-cutting packages:
 model-config reading and rules (`modelconfig/`), metrics, statistics, logs and tracing
-(`observability/`), the protocol-agnostic data plane with the shared-memory registries
-(`dataplane/`), the command line (`cli/`) and the plugin SDK (`sdk/`, the one package a
-plugin imports). Every feature that can be swapped, and every optional policy of the control
-actor (models on demand and the memory budget, the control-state record), is a plugin under
-`plugins/`;
-`protocols/` holds what every process shares without the kernel (messages, codecs, errors);
+(`observability/`), the protocol-agnostic data plane (`dataplane/`), the command line (`cli/`) and the plugin SDK (`sdk/`, the one package a
+plugin imports). Every feature that can be swapped, and every optional feature (models on demand and the
+memory budget, the control-state record, client shared memory, the response cache, tracing),
+is a plugin under `plugins/`; `protocols/` holds what every process shares without the kernel
+(messages, codecs, errors), one subpackage per wire: `http2/`, `kserve_http/`, `kserve_grpc/`
+and `wire/` (the kernel's own between processes);
 `bench/` the measurements. A one-off script made the kernel's layout from a flat one (83
 entries at the top of `kernel/`, then 14) and rewrote every reference: it was added in
 2054dd9, ran in 9eddbf6 and again in 86cf126, and was removed once done.
