@@ -254,7 +254,9 @@ class Model(abc.ABC):
 
     @abc.abstractmethod
     def create_instance(self, index: int) -> Instance:
-        """Create instance number ``index`` (0-based within the model's instance group)."""
+        """Create instance number ``index``, counted from 0 across ``config``'s instance
+        groups in order; a process may be asked for only some of them (one, for a backend
+        whose instances each run in a process of their own)."""
 
     def unload(self) -> None:
         """Release model-level resources after every instance is closed."""

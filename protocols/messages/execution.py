@@ -38,7 +38,9 @@ class LoadVersion(Message):
     this load, so a reload can bring up a second copy of the same version beside the one
     serving. The pool splits a load over executor processes
     (``inferd.kernel.actors.executor_pool.placement``): each executor gets the config narrowed to
-    its own instance groups and their count."""
+    its device's instance groups, and the instances of them it creates: ``instance_count``
+    of them from number ``first_instance`` (counted across those groups), so an instance in a
+    process of its own still knows its place, and Triton's name, in its group."""
 
     load_id: int
     model: str
@@ -50,6 +52,7 @@ class LoadVersion(Message):
     auto_complete: bool = True
     options: dict[str, Any] = field(default_factory=dict)
     isolated: bool = False  # in executor processes of the model's own
+    first_instance: int = 0
 
 
 @dataclass(frozen=True, slots=True)

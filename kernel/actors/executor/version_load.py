@@ -98,12 +98,13 @@ def _load_model(backends: Backends, message: LoadVersion, context: ModelContext
                 ) -> tuple[Model, list[Instance], list[Execution]]:
     started = time.perf_counter()
     model = backends.get(message.backend).load_model(context)
-    instances = [model.create_instance(i) for i in range(message.instance_count)]
+    first = message.first_instance
+    instances = [model.create_instance(i) for i in range(first, first + message.instance_count)]
     samples = warmup_samples(model.config, message.version, Path(message.path))
     executions: list[Execution] = []
     if samples:
         try:
-            executions = warm_up(instances, samples, model.config)
+            executions = warm_up(instances, samples, model.config, first)
         except BaseException:
             for instance in instances:
                 instance.close()

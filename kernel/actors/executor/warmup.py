@@ -127,13 +127,14 @@ def instance_names(config: ModelConfig, model: str) -> list[str]:
 
 
 def warm_up(instances: Sequence[Instance], samples: Sequence[WarmupSample],
-            config: ModelConfig) -> list[Execution]:
-    """Run every sample on every instance; raise Triton's error for the first that fails.
-    The executions that ran, for the statistics."""
+            config: ModelConfig, first_instance: int = 0) -> list[Execution]:
+    """Run every sample on every instance (numbers ``first_instance`` on, counted across the
+    config's groups); raise Triton's error for the first that fails. The executions that ran,
+    for the statistics."""
     decoupled = config.model_transaction_policy.decoupled
     names = instance_names(config, config.name)
     executions: list[Execution] = []
-    for index, instance in enumerate(instances):
+    for index, instance in enumerate(instances, first_instance):
         for sample in samples:
             for _ in range(sample.count):
                 size = len(sample.requests)

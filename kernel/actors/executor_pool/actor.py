@@ -297,7 +297,8 @@ class ExecutorPoolActor(Actor):
             await self._processes.ensure_started(name, environment, isolated=part.own,
                                                  python=python)
         self._load_counts[name] = self._load_counts.get(name, 0) + 1
-        request = replace(load, config=part.config(config), instance_count=part.instance_count)
+        request = replace(load, config=part.config(config), instance_count=part.instance_count,
+                          first_instance=part.first_instance)
         try:
             loaded = await self.router.ask(name, request)
         except BaseException:

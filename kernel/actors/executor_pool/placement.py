@@ -12,9 +12,12 @@ process and a load there. A version's instance groups split as Triton places the
 - a backend that runs each instance in a process of its own (the python backend, like
   Triton's stubs) gets one part per instance, so instances of pure-Python code run at once.
 
-Each part carries the version's instance groups narrowed to its own instances (a GPU group
-lists only that part's GPU), so the backend in each process creates exactly those; once every
-part has loaded, their answers merge back into the version's one (``merged``).
+Each part carries the version's instance groups narrowed to its device (a GPU group lists
+only that part's GPU) and which of their instances it creates: all of them, or, one process
+per instance, the one at its place (``first_instance``, counted across those groups). The
+groups keep their counts so that an instance alone in its process still has the name Triton
+gives it, ``<group name>_<index in the group>``. Once every part has loaded, their answers
+merge back into the version's one (``merged``).
 """
 
 from __future__ import annotations
@@ -41,11 +44,12 @@ class Part:
     gpu: int | None
     own: bool
     suffix: str
-    groups: tuple[bytes, ...]  # serialized ModelInstanceGroup, narrowed to this part
+    groups: tuple[bytes, ...]  # serialized ModelInstanceGroup, narrowed to this device
     instance_count: int
+    first_instance: int = 0  # this part's first instance, counted across ``groups``
 
     def config(self, config: ModelConfig) -> bytes:
-        """``config`` with only this part's instance groups."""
+        """``config`` with only this part's device's instance groups."""
         narrowed = ModelConfig()
         narrowed.CopyFrom(config)
         del narrowed.instance_group[:]
@@ -73,18 +77,13 @@ def split(config: ModelConfig, *, isolated: bool, per_instance: bool) -> list[Pa
     for gpu in sorted(by_device, key=lambda device: -1 if device is None else device):
         groups = by_device[gpu]
         device_suffix = "" if gpu is None else f"/gpu{gpu}"
+        serialized = tuple(g.SerializeToString() for g in groups)
+        count = sum(max(1, g.count) for g in groups)
         if not per_instance:
-            parts.append(Part(gpu, isolated, device_suffix,
-                              tuple(g.SerializeToString() for g in groups),
-                              sum(max(1, g.count) for g in groups)))
+            parts.append(Part(gpu, isolated, device_suffix, serialized, count))
             continue
-        for group in groups:
-            single = model_config_pb2.ModelInstanceGroup()
-            single.CopyFrom(group)
-            single.count = 1
-            for _ in range(max(1, group.count)):
-                parts.append(Part(gpu, True, f"{device_suffix}/{len(parts)}",
-                                  (single.SerializeToString(),), 1))
+        for place in range(count):
+            parts.append(Part(gpu, True, f"{device_suffix}/{len(parts)}", serialized, 1, place))
     return parts or [Part(None, isolated, "", (), 1)]
 
 

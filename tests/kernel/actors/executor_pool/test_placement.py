@@ -40,13 +40,17 @@ def test_an_isolated_model_keeps_the_split_in_processes_of_its_own() -> None:
 
 
 def test_a_process_per_instance_gives_every_instance_a_part() -> None:
-    source = config("{ kind: KIND_CPU count: 2 }, { kind: KIND_GPU count: 1 gpus: [0, 1] }")
+    """Each part keeps its device's groups whole and names its instance's place in them, so
+    the instance is named as Triton names it (the second of group 0: ``m_0_1``)."""
+    source = config("{ kind: KIND_CPU count: 2 }, { kind: KIND_CPU count: 1 },"
+                    " { kind: KIND_GPU count: 1 gpus: [0, 1] }")
     parts = split(source, isolated=False, per_instance=True)
-    assert [(p.gpu, p.own, p.suffix, p.instance_count) for p in parts] == [
-        (None, True, "/0", 1), (None, True, "/1", 1), (0, True, "/gpu0/2", 1),
-        (1, True, "/gpu1/3", 1)]
-    assert groups_of(parts[1].config(source)) == [(KIND.KIND_CPU, 1, [])]
-    assert groups_of(parts[3].config(source)) == [(KIND.KIND_GPU, 1, [1])]
+    assert [(p.gpu, p.own, p.suffix, p.instance_count, p.first_instance) for p in parts] == [
+        (None, True, "/0", 1, 0), (None, True, "/1", 1, 1), (None, True, "/2", 1, 2),
+        (0, True, "/gpu0/3", 1, 0), (1, True, "/gpu1/4", 1, 0)]
+    cpu_groups = [(KIND.KIND_CPU, 2, []), (KIND.KIND_CPU, 1, [])]
+    assert all(groups_of(part.config(source)) == cpu_groups for part in parts[:3])
+    assert groups_of(parts[4].config(source)) == [(KIND.KIND_GPU, 1, [1])]
 
 
 def test_whole_is_every_instance_in_one_part() -> None:
