@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]  # the child runs as python -m from here
-Step = Callable[[], object]
+from bench.common.pure_or_compiled import ROOT, Step, cpu_microseconds, run_child
+
+MODULE = "bench.performance.compiled"
 
 
 def _simple_tensors() -> tuple[Any, Any]:
@@ -69,7 +65,8 @@ def _http_steps() -> dict[str, Step]:
 def _grpc_steps() -> dict[str, Step]:
     from tritonclient.grpc import service_pb2
 
-    from inferd.protocols.kserve_grpc import infer as kserve_grpc, framing as kserve_grpc_wire
+    from inferd.protocols.kserve_grpc import framing as kserve_grpc_wire
+    from inferd.protocols.kserve_grpc import infer as kserve_grpc
     from inferd.protocols.messages import InferResponse
 
     first, second = _simple_tensors()
@@ -94,7 +91,6 @@ def _grpc_steps() -> dict[str, Step]:
 
 
 def _wire_steps() -> dict[str, Step]:
-    from inferd.protocols.wire import codec as wire
     from inferd.protocols.messages import (
         BatchResult,
         Envelope,
@@ -102,6 +98,7 @@ def _wire_steps() -> dict[str, Step]:
         InferRequest,
         InferResponse,
     )
+    from inferd.protocols.wire import codec as wire
 
     first, second = _simple_tensors()
     request = InferRequest("simple", (first, second), id="42")
@@ -151,51 +148,12 @@ def _scheduler_steps() -> dict[str, Step]:
     return {"scheduler admit + pump + finish_batch": one_request}
 
 
-def _time(step: Step, seconds: float, repeats: int) -> float:
-    """The least over ``repeats`` of CPU microseconds per call, each timing ~``seconds``
-    long. CPU time, not wall time: on a shared machine the wait for a core is not the
-    step's cost."""
-    clock = time.process_time
-    calls = 1
-    while True:  # calls per timing, so that one lasts about ``seconds``
-        started = clock()
-        for _ in range(calls):
-            step()
-        elapsed = clock() - started
-        if elapsed >= seconds / 4:
-            calls = max(1, int(calls * seconds / elapsed))
-            break
-        calls *= 4
-    timings = []
-    for _ in range(repeats):
-        started = clock()
-        for _ in range(calls):
-            step()
-        timings.append((clock() - started) / calls * 1e6)
-    return min(timings)
-
-
 def _child(seconds: float, repeats: int) -> None:
     from inferd.protocols import build
 
     steps = {**_http_steps(), **_grpc_steps(), **_wire_steps(), **_scheduler_steps()}
-    timings = {name: _time(step, seconds, repeats) for name, step in steps.items()}
+    timings = {name: cpu_microseconds(step, seconds, repeats) for name, step in steps.items()}
     print(json.dumps({"build": build.describe(), "timings": timings}))
-
-
-def _run_child(compiled: bool, seconds: float, repeats: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    if compiled:
-        env.pop("INFERD_COMPILE", None)
-    else:
-        env["INFERD_COMPILE"] = "0"
-    output = subprocess.run(
-        [sys.executable, "-m", "bench.performance.compiled", "--child", "--seconds", str(seconds),
-         "--repeats", str(repeats)],
-        env=env, cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(output.splitlines()[-1])
-    return result
 
 
 def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -217,7 +175,8 @@ def main() -> None:
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for _ in range(options.rounds):
         for compiled_run in (False, True):
-            runs[compiled_run].append(_run_child(compiled_run, options.seconds, options.repeats))
+            runs[compiled_run].append(
+                run_child(MODULE, compiled_run, options.seconds, options.repeats))
     pure, compiled = (_best(runs[False]), _best(runs[True]))
     print(f"pure:     {pure['build']}")
     print(f"compiled: {compiled['build']}")

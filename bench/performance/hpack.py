@@ -19,17 +19,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import random
-import subprocess
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]  # the child runs as python -m from here
-Step = Callable[[], object]
+from bench.common.pure_or_compiled import Step, cpu_microseconds, run_child
+
+MODULE = "bench.performance.hpack"
 BLOCK = 256 * 2**10
 
 
@@ -99,49 +94,12 @@ def _steps() -> dict[str, tuple[Step, int]]:
     }
 
 
-def _time(step: Step, seconds: float, repeats: int) -> float:
-    """The least over ``repeats`` of CPU microseconds per call, each timing ~``seconds``."""
-    clock = time.process_time
-    calls = 1
-    while True:
-        started = clock()
-        for _ in range(calls):
-            step()
-        elapsed = clock() - started
-        if elapsed >= seconds / 4:
-            calls = max(1, int(calls * seconds / elapsed))
-            break
-        calls *= 4
-    timings = []
-    for _ in range(repeats):
-        started = clock()
-        for _ in range(calls):
-            step()
-        timings.append((clock() - started) / calls * 1e6)
-    return min(timings)
-
-
 def _child(seconds: float, repeats: int) -> None:
     from inferd.protocols import build
 
-    rows = {name: [_time(step, seconds, repeats), octets]
+    rows = {name: [cpu_microseconds(step, seconds, repeats), octets]
             for name, (step, octets) in _steps().items()}
     print(json.dumps({"build": build.describe(), "rows": rows}))
-
-
-def _run_child(compiled: bool, seconds: float, repeats: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    if compiled:
-        env.pop("INFERD_COMPILE", None)
-    else:
-        env["INFERD_COMPILE"] = "0"
-    output = subprocess.run(
-        [sys.executable, "-m", "bench.performance.hpack", "--child", "--seconds", str(seconds),
-         "--repeats", str(repeats)],
-        env=env, cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(output.splitlines()[-1])
-    return result
 
 
 def main() -> None:
@@ -157,7 +115,7 @@ def main() -> None:
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for _ in range(options.rounds):
         for compiled in (False, True):
-            runs[compiled].append(_run_child(compiled, options.seconds, options.repeats))
+            runs[compiled].append(run_child(MODULE, compiled, options.seconds, options.repeats))
     print(f"pure:     {runs[False][0]['build']}")
     print(f"compiled: {runs[True][0]['build']}")
     names = list(runs[False][0]["rows"])

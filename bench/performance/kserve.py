@@ -53,6 +53,7 @@ from bench.performance.perf_analyzer import (
     measure,
     setup_perf_analyzer,
 )
+from inferd.kernel.sdk.table import format_table
 
 REPOSITORY = ROOT / "model_repository"
 PROTOCOLS = ("http", "grpc")
@@ -126,15 +127,8 @@ def load_average() -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Plain columns: the first left-aligned, numbers right-aligned."""
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = [row[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        return "  ".join(cells).rstrip()
-
-    return "\n".join([line(header), *(line(row) for row in rows)])
+    """Plain columns: the first left-aligned, the numbers after it right-aligned."""
+    return format_table(header, rows, right=range(1, len(header)))
 
 
 def number(value: float | None) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from bench.performance.kserve import table
 from bench.performance.wire_samples import (
     Cell,
     size_label,
@@ -40,18 +41,6 @@ def machine_facts() -> list[str]:
          f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}), numpy {np.__version__}, "
          f"uvloop {version('uvloop')}"),
     ]
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Plain columns: the first left-aligned, numbers right-aligned."""
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = [row[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        return "  ".join(cells).rstrip()
-
-    return "\n".join([line(header), *(line(row) for row in rows)])
 
 
 def microseconds(value: float | None) -> str:
